@@ -1,0 +1,350 @@
+"""The one timing harness: what a call costs, measured four ways, each named for what it measures.
+
+    compile_ms     first call: tracing, lowering and XLA compilation (paid once per shape)
+    wall_ms        median of perf_counter() around one call + block_until_ready(): the codelab's
+                   method. At small shapes this is mostly Python dispatch and synchronisation.
+    throughput_ms  many calls dispatched, one wait at the end, divided by the count: dispatch
+                   overlaps the GPU's work, as in a training loop.
+    device_ms      the GPU's own kernel time per call, read through CUPTI (NVIDIA's profiling
+                   interface) with `jax.experimental.mosaic.gpu.profiler.measure`; None on CPU.
+
+TFLOP/s is FLOPs (AttentionShape.flops) over throughput_ms, and device_tflops over device_ms.
+All device work goes through one queue (`DEVICE_QUEUE`) so that two learners timing at once on
+one GPU do not corrupt each other's numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import re
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import pandas as pd
+
+from attnlab import device as device_mod
+from attnlab import implementations as impls
+from attnlab.shapes import AttentionShape
+
+
+# --------------------------------------------------------------------------------------------
+# one GPU, many learners
+# --------------------------------------------------------------------------------------------
+class DeviceBusy(RuntimeError):
+    """Raised when the queue for the device is full; the page says so and the learner retries."""
+
+
+class DeviceQueue:
+    """At most `slots` device jobs at a time, at most `max_waiting` waiting; re-entrant per thread."""
+
+    def __init__(self, slots: int = 1, max_waiting: int = 64):
+        self.slots, self.max_waiting = slots, max_waiting
+        self._cond = threading.Condition()
+        self._running = 0
+        self._waiting = 0
+        self._held = threading.local()
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @contextlib.contextmanager
+    def slot(self, timeout: float | None = 600.0, on_wait: Callable[[int], None] | None = None):
+        """Hold a device slot; yields the seconds spent waiting. `on_wait(n_ahead)` is called once if it must wait."""
+        depth = getattr(self._held, "depth", 0)
+        if depth:  # this thread already holds a slot (a sweep calling measure)
+            self._held.depth = depth + 1
+            try:
+                yield 0.0
+            finally:
+                self._held.depth -= 1
+            return
+        start = time.perf_counter()
+        with self._cond:
+            if self._running >= self.slots:
+                if self._waiting >= self.max_waiting:
+                    raise DeviceBusy(f"The device is busy: {self._waiting} runs are already queued. Try again shortly.")
+                if on_wait:
+                    on_wait(self._running + self._waiting)
+                self._waiting += 1
+                try:
+                    ok = self._cond.wait_for(lambda: self._running < self.slots, timeout=timeout)
+                finally:
+                    self._waiting -= 1
+                if not ok:
+                    raise DeviceBusy(f"Waited {timeout:.0f} s for the device without getting it. Try again shortly.")
+            self._running += 1
+        self._held.depth = 1
+        try:
+            yield time.perf_counter() - start
+        finally:
+            self._held.depth = 0
+            with self._cond:
+                self._running -= 1
+                self._cond.notify()
+
+
+DEVICE_QUEUE = DeviceQueue(slots=max(1, int(os.environ.get("ATTNLAB_MAX_CONCURRENT_GPU_JOBS", "1") or 1)))
+
+
+# --------------------------------------------------------------------------------------------
+# what the compiler made
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CompiledInfo:
+    temp_bytes: int | None  # scratch XLA allocates beyond inputs and outputs
+    argument_bytes: int | None
+    output_bytes: int | None
+    custom_calls: tuple[str, ...]  # library kernels called from the program, e.g. '__cudnn$fmha...'
+    fusions: int  # XLA fusions (each becomes one or more generated kernels on a GPU)
+
+    @property
+    def uses_cudnn_attention(self) -> bool:
+        return any("cudnn$fmha" in c or "fused_attn" in c for c in self.custom_calls)
+
+
+def describe_compiled(compiled) -> CompiledInfo:
+    """Memory from `compiled.memory_analysis()` and the library calls in the optimised HLO."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        m = None
+    try:
+        text = compiled.as_text() or ""
+    except Exception:
+        text = ""
+    calls = tuple(dict.fromkeys(re.findall(r'custom_call_target="([^"]+)"', text)))
+    fusions = len(re.findall(r"^\s*(?:ROOT\s+)?\S+\s*=\s*\S+\s+fusion\(", text, flags=re.MULTILINE))
+    get = lambda a: int(getattr(m, a)) if m is not None and getattr(m, a, None) is not None else None  # noqa: E731
+    return CompiledInfo(get("temp_size_in_bytes"), get("argument_size_in_bytes"), get("output_size_in_bytes"), calls, fusions)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_implementation(name: str, shape: AttentionShape, backward: bool = False):
+    """(compiled executable, compile_ms) for a registry entry at a shape; cached, so paid once."""
+    fn = impls.get(name).jit(shape)
+    if backward:
+        fn = forward_backward(fn)
+    args = [jax.ShapeDtypeStruct(s, shape.dtype) for s in (shape.q_shape(), shape.kv_shape(), shape.kv_shape())]
+    return compile_timed(fn, args)
+
+
+def compile_timed(fn, args):
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled, (time.perf_counter() - t0) * 1e3
+
+
+def forward_backward(fn):
+    """The gradient of sum(attention(q, k, v)) with respect to q, k and v: one forward, one backward."""
+    return jax.grad(lambda q, k, v: fn(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    compile_ms: float
+    wall_ms: float
+    wall_ms_iqr: float  # spread: 75th minus 25th percentile of the wall-time samples
+    throughput_ms: float
+    device_ms: float | None
+    kernels: tuple[tuple[str, float], ...]  # (kernel name, ms) for one call, in launch order
+    device_note: str  # how device_ms was read, or why it could not be
+    repeats: int
+    queue_wait_s: float = 0.0
+
+
+def kernel_times(compiled, args, iterations: int = 10) -> tuple[float | None, tuple, str]:
+    """(device_ms per call, kernels of the median call, note) via CUPTI; (None, (), why) without."""
+    if jax.default_backend() != "gpu":
+        return None, (), f"no device time on {jax.default_backend()}: CUPTI reads NVIDIA GPU kernels only"
+    try:
+        from jax.experimental.mosaic.gpu import profiler
+
+        _, per_iter = profiler.measure(compiled, aggregate=False, iterations=iterations)(*args)
+    except Exception as e:
+        return None, (), f"CUPTI unavailable: {type(e).__name__}: {str(e)[:200]}"
+    if per_iter is None:
+        return None, (), "CUPTI saw no kernel launches"
+    if iterations == 1:
+        per_iter = [per_iter]
+    totals = [sum(ms for _, ms in it) for it in per_iter]
+    median_i = sorted(range(len(totals)), key=totals.__getitem__)[len(totals) // 2]
+    kernels = tuple((str(n), float(ms)) for n, ms in per_iter[median_i])
+    return statistics.median(totals), kernels, f"CUPTI, median of {iterations} calls"
+
+
+def time_compiled(
+    compiled,
+    args: Sequence,
+    *,
+    compile_ms: float = float("nan"),
+    repeats: int = 30,
+    warmup: int = 3,
+    budget_s: float = 1.5,
+    device_time: bool = True,
+) -> Timing:
+    """Time an already-compiled executable on its inputs, all four ways, holding the device slot."""
+    with DEVICE_QUEUE.slot() as waited:
+        for _ in range(warmup):
+            jax.block_until_ready(compiled(*args))
+        # fit the repeats to the budget: a 1 s CPU call is timed 3 times, a 10 µs GPU call 30
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        one = max(time.perf_counter() - t0, 1e-6)
+        n = int(max(3, min(repeats, budget_s / 2 / one)))
+
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            samples.append((time.perf_counter() - t0) * 1e3)
+
+        rounds = []
+        for _ in range(3):  # dispatch n calls, one wait; median of three rounds
+            t0 = time.perf_counter()
+            outs = [compiled(*args) for _ in range(n)]
+            jax.block_until_ready(outs)
+            rounds.append((time.perf_counter() - t0) * 1e3 / n)
+            del outs
+
+        if device_time:
+            device_ms, kernels, note = kernel_times(compiled, args, iterations=min(n, 10))
+        else:
+            device_ms, kernels, note = None, (), "device time not asked for"
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return Timing(
+        compile_ms=compile_ms,
+        wall_ms=statistics.median(samples),
+        wall_ms_iqr=q[2] - q[0],
+        throughput_ms=statistics.median(rounds),
+        device_ms=device_ms,
+        kernels=kernels,
+        device_note=note,
+        repeats=n,
+        queue_wait_s=waited,
+    )
+
+
+def peak_tflops(dtype: str, info: device_mod.DeviceInfo) -> float | None:
+    """The datasheet peak that applies to this dtype on this device (None when unknown)."""
+    if info.peak is None:
+        return None
+    if dtype == "float32":  # JAX's default precision lets XLA use TF32 tensor cores on NVIDIA GPUs
+        return info.peak.tf32_tflops
+    return info.peak.bf16_tflops
+
+
+# --------------------------------------------------------------------------------------------
+# one cell, and sweeps of cells
+# --------------------------------------------------------------------------------------------
+STATUS_OK, STATUS_UNSUPPORTED, STATUS_OOM, STATUS_ERROR = "ok", "unsupported", "out of memory", "error"
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    text = f"{type(e).__name__} {e}"
+    return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() or isinstance(e, MemoryError)
+
+
+def run_cell(
+    shape: AttentionShape,
+    name: str,
+    *,
+    backward: bool = False,
+    info: device_mod.DeviceInfo | None = None,
+    seed: int = 0,
+    device_time: bool = True,
+    **timing_kw,
+) -> dict:
+    """Time one implementation at one shape. Never raises for a bad cell: the row says what happened."""
+    info = info or device_mod.info()
+    impl = impls.get(name)
+    row = {
+        "implementation": name,
+        "label": impl.label,
+        "pass": "forward+backward" if backward else "forward",
+        **dataclasses.asdict(shape),
+        "shape": shape.describe(),
+        "status": STATUS_OK,
+        "reason": "",
+    }
+    support = impl.supports(shape, info)
+    if not support.ok:
+        return {**row, "status": STATUS_UNSUPPORTED, "reason": support.reason}
+    try:
+        compiled, compile_ms = compile_implementation(name, shape, backward)
+        args = impls.make_inputs(shape, seed)
+        t = time_compiled(compiled, args, compile_ms=compile_ms, device_time=device_time, **timing_kw)
+        mem = describe_compiled(compiled)
+    except DeviceBusy as e:
+        return {**row, "status": STATUS_ERROR, "reason": str(e)}
+    except Exception as e:  # OOM or a backend error becomes a row, never an exception out of a sweep
+        status = STATUS_OOM if is_out_of_memory(e) else STATUS_ERROR
+        return {**row, "status": status, "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+    flops = shape.flops(backward)
+    peak = peak_tflops(shape.dtype, info)
+    tflops = flops / (t.throughput_ms * 1e-3) / 1e12
+    device_tflops = flops / (t.device_ms * 1e-3) / 1e12 if t.device_ms else None
+    best = device_tflops or tflops
+    return {
+        **row,
+        "compile_ms": t.compile_ms,
+        "wall_ms": t.wall_ms,
+        "wall_ms_iqr": t.wall_ms_iqr,
+        "throughput_ms": t.throughput_ms,
+        "device_ms": t.device_ms,
+        "kernel_count": len(t.kernels) if t.kernels else None,
+        "kernels": "; ".join(f"{_short(n)} {ms * 1e3:.1f}µs" for n, ms in t.kernels),
+        "device_note": t.device_note,
+        "gflop": flops / 1e9,
+        "tflops": tflops,
+        "device_tflops": device_tflops,
+        "pct_of_peak": 100 * best / peak if peak else None,
+        "temp_bytes": mem.temp_bytes,
+        "custom_calls": ", ".join(mem.custom_calls),
+        "repeats": t.repeats,
+        "queue_wait_s": t.queue_wait_s,
+    }
+
+
+def _short(kernel: str, n: int = 60) -> str:
+    return kernel if len(kernel) <= n else kernel[: n - 1] + "…"
+
+
+def sweep(
+    base: AttentionShape,
+    field: str,
+    values: Iterable,
+    implementations: Sequence[str],
+    *,
+    backward: bool = False,
+    **cell_kw,
+) -> Iterator[dict]:
+    """One row per (value, implementation), yielded as each is measured, so a UI can show progress."""
+    if field not in {f.name for f in dataclasses.fields(AttentionShape)}:
+        raise ValueError(f"cannot sweep over {field!r}: not a field of AttentionShape")
+    info = device_mod.info()
+    for value in values:
+        shape = base.replace(**{field: value})
+        if field == "q_len" and base.q_len == base.kv_len:  # a "sequence length" sweep moves both
+            shape = shape.replace(kv_len=value)
+        for name in implementations:
+            yield {"swept": field, "value": value, **run_cell(shape, name, backward=backward, info=info, **cell_kw)}
+
+
+def to_frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """Rows as a DataFrame, with the measurement columns first."""
+    return pd.DataFrame(list(rows))

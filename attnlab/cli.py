@@ -1,0 +1,178 @@
+"""`python -m attnlab ...`: the lab's measurements, headless.
+
+    info       the device, and which implementations can run a shape here (and why not)
+    compare    every implementation at one shape: error against float64, allclose, timings
+    sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
+    bench      the benchmark suite (suite.py) to JSON; on a GPU this makes the shipped reference
+    gpucheck   on a GPU machine: the GPU-marked tests, then the suite, then a short summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+
+from attnlab.shapes import AttentionShape
+
+
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    d = AttentionShape()
+    for f in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim"):
+        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=int, default=getattr(d, f))
+    p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--causal", action="store_true")
+
+
+def _shape(a) -> AttentionShape:
+    shape = AttentionShape(**{f.name: getattr(a, f.name) for f in dataclasses.fields(AttentionShape)})
+    problems = shape.validate()
+    if problems:
+        raise SystemExit("invalid shape:\n  " + "\n  ".join(problems))
+    return shape
+
+
+def _print(df: pd.DataFrame, columns: list[str]) -> None:
+    cols = [c for c in columns if c in df.columns]
+    with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200,
+                           "display.max_colwidth", 70, "display.float_format", "{:.4g}".format):
+        print(df[cols].to_string(index=False))
+
+
+def cmd_info(a) -> int:
+    from attnlab import device
+    from attnlab import implementations as impls
+
+    info = device.info()
+    for what, value in info.as_rows():
+        print(f"{what:>20}  {value}")
+    shape = _shape(a)
+    print(f"\nimplementations at {shape.describe()}:")
+    for name, s in impls.available(shape, info).items():
+        print(f"  {'yes' if s.ok else 'no ':3}  {name:<11} {'' if s.ok else s.reason}")
+    return 0
+
+
+def compare(shape: AttentionShape, names: list[str] | None = None) -> pd.DataFrame:
+    """Every implementation at `shape`: error against the float64 reference, then its timings."""
+    from attnlab import bench, device
+    from attnlab import implementations as impls
+
+    info = device.info()
+    q, k, v = impls.make_inputs(shape)
+    ref = impls.reference_attention(q, k, v, causal=shape.causal)
+    rows = []
+    for name in names or list(impls.REGISTRY):
+        row = bench.run_cell(shape, name, info=info)
+        if row["status"] == "ok":
+            check = impls.check_against_reference(name, impls.get(name).jit(shape)(q, k, v), ref, shape.dtype)
+            row.update(max_abs_error=check.max_abs_error, relative_error=check.relative_error, allclose=check.allclose)
+        rows.append(row)
+    return bench.to_frame(rows)
+
+
+def cmd_compare(a) -> int:
+    df = compare(_shape(a), a.impl)
+    _print(df, ["implementation", "status", "max_abs_error", "relative_error", "allclose", "compile_ms",
+                "wall_ms", "throughput_ms", "device_ms", "kernel_count", "tflops", "pct_of_peak", "temp_bytes", "reason"])
+    ok = df[df.status == "ok"]
+    return 0 if ok["allclose"].all() else 1
+
+
+def cmd_sweep(a) -> int:
+    from attnlab import bench
+    from attnlab import implementations as impls
+
+    base = _shape(a)
+    kind = int if a.over != "dtype" else str
+    try:
+        values = [kind(v) for v in a.values]
+    except ValueError:
+        raise SystemExit(f"--values for {a.over} must be whole numbers") from None
+    names = a.impl or list(impls.REGISTRY)
+    rows = []
+    for row in bench.sweep(base, a.over, values, names, backward=a.backward):
+        rows.append(row)
+        print(f"  {a.over}={row['value']:<8} {row['implementation']:<11} {row['status']}", file=sys.stderr)
+    df = bench.to_frame(rows)
+    if a.csv:
+        df.to_csv(a.csv, index=False)
+    if a.json:
+        df.to_json(a.json, orient="records", indent=1)
+    _print(df, ["value", "implementation", "status", "wall_ms", "throughput_ms", "device_ms", "tflops",
+                "device_tflops", "pct_of_peak", "temp_bytes", "reason"])
+    return 0
+
+
+def cmd_bench(a) -> int:
+    from attnlab import suite
+
+    result = suite.run(quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    print("\n".join(suite.summary(result)))
+    return 0
+
+
+def cmd_gpucheck(a) -> int:
+    """GPU-marked tests (core and pages), then the suite; the summary table is printed last."""
+    import jax
+
+    if jax.default_backend() != "gpu":
+        print(f"gpucheck needs a GPU; JAX's backend here is {jax.default_backend()}.")
+        return 2
+    out = a.out or "gpucheck"
+    os.makedirs(out, exist_ok=True)
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                            f"--junitxml={out}/gpu-tests.xml", "tests"], text=True, capture_output=True)
+    with open(f"{out}/gpu-tests.log", "w") as f:
+        f.write(tests.stdout + tests.stderr)
+    print(tests.stdout[-3000:])
+    a.out, a.quick = f"{out}/results.json", False
+    rc = cmd_bench(a)
+    tail = [ln for ln in tests.stdout.splitlines() if ln.strip()][-1:] or ["(no pytest output)"]
+    print(f"GPU tests: {tail[0]}")
+    return tests.returncode or rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("info", help="device and which implementations can run a shape")
+    _shape_args(s)
+    s.set_defaults(func=cmd_info)
+    s = sub.add_parser("compare", help="every implementation at one shape")
+    _shape_args(s)
+    s.add_argument("--impl", nargs="*", help="registry names (default: all)")
+    s.set_defaults(func=cmd_compare)
+    s = sub.add_parser("sweep", help="sweep one field")
+    _shape_args(s)
+    s.add_argument("--over", required=True, choices=["batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim"])
+    s.add_argument("--values", nargs="+", required=True)
+    s.add_argument("--impl", nargs="*", help="registry names (default: all)")
+    s.add_argument("--backward", action="store_true", help="time forward+backward (jax.grad)")
+    s.add_argument("--csv")
+    s.add_argument("--json")
+    s.set_defaults(func=cmd_sweep)
+    s = sub.add_parser("bench", help="the benchmark suite")
+    s.add_argument("--out", help="write the full results as JSON here")
+    s.add_argument("--quick", action="store_true", help="a small subset (CPU-sized)")
+    s.set_defaults(func=cmd_bench)
+    s = sub.add_parser("gpucheck", help="GPU tests + suite + summary (GPU machine)")
+    s.add_argument("--out", help="folder for the logs and results.json")
+    s.set_defaults(func=cmd_gpucheck)
+    a = p.parse_args(argv)
+    if getattr(a, "impl", None):
+        from attnlab import implementations as impls
+
+        for n in a.impl:
+            if n not in impls.REGISTRY:
+                p.error(f"unknown implementation {n!r}; choose from {', '.join(impls.REGISTRY)}")
+    return a.func(a)

@@ -1,0 +1,129 @@
+"""FP8 attention through JAX's own cuDNN path, with scales computed from the data.
+
+`jax.nn.dot_product_attention` refuses FP8 inputs for cuDNN (a `KeyError` on the FP8 element
+type), but JAX's internal `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(...,
+use_fp8=True)` runs cuDNN's FP8 flash-attention kernel on Hopper (compute capability 9.0+).
+
+FP8 E4M3 has 3 mantissa bits and a largest value of 448. Each tensor is stored as x·scale in FP8
+and multiplied by descale = 1/scale when used (per-tensor scaling, Micikevicius et al. 2022,
+"FP8 Formats for Deep Learning", arXiv:2209.05433):
+
+    scale_x = 448 / amax(|x|)          so that the largest |x| lands on FP8's largest value
+
+Inside the kernel the softmax probabilities P (in [0, 1]) and the output O are quantised too,
+with their own scales. Their amax is known only after a run, so `calibrated` runs once with unit
+scales, reads the amax the kernel returns, and sets scale_s and scale_o from them (delayed
+scaling, as TransformerEngine does across training steps).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from attnlab import implementations as impls
+from attnlab.device import FP8_ATTENTION_MIN_CC, DeviceInfo
+from attnlab.shapes import AttentionShape
+
+E4M3 = jnp.float8_e4m3fn
+E4M3_MAX = 448.0
+
+
+def amax_scale(x: Array) -> Array:
+    """448 / max|x| as a float32 scalar (1 when x is all zeros)."""
+    amax = jnp.max(jnp.abs(x.astype(jnp.float32)))
+    return jnp.where(amax > 0, E4M3_MAX / amax, 1.0)
+
+
+def quantize(x: Array, scale: Array | float) -> Array:
+    """x·scale rounded to FP8 E4M3 (values beyond ±448 saturate)."""
+    return jnp.clip(x.astype(jnp.float32) * scale, -E4M3_MAX, E4M3_MAX).astype(E4M3)
+
+
+def _params(sq, sk, sv, s_s, s_o) -> dict:
+    one = jnp.ones((1, 1, 1, 1), jnp.float32)
+    f = lambda x: jnp.asarray(x, jnp.float32).reshape(1, 1, 1, 1)  # noqa: E731
+    fwd = dict(descale_q=f(1 / sq), descale_k=f(1 / sk), descale_v=f(1 / sv),
+               descale_s=f(1 / s_s), scale_s=f(s_s), scale_o=f(s_o))
+    bwd = {k: one for k in ("amax_dQ", "amax_dK", "amax_dV", "amax_dP", "descale_o", "descale_dO",
+                            "descale_dP", "scale_dQ", "scale_dK", "scale_dV", "scale_dP")}
+    return {**fwd, **bwd}
+
+
+def cudnn_fp8_attention(q, k, v, *, causal: bool, scale_s=1.0, scale_o=1.0, data_scales: bool = True):
+    """FP8 attention on cuDNN. Returns (output in q's dtype, amax of P, amax of O).
+
+    data_scales=True quantises Q, K, V with 448/amax; False stores them as they are (unit scales).
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as fa  # private: no public FP8 API yet
+
+    if data_scales:
+        sq, sk, sv = amax_scale(q), amax_scale(k), amax_scale(v)
+    else:
+        sq = sk = sv = jnp.float32(1.0)
+    q8, k8, v8 = quantize(q, sq), quantize(k, sk), quantize(v, sv)
+    out8, amax_s, amax_o = fa.dot_product_attention(
+        q8, k8, v8,
+        fp8_params=_params(sq, sk, sv, scale_s, scale_o),
+        scale=1.0 / q.shape[-1] ** 0.5,
+        mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
+        use_fp8=True,
+    )
+    out = (out8.astype(jnp.float32) / scale_o).astype(q.dtype)
+    return out, amax_s.reshape(()), amax_o.reshape(())
+
+
+def calibrated_scales(q, k, v, *, causal: bool) -> tuple[float, float]:
+    """(scale_s, scale_o) from one run with unit scales: 448 / amax of P and of O."""
+    _, amax_s, amax_o = jax.jit(lambda q, k, v: cudnn_fp8_attention(q, k, v, causal=causal))(q, k, v)
+    amax_s, amax_o = float(amax_s), float(amax_o)
+    return (E4M3_MAX / amax_s if amax_s > 0 else 1.0), (E4M3_MAX / amax_o if amax_o > 0 else 1.0)
+
+
+def _fp8_requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
+    if not device.is_cuda:
+        return f"needs a CUDA GPU of compute capability ≥ {FP8_ATTENTION_MIN_CC[0]}.0 (Hopper); this backend is {device.backend}"
+    if not device.at_least(FP8_ATTENTION_MIN_CC):
+        return (f"cuDNN's FP8 attention needs compute capability ≥ 9.0 (Hopper); this {device.device_kind} "
+                f"is {device.compute_capability_str}")
+    if device.cudnn_version is None:
+        return "needs cuDNN, which JAX did not load"
+    if shape.head_dim > 256 or shape.head_dim % 16:
+        return f"FP8 attention needs head_dim ≤ 256 and a multiple of 16 (got {shape.head_dim})"
+    if shape.kv_heads != shape.heads:
+        return "JAX's FP8 attention path takes MHA only (kv_heads == heads)"
+    return None
+
+
+impls.register(impls.Implementation(
+    name="cudnn_fp8",
+    label="cuDNN FP8 (JAX internal)",
+    # Q, K, V scaled by 448/amax; P and O at unit scale inside a timed call (see calibrated_scales)
+    fn=lambda q, k, v, shape: cudnn_fp8_attention(q, k, v, causal=shape.causal)[0],
+    requirements=_fp8_requirements,
+    description="cuDNN's FP8 flash attention via jax._src.cudnn (E4M3 inputs, amax scaling), forward only.",
+    memory_kind="fused",
+))
+
+
+HOPPER_SNIPPET = '''\
+import jax, jax.numpy as jnp
+from jax._src.cudnn import fused_attention_stablehlo as fa   # JAX's internal FP8 path
+
+def to_fp8(x):                                   # per-tensor scaling from the data
+    scale = 448.0 / jnp.max(jnp.abs(x.astype(jnp.float32)))
+    return (x.astype(jnp.float32) * scale).astype(jnp.float8_e4m3fn), scale
+
+(q8, sq), (k8, sk), (v8, sv) = to_fp8(q), to_fp8(k), to_fp8(v)   # q: (B, T, N, H) bf16
+one = jnp.ones((1, 1, 1, 1), jnp.float32)
+p = lambda x: jnp.full((1, 1, 1, 1), x, jnp.float32)
+params = dict(descale_q=p(1/sq), descale_k=p(1/sk), descale_v=p(1/sv), descale_s=one,
+              scale_s=one, scale_o=one, amax_dQ=one, amax_dK=one, amax_dV=one, amax_dP=one,
+              descale_o=one, descale_dO=one, descale_dP=one, scale_dQ=one, scale_dK=one,
+              scale_dV=one, scale_dP=one)
+out8, amax_s, amax_o = jax.jit(lambda q8, k8, v8: fa.dot_product_attention(
+    q8, k8, v8, fp8_params=params, scale=q.shape[-1] ** -0.5,
+    mask_type=fa.MaskType.CAUSAL, use_fp8=True))(q8, k8, v8)
+out = out8.astype(jnp.bfloat16)                  # (B, T, N, H); needs compute capability 9.0+
+'''

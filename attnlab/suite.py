@@ -1,0 +1,326 @@
+"""The benchmark suite: the codelab's workload, long context, the GPU's own ceilings, TE and FP8.
+
+`python -m attnlab bench --out results.json` runs it on whatever is here; on a GPU machine its
+JSON is what ships as `attnlab/reference/<gpu>.json`. Every figure is measured by `bench`, the
+one harness; the only other timing here is `bare_loop`, which exists to check the harness.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnlab import bench, fp8, te
+from attnlab import device as device_mod
+from attnlab import implementations as impls
+from attnlab.shapes import AttentionShape
+
+CODELAB = AttentionShape()  # B4 T128 N8 H64 float32
+FUSED = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"]
+LONG = dict(batch=4, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
+
+
+def environment() -> dict:
+    info = device_mod.info()
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "device": info.device_kind,
+        "backend": info.backend,
+        "platform": info.platform,
+        "compute_capability": info.compute_capability_str,
+        "memory_total_bytes": info.memory_total_bytes,
+        "jax": info.jax_version,
+        "jaxlib": info.jaxlib_version,
+        "cudnn": info.cudnn_version,
+        "transformer_engine": info.te_version,
+        "peak": None if info.peak is None else info.peak.__dict__,
+    }
+    try:
+        import subprocess
+
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        env["driver"] = out.stdout.strip() or None
+    except Exception:
+        env["driver"] = None
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# the GPU's own ceilings
+# --------------------------------------------------------------------------------------------
+def _timed(fn, *args, iterations: int = 10) -> float:
+    """ms per call of a jitted function: CUPTI kernel time on a GPU, else pipelined wall time."""
+    compiled, compile_ms = bench.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
+    t = bench.time_compiled(compiled, args, compile_ms=compile_ms, repeats=iterations, budget_s=2.0)
+    return t.device_ms or t.throughput_ms
+
+
+def ceilings(matmul_n: int = 8192, copy_gib: float = 2.0) -> dict:
+    """A large bf16 matmul (TFLOP/s) and a large device-to-device copy (TB/s, read + write)."""
+    if jax.default_backend() == "cpu":
+        matmul_n, copy_gib = 1024, 0.25
+    key = jax.random.PRNGKey(1)
+    a = jax.random.normal(key, (matmul_n, matmul_n), jnp.float32).astype(jnp.bfloat16)  # random, never zeros
+    b = jax.random.normal(jax.random.fold_in(key, 1), (matmul_n, matmul_n), jnp.float32).astype(jnp.bfloat16)
+    ms = _timed(lambda a, b: a @ b, a, b)
+    n_el = int(copy_gib * 2**30 / 2)
+    x = jax.random.normal(key, (n_el,), jnp.float32).astype(jnp.bfloat16)
+    copy_ms = _timed(lambda x: x + jnp.bfloat16(1), x)  # reads and writes every byte once
+    return {
+        "matmul_bf16_tflops": 2 * matmul_n**3 / (ms * 1e-3) / 1e12,
+        "matmul_n": matmul_n,
+        "copy_tb_s": 2 * x.nbytes / (copy_ms * 1e-3) / 1e12,
+        "copy_bytes": int(x.nbytes),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# fidelity: the harness against a bare loop
+# --------------------------------------------------------------------------------------------
+def bare_loop(fn, args, n: int = 20) -> tuple[float, float]:
+    """(ms per call with a wait each, ms per call with one wait): the plainest loops there are."""
+    jax.block_until_ready(fn(*args))
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn(*args).block_until_ready()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    t0 = time.perf_counter()
+    outs = [fn(*args) for _ in range(n)]
+    jax.block_until_ready(outs)
+    return statistics.median(samples), (time.perf_counter() - t0) * 1e3 / n
+
+
+def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> list[dict]:
+    rows = []
+    info = device_mod.info()
+    for shape in shapes:
+        if not impls.get(name).supports(shape, info).ok:
+            continue
+        row = bench.run_cell(shape, name, info=info)
+        if row["status"] != "ok":
+            rows.append(row)
+            continue
+        wall, pipelined = bare_loop(impls.get(name).jit(shape), impls.make_inputs(shape))
+        flops = shape.flops()
+        rows.append({
+            "shape": shape.describe(), "implementation": name,
+            "harness_wall_ms": row["wall_ms"], "harness_throughput_ms": row["throughput_ms"],
+            "harness_device_ms": row["device_ms"], "bare_wall_ms": wall, "bare_pipelined_ms": pipelined,
+            "harness_tflops": row["tflops"], "harness_device_tflops": row["device_tflops"],
+            "bare_tflops": flops / (pipelined * 1e-3) / 1e12,
+            "harness_over_bare": (flops / (row["throughput_ms"] * 1e-3)) / (flops / (pipelined * 1e-3)),
+            "kernels": row["kernels"],
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# FP8: TE autocast around attention, TE's dense layers, JAX's cuDNN FP8 attention
+# --------------------------------------------------------------------------------------------
+def _rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
+    """(c): bf16 cuDNN against cuDNN FP8 with unit scales, and with amax-derived scales."""
+    rows, info = [], device_mod.info()
+    for shape in shapes:
+        base = {"shape": shape.describe(), "causal": shape.causal}
+        why = impls.get("cudnn_fp8").requirements(shape, info)
+        if why:
+            rows.append({**base, "status": "unsupported", "reason": why})
+            continue
+        try:
+            q, k, v = impls.make_inputs(shape)
+            ref = impls.get("sdpa_cudnn").jit(shape)(q, k, v)
+            s_s, s_o = fp8.calibrated_scales(q, k, v, causal=shape.causal)
+            variants = {
+                "unit scales": lambda q, k, v: fp8.cudnn_fp8_attention(q, k, v, causal=shape.causal, data_scales=False)[0],
+                "amax scales (Q, K, V)": lambda q, k, v: fp8.cudnn_fp8_attention(q, k, v, causal=shape.causal)[0],
+                "amax scales (Q, K, V, P, O)": lambda q, k, v: fp8.cudnn_fp8_attention(
+                    q, k, v, causal=shape.causal, scale_s=s_s, scale_o=s_o)[0],
+            }
+            bf16_ms = _timed(impls.get("sdpa_cudnn").jit(shape), q, k, v)
+            row = {**base, "status": "ok", "bf16_ms": bf16_ms, "bf16_tflops": shape.flops() / bf16_ms / 1e9,
+                   "scale_s": s_s, "scale_o": s_o}
+            for label, f in variants.items():
+                out = jax.jit(f)(q, k, v)
+                ms = _timed(f, q, k, v)
+                row[f"fp8 {label} ms"] = ms
+                row[f"fp8 {label} tflops"] = shape.flops() / ms / 1e9
+                row[f"fp8 {label} rel_err"] = _rel_err(out.astype(jnp.float32), ref.astype(jnp.float32))
+            best = row["fp8 amax scales (Q, K, V, P, O) tflops"]
+            row["speedup"] = best / row["bf16_tflops"]
+            rows.append(row)
+        except Exception as e:
+            rows.append({**base, "status": "error", "reason": f"{type(e).__name__}: {str(e)[:300]}"})
+    return rows
+
+
+def te_autocast_study(shape: AttentionShape) -> dict:
+    """(a): does te.autocast change DotProductAttention's output, kernels or time?"""
+    if te.import_error():
+        return {"status": "unsupported", "reason": te.import_error()}
+    try:
+        args = impls.make_inputs(shape)
+        out = {}
+        for enabled in (False, True):
+            fn = te.autocast_runner(shape, enabled)
+            compiled = fn.lower(*args).compile()
+            t = bench.time_compiled(compiled, args)
+            out[enabled] = (np.asarray(fn(*args), np.float32), t)
+        (o0, t0), (o1, t1) = out[False], out[True]
+        return {
+            "status": "ok", "shape": shape.describe(),
+            "max_abs_diff_autocast_vs_not": float(np.abs(o0 - o1).max()),
+            "bf16_ms": t0.device_ms or t0.throughput_ms, "autocast_ms": t1.device_ms or t1.throughput_ms,
+            "bf16_kernels": [k for k, _ in t0.kernels], "autocast_kernels": [k for k, _ in t1.kernels],
+        }
+    except Exception as e:
+        return {"status": "error", "reason": f"{type(e).__name__}: {str(e)[:400]}"}
+
+
+def te_block_study(shape: AttentionShape) -> list[dict]:
+    """(b): an attention block of TE layers in bf16 and under FP8 autocast: time, TFLOP/s, error."""
+    if te.import_error():
+        return [{"status": "unsupported", "reason": te.import_error()}]
+    rows = []
+    x = jax.random.normal(jax.random.PRNGKey(3), (shape.batch, shape.q_len, shape.heads * shape.head_dim),
+                          jnp.float32).astype(shape.dtype)
+    ref = None
+    for recipe in (None, "fp8_delayed", "fp8_current"):
+        try:
+            fn, _ = te.block_runner(shape, recipe, x)
+            y = np.asarray(fn(x), np.float32)
+            ref = y if recipe is None else ref
+            t = bench.time_compiled(fn.lower(x).compile(), [x])
+            ms = t.device_ms or t.throughput_ms
+            rows.append({
+                "shape": shape.describe(), "recipe": recipe or "bf16", "status": "ok", "ms": ms,
+                "tflops": te.attention_block_flops(shape) / ms / 1e9,
+                "rel_err_vs_bf16": 0.0 if recipe is None else _rel_err(y, ref),
+                "gemm_kernels": [k for k, _ in t.kernels if "gemm" in k.lower() or "fp8" in k.lower()][:6],
+            })
+        except Exception as e:
+            rows.append({"shape": shape.describe(), "recipe": recipe or "bf16", "status": "error",
+                         "reason": f"{type(e).__name__}: {str(e)[:400]}"})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# the suite
+# --------------------------------------------------------------------------------------------
+def _collect(rows: Iterable[dict], log: Callable[[str], None]) -> list[dict]:
+    out = []
+    for r in rows:
+        out.append(r)
+        t = r.get("device_tflops") or r.get("tflops")
+        log(f"  {r.get('shape', ''):<44} {r['implementation']:<11} {r.get('pass', ''):<16} "
+            f"{r['status']:<12} " + (f"{t:8.1f} TFLOP/s" if t else r.get("reason", "")[:60]))
+    return out
+
+
+def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
+    """Everything, as one JSON-able dict. quick=True: a CPU-sized subset (for tests and laptops)."""
+    gpu = jax.default_backend() == "gpu"
+    result: dict = {"environment": environment(), "tables": {}}
+    log("ceilings ...")
+    result["ceilings"] = ceilings()
+    tables = result["tables"]
+    all_impls = list(impls.REGISTRY)
+
+    log("default shape ...")
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        rows += [bench.run_cell(CODELAB.replace(dtype=dtype), n) for n in all_impls]
+    tables["default"] = _collect(rows, log)
+
+    seq = [64, 128, 256, 512, 1024] + ([2048, 4096] if gpu else [])
+    log("sequence sweep ...")
+    tables["seq_sweep"] = _collect(
+        bench.sweep(CODELAB.replace(dtype="bfloat16"), "q_len", seq[: 2 if quick else None], all_impls), log)
+    log("batch sweep ...")
+    tables["batch_sweep"] = _collect(
+        bench.sweep(CODELAB.replace(q_len=256, kv_len=256, dtype="bfloat16"), "batch",
+                    [1, 2, 4, 8, 16][: 2 if quick else None], all_impls), log)
+    log("TransformerEngine sweep (causal bf16, B4 N8 H64) ...")
+    tables["te_sweep"] = _collect(
+        bench.sweep(CODELAB.replace(dtype="bfloat16", causal=True), "q_len",
+                    [128, 256, 512, 1024, 2048][: 2 if quick else None], ["sdpa_xla", "sdpa_cudnn", "te_dpa"]), log)
+    if quick:
+        return result
+
+    log("long context ...")
+    long_rows = []
+    for head_dim, heads in ((128, 16), (64, 32)):
+        for causal in (False, True):
+            base = AttentionShape(q_len=2048, kv_len=2048, causal=causal, **{**LONG, "head_dim": head_dim,
+                                                                               "heads": heads, "kv_heads": heads})
+            for backward in (False, True):
+                names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
+                long_rows += _collect(bench.sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
+                                                  backward=backward, budget_s=0.6), log)
+    tables["long_context"] = long_rows
+
+    log("fidelity ...")
+    anchor = AttentionShape(q_len=8192, kv_len=8192, **LONG)
+    result["fidelity"] = fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")])
+    log("FP8 attention (JAX cuDNN) ...")
+    fp8_shapes = [AttentionShape(q_len=t, kv_len=t, causal=c, **{**LONG, "batch": b})
+                  for t, b in ((2048, 4), (8192, 4), (16384, 2)) for c in (False, True)]
+    fp8_shapes += [AttentionShape(q_len=8192, kv_len=8192, causal=c, batch=4, heads=32, kv_heads=32,
+                                  head_dim=64, dtype="bfloat16") for c in (False, True)]
+    fp8_shapes += [CODELAB.replace(dtype="bfloat16")]
+    result["fp8_attention"] = fp8_attention_study(fp8_shapes)
+    log("TE autocast and FP8 block ...")
+    te_shape = AttentionShape(batch=4, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=64,
+                              dtype="bfloat16", causal=True)
+    result["te_autocast"] = te_autocast_study(te_shape)
+    result["te_block"] = te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
+    return result
+
+
+def summary(result: dict) -> list[str]:
+    """The short table printed last."""
+    lines = [f"{result['environment']['device']} cc {result['environment']['compute_capability']}  "
+             f"jax {result['environment']['jax']}  cuDNN {result['environment']['cudnn']}  TE {result['environment']['transformer_engine']}"]
+    c = result.get("ceilings", {})
+    if c:
+        lines.append(f"ceilings: bf16 matmul {c['matmul_bf16_tflops']:.0f} TFLOP/s, copy {c['copy_tb_s']:.2f} TB/s")
+    for row in result.get("fidelity", []):
+        if "harness_over_bare" in row:
+            lines.append(
+                f"fidelity {row['shape']}: harness {row['harness_tflops']:.1f} TFLOP/s "
+                f"(device {row['harness_device_tflops'] or float('nan'):.1f}) vs bare loop {row['bare_tflops']:.1f} "
+                f"-> {row['harness_over_bare']:.3f}x; wall {row['harness_wall_ms']:.4f} ms, device "
+                f"{(row['harness_device_ms'] or float('nan')):.4f} ms")
+    for row in result.get("tables", {}).get("long_context", []):
+        if row["status"] == "ok" and row["q_len"] == 8192 and row["head_dim"] == 128:
+            lines.append(f"{row['shape']:<42} {row['implementation']:<11} {row['pass']:<16} "
+                         f"{row['tflops']:7.1f} TFLOP/s (device {row['device_tflops'] or math.nan:7.1f})")
+    for row in result.get("fp8_attention", []):
+        if row.get("status") == "ok":
+            lines.append(f"FP8 {row['shape']:<42} bf16 {row['bf16_tflops']:6.0f}  fp8 "
+                         f"{row['fp8 amax scales (Q, K, V, P, O) tflops']:6.0f} TFLOP/s  x{row['speedup']:.2f}  "
+                         f"err unit {row['fp8 unit scales rel_err']:.3f} amax {row['fp8 amax scales (Q, K, V, P, O) rel_err']:.3f}")
+        else:
+            lines.append(f"FP8 {row.get('shape')}: {row.get('status')} {row.get('reason', '')[:100]}")
+    a = result.get("te_autocast")
+    if a:
+        lines.append(f"TE autocast: {json.dumps({k: v for k, v in a.items() if 'kernels' not in k})[:300]}")
+    for row in result.get("te_block", []):
+        lines.append(f"TE block {row.get('recipe')}: {row.get('status')} "
+                     + (f"{row['ms']:.3f} ms {row['tflops']:.0f} TFLOP/s err {row['rel_err_vs_bf16']:.4f}"
+                        if row.get("status") == "ok" else row.get("reason", "")[:200]))
+    return lines

@@ -1,0 +1,175 @@
+"""NVIDIA TransformerEngine (TE) for JAX, optional: its absence is a normal, explained state.
+
+TE's `transformer_engine.jax.flax.DotProductAttention` is a Flax Linen module with no parameters:
+inputs are [b, s, h, d] ('bshd_bshd_bshd'), `num_gqa_groups` is the number of KV heads, and its
+fused path compiles to one `te_fused_attn_forward_ffi` custom call into cuDNN. In TE's own `mask`
+argument True means *masked out*, the opposite of `jax.nn` (we use attn_mask_type instead).
+
+FP8 in TE acts through `te.autocast(enabled=True, recipe=...)` on its GEMM layers (DenseGeneral,
+LayerNormMLP, ...). `attention_block` below builds a QKV projection, attention and an output
+projection from TE's layers so the FP8 effect can be measured where it exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import jax
+import jax.numpy as jnp
+
+from attnlab import implementations as impls
+from attnlab.device import FUSED_ATTENTION_MIN_CC, DeviceInfo
+from attnlab.shapes import AttentionShape
+
+
+@functools.lru_cache(maxsize=1)
+def import_error() -> str | None:
+    """None when `transformer_engine.jax` imports here, else why not (in a sentence)."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return "TransformerEngine is not installed (pip install 'transformer-engine[jax]'; NVIDIA's JAX container ships it)"
+    try:
+        import transformer_engine.jax  # noqa: F401
+        import transformer_engine.jax.flax  # noqa: F401
+    except Exception as e:  # a CPU-only machine, or a wheel built for another CUDA
+        return f"TransformerEngine is installed but does not import: {type(e).__name__}: {str(e)[:200]}"
+    return None
+
+
+def _requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
+    if not device.is_cuda:
+        return f"needs a CUDA GPU of compute capability ≥ {FUSED_ATTENTION_MIN_CC[0]}.0; this backend is {device.backend}"
+    if not device.at_least(FUSED_ATTENTION_MIN_CC):
+        return f"TE's fused attention needs compute capability ≥ 8.0 (this GPU is {device.compute_capability_str})"
+    error = import_error()
+    if error:
+        return error
+    if shape.dtype not in ("bfloat16", "float16"):
+        return f"TE's fused attention needs bfloat16 or float16 inputs (got {shape.dtype})"
+    if shape.head_dim > 256 or shape.head_dim % 8:
+        return f"TE's fused attention needs head_dim ≤ 256 and a multiple of 8 (got {shape.head_dim})"
+    return None
+
+
+def dot_product_attention_module(shape: AttentionShape):
+    """TE's DotProductAttention configured for `shape` (no parameters to initialise)."""
+    from transformer_engine.jax import flax as te_flax
+
+    return te_flax.DotProductAttention(
+        head_dim=shape.head_dim,
+        num_attention_heads=shape.heads,
+        num_gqa_groups=shape.kv_heads,
+        attn_mask_type="causal" if shape.causal else "no_mask",
+        attention_dropout=0.0,
+        qkv_layout="bshd_bshd_bshd",
+        transpose_batch_sequence=False,
+    )
+
+
+def te_attention(q, k, v, shape: AttentionShape):
+    """(B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H) through TE's DotProductAttention."""
+    module = dot_product_attention_module(shape)
+    return module.apply({}, q, k, v, deterministic=True)
+
+
+impls.register(impls.Implementation(
+    name="te_dpa",
+    label="TransformerEngine DPA",
+    fn=te_attention,
+    requirements=_requirements,
+    description="transformer_engine.jax.flax.DotProductAttention: TE's fused attention (cuDNN underneath).",
+    memory_kind="fused",
+))
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 where it acts: TE's dense layers around attention
+# --------------------------------------------------------------------------------------------
+def recipes() -> dict:
+    """The FP8 recipes compared: delayed scaling (the codelab's) and current scaling (amax of this step)."""
+    from transformer_engine.common import recipe
+
+    return {
+        "fp8_delayed": recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID, amax_history_len=16, amax_compute_algo="max"),
+        "fp8_current": recipe.Float8CurrentScaling(),
+    }
+
+
+def attention_block(shape: AttentionShape):
+    """QKV projection -> DotProductAttention -> output projection, with TE's DenseGeneral layers."""
+    import flax.linen as nn
+    from transformer_engine.jax import flax as te_flax
+
+    d_model = shape.heads * shape.head_dim
+    kv_width = shape.kv_heads * shape.head_dim
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):  # x: (B, T, D)
+            B, T, _ = x.shape
+            qkv = te_flax.DenseGeneral(d_model + 2 * kv_width, dtype=x.dtype, use_bias=False, name="qkv")(x)
+            q, k, v = jnp.split(qkv, [d_model, d_model + kv_width], axis=-1)
+            q = q.reshape(B, T, shape.heads, shape.head_dim)
+            k = k.reshape(B, T, shape.kv_heads, shape.head_dim)
+            v = v.reshape(B, T, shape.kv_heads, shape.head_dim)
+            o = dot_product_attention_module(shape)(q, k, v, deterministic=True)
+            return te_flax.DenseGeneral(d_model, dtype=x.dtype, use_bias=False, name="out")(o.reshape(B, T, d_model))
+
+    return Block()
+
+
+def attention_block_flops(shape: AttentionShape) -> float:
+    """Projections (2·B·T·D·(D + 2·Dkv) + 2·B·T·D·D) plus the attention itself."""
+    d, dkv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    tokens = shape.batch * shape.q_len
+    return 2 * tokens * d * (d + 2 * dkv) + 2 * tokens * d * d + shape.flops()
+
+
+def block_runner(shape: AttentionShape, recipe_name: str | None, x, seed: int = 0):
+    """A jitted x -> block(x) with weights initialised (and FP8 scales calibrated) under the recipe."""
+    import transformer_engine.jax as te
+
+    block = attention_block(shape)
+    recipe = recipes()[recipe_name] if recipe_name else None
+    with te.autocast(enabled=recipe is not None, recipe=recipe):
+        variables = block.init(jax.random.PRNGKey(seed), x)
+        if recipe_name == "fp8_delayed":  # a few steps so the amax history holds real values
+            from transformer_engine.jax import NVTE_FP8_COLLECTION_NAME
+
+            step = jax.jit(lambda v, x: block.apply(v, x, mutable=[NVTE_FP8_COLLECTION_NAME]))
+            for _ in range(3):
+                _, updates = step(variables, x)
+                variables = {**variables, **updates}
+        fn = jax.jit(lambda x: block.apply(variables, x))
+        jax.block_until_ready(fn(x))  # compiled inside autocast: the recipe is baked in at trace time
+    return fn, variables
+
+
+def autocast_runner(shape: AttentionShape, enabled: bool):
+    """TE's DotProductAttention jitted inside `te.autocast(enabled=...)` with DelayedScaling."""
+    import transformer_engine.jax as te
+
+    recipe = recipes()["fp8_delayed"]
+    with te.autocast(enabled=enabled, recipe=recipe if enabled else None):
+        fn = jax.jit(lambda q, k, v: te_attention(q, k, v, shape))
+        args = impls.make_inputs(shape)
+        jax.block_until_ready(fn(*args))
+    return fn
+
+
+TE_SNIPPET = '''\
+import jax, transformer_engine.jax as te
+from transformer_engine.jax import flax as te_flax
+from transformer_engine.common import recipe
+
+attn = te_flax.DotProductAttention(head_dim=64, num_attention_heads=8, num_gqa_groups=8,
+                                   attn_mask_type="causal", qkv_layout="bshd_bshd_bshd",
+                                   transpose_batch_sequence=False)
+out = jax.jit(lambda q, k, v: attn.apply({}, q, k, v, deterministic=True))(q, k, v)  # [b, s, h, d] bf16
+
+# FP8 acts on TE's GEMM layers, not on DotProductAttention (TE 2.x for JAX):
+with te.autocast(enabled=True, recipe=recipe.Float8CurrentScaling()):
+    dense = te_flax.DenseGeneral(4096, dtype=jax.numpy.bfloat16)
+    params = dense.init(jax.random.PRNGKey(0), x)
+    y = jax.jit(dense.apply)(params, x)
+'''
