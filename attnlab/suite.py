@@ -8,6 +8,7 @@ one harness; the only other timing here is `bare_loop`, which exists to check th
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import statistics
@@ -145,11 +146,13 @@ def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
             q, k, v = impls.make_inputs(shape)
             ref = impls.get("sdpa_cudnn").jit(shape)(q, k, v)
             s_s, s_o = fp8.calibrated_scales(q, k, v, causal=shape.causal)
+            unit = functools.partial(fp8.cudnn_fp8_attention, causal=shape.causal, data_scales=False)
+            qkv = functools.partial(fp8.cudnn_fp8_attention, causal=shape.causal)
+            full = functools.partial(fp8.cudnn_fp8_attention, causal=shape.causal, scale_s=s_s, scale_o=s_o)
             variants = {
-                "unit scales": lambda q, k, v: fp8.cudnn_fp8_attention(q, k, v, causal=shape.causal, data_scales=False)[0],
-                "amax scales (Q, K, V)": lambda q, k, v: fp8.cudnn_fp8_attention(q, k, v, causal=shape.causal)[0],
-                "amax scales (Q, K, V, P, O)": lambda q, k, v: fp8.cudnn_fp8_attention(
-                    q, k, v, causal=shape.causal, scale_s=s_s, scale_o=s_o)[0],
+                "unit scales": lambda q, k, v, f=unit: f(q, k, v)[0],
+                "amax scales (Q, K, V)": lambda q, k, v, f=qkv: f(q, k, v)[0],
+                "amax scales (Q, K, V, P, O)": lambda q, k, v, f=full: f(q, k, v)[0],
             }
             bf16_ms = _timed(impls.get("sdpa_cudnn").jit(shape), q, k, v)
             row = {**base, "status": "ok", "bf16_ms": bf16_ms, "bf16_tflops": shape.flops() / bf16_ms / 1e9,
