@@ -1,0 +1,29 @@
+"""AttnLab: scaled dot-product attention on GPUs, with JAX. `streamlit run app.py`
+
+The entry point lists the lab's pages in order and renders the shared sidebar (the shape, kept
+in the URL, and the device). Each page is a thin script in pages/ over the `attnlab` package.
+"""
+
+import streamlit as st
+
+from pages import common
+
+st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
+
+PAGES = [
+    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="attention", default=True),
+    st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
+    st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
+    st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
+    st.Page("pages/p5_cudnn.py", title="5 · cuDNN", icon="⚡", url_path="cudnn"),
+    st.Page("pages/p6_causal.py", title="6 · Causal masking", icon="🔺", url_path="causal"),
+    st.Page("pages/p7_benchmarks.py", title="7 · Benchmarks", icon="⏱️", url_path="benchmarks"),
+    st.Page("pages/p8_mha_gqa_mqa.py", title="8 · MHA, GQA, MQA", icon="🧩", url_path="mha-gqa-mqa"),
+    st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
+]
+
+page = st.navigation(PAGES)
+st.sidebar.title("🔦 AttnLab")
+common.device_badge()
+st.session_state["shape"] = common.shape_sidebar()
+page.run()

@@ -1,0 +1,48 @@
+"""Measurements shipped from a real GPU, for learners who have none.
+
+Each `<name>.json` is the output of `python -m attnlab bench --out ...` on that GPU (see
+suite.py), with its environment: device, compute capability, driver, jax/jaxlib/cuDNN/TE
+versions and date. Pages show these beside live numbers, always labelled as measured there.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+import pandas as pd
+
+
+def available() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".json"))
+
+
+@functools.lru_cache(maxsize=8)
+def load(name: str = "h200") -> dict | None:
+    """The whole results dict, or None if no such file ships."""
+    try:
+        return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text())
+    except FileNotFoundError:
+        return None
+
+
+def label(name: str = "h200") -> str:
+    """'Measured on NVIDIA H200 (compute capability 9.0), driver ..., jax ..., cuDNN ..., on DATE'."""
+    r = load(name)
+    if r is None:
+        return f"no reference results for {name!r} ship with this version"
+    e = r["environment"]
+    return (f"Measured on {e['device']} (compute capability {e['compute_capability']}), driver {e.get('driver')}, "
+            f"jax {e['jax']}, cuDNN {e['cudnn']}, TransformerEngine {e.get('transformer_engine') or 'absent'}, on {e['date']}")
+
+
+def frame(table: str, name: str = "h200") -> pd.DataFrame:
+    """One table of the results (e.g. 'default', 'seq_sweep', 'long_context', 'fp8_attention')."""
+    r = load(name)
+    if r is None:
+        return pd.DataFrame()
+    rows = r.get("tables", {}).get(table, r.get(table))
+    if rows is None:
+        return pd.DataFrame()
+    return pd.DataFrame(rows if isinstance(rows, list) else [rows])

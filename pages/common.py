@@ -1,0 +1,192 @@
+"""Shared UI for every page: the shape sidebar (kept in the URL), cached calls into attnlab,
+availability badges, and table + chart + CSV download. No attention math lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from attnlab import bench, device, reference
+from attnlab import implementations as impls
+from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
+
+SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
+LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "heads": "heads (N)",
+          "kv_heads": "kv_heads (K)", "head_dim": "head_dim (H)"}
+
+
+# --------------------------------------------------------------------------------------------
+# cached calls into attnlab (keyed on shape and implementation; bounded)
+# --------------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner=False)
+def device_info_static() -> device.DeviceInfo:
+    return device.info()
+
+
+def device_info() -> device.DeviceInfo:
+    """Device facts with memory read now (cheap)."""
+    return device.info()
+
+
+@st.cache_data(max_entries=512, ttl=6 * 3600, show_spinner=False)
+def cell(shape: AttentionShape, name: str, backward: bool = False) -> dict:
+    """One timed cell (bench.run_cell), shared by every learner who asks for the same thing."""
+    return bench.run_cell(shape, name, backward=backward)
+
+
+@st.cache_data(max_entries=128, ttl=6 * 3600, show_spinner=False)
+def supports(shape: AttentionShape) -> dict[str, tuple[bool, str]]:
+    info = device.info()
+    return {n: tuple(s) for n, s in impls.available(shape, info).items()}
+
+
+# --------------------------------------------------------------------------------------------
+# the shape: sidebar widgets <-> URL query parameters
+# --------------------------------------------------------------------------------------------
+def _url_shape_params() -> dict[str, str]:
+    return {k: v for k, v in st.query_params.to_dict().items() if k in SHAPE_KEYS}
+
+
+def _seed_widgets(shape: AttentionShape) -> None:
+    for k in SHAPE_KEYS:
+        st.session_state[f"shape_{k}"] = getattr(shape, k)
+
+
+def _widgets_changed() -> None:
+    st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
+
+
+def shape_sidebar() -> AttentionShape | None:
+    """Render the shape controls in the sidebar; return the valid shape, or None (messages shown).
+
+    The URL is the source of truth when it names a shape (a shared link, a reload); otherwise the
+    session's last shape is written back into the URL, so every page can be shared as a link.
+    """
+    ss = st.session_state
+    url = _url_shape_params()
+    if "shape_batch" not in ss or (url and url != ss.get("shape_url_seen")):
+        shape, problems = AttentionShape.from_query_params(url)
+        _seed_widgets(shape or AttentionShape())
+        ss["shape_url_problems"] = problems
+        ss["shape_url_seen"] = url
+
+    sb = st.sidebar
+    sb.markdown("### Shape")
+    c1, c2 = sb.columns(2)
+    for i, f in enumerate(INT_FIELDS):
+        (c1 if i % 2 == 0 else c2).number_input(
+            LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed)
+    sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
+    sb.toggle("causal", key="shape_causal", on_change=_widgets_changed)
+    if sb.button("Reset to the codelab's shape", use_container_width=True):
+        _seed_widgets(AttentionShape())
+        ss["shape_url_problems"] = []
+        st.rerun()
+
+    if ss.get("shape_url_problems"):
+        for p in ss["shape_url_problems"]:
+            st.error(f"From the URL: {p}")
+        st.info("Fix the values in the sidebar (or use Reset); nothing is computed until the shape is valid.")
+        return None
+    shape = AttentionShape(**{k: ss[f"shape_{k}"] for k in SHAPE_KEYS})
+    problems = shape.validate()
+    if problems:
+        for p in problems:
+            st.error(p)
+        return None
+    wanted = shape.to_query_params()
+    if wanted != url:
+        for k in SHAPE_KEYS:
+            if k in st.query_params and k not in wanted:
+                del st.query_params[k]
+        st.query_params.update(wanted)
+        ss["shape_url_seen"] = wanted
+    return shape
+
+
+def device_badge() -> None:
+    info = device_info_static()
+    if info.backend == "gpu":
+        st.sidebar.success(f"**{info.device_kind}** · compute capability {info.compute_capability_str}")
+    else:
+        st.sidebar.info(f"**{info.backend.upper()} backend** ({info.device_kind}). GPU-only paths say so "
+                        "on each page; shipped H200 results are shown where it helps.")
+
+
+def current_shape() -> AttentionShape | None:
+    """The shape app.py validated for this run (None when invalid: the page computes nothing)."""
+    return st.session_state.get("shape")
+
+
+def require_shape() -> AttentionShape:
+    shape = current_shape()
+    if shape is None:
+        st.warning("The shape in the sidebar is not valid, so this page computes nothing. See the messages above.")
+        st.stop()
+    return shape
+
+
+# --------------------------------------------------------------------------------------------
+# small display helpers
+# --------------------------------------------------------------------------------------------
+def support_table(shape: AttentionShape) -> pd.DataFrame:
+    rows = []
+    for name, (ok, reason) in supports(shape).items():
+        impl = impls.get(name)
+        rows.append({"implementation": name, "label": impl.label, "runs here": "yes" if ok else "no",
+                     "why not": "" if ok else reason})
+    return pd.DataFrame(rows)
+
+
+def queue_notice() -> None:
+    """Say so when another learner's run holds the device (ours will wait its turn)."""
+    q = bench.DEVICE_QUEUE
+    if q.running >= q.slots:
+        st.info(f"Another learner's measurement is using the device ({q.waiting} waiting); yours runs next, "
+                "so the timings are not disturbed.")
+
+
+def run_cells(cells: list[tuple[AttentionShape, str, bool]], label: str) -> list[dict]:
+    """Measure cells (cached), with st.status and a progress bar; failures come back as rows."""
+    rows = []
+    queue_notice()
+    with st.status(label, expanded=False) as status:
+        bar = st.progress(0.0)
+        for i, (shape, name, backward) in enumerate(cells):
+            status.update(label=f"{label}: {name} at {shape.describe()} ({i + 1}/{len(cells)})")
+            rows.append(cell(shape, name, backward))
+            bar.progress((i + 1) / len(cells))
+        status.update(label=f"{label}: done ({len(cells)} cells)", state="complete")
+    return rows
+
+
+def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
+    st.download_button(label, df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=f"dl_{name}")
+
+
+def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", log: bool = True,
+               title: str | None = None, y_title: str | None = None) -> alt.Chart:
+    scale = alt.Scale(type="log") if log else alt.Scale()
+    tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
+    return (alt.Chart(df, title=title).mark_line(point=True)
+            .encode(x=alt.X(f"{x}:Q", scale=scale), y=alt.Y(f"{y}:Q", scale=scale, title=y_title or y),
+                    color=f"{color}:N", tooltip=list(dict.fromkeys(tooltip)))
+            .interactive())
+
+
+def reference_note(table: str) -> pd.DataFrame:
+    """The shipped H200 table with its label; empty frame if none ships."""
+    df = reference.frame(table)
+    if not df.empty:
+        st.caption(f"📦 {reference.label()}")
+    return df
+
+
+def fmt_bytes(n) -> str:
+    from attnlab.shapes import format_bytes
+
+    return "—" if n is None or pd.isna(n) else format_bytes(n)

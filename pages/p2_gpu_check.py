@@ -1,0 +1,24 @@
+"""Lab step 2: what is here, and which implementations can run the sidebar's shape on it."""
+
+import pandas as pd
+import streamlit as st
+
+from pages import common
+
+st.title("2 · GPU check")
+st.write(
+    "Before timing anything, find out what JAX is computing on. The fused kernels have hard "
+    "requirements (a CUDA GPU of a given compute capability, a dtype, a head size); each "
+    "implementation in the lab's registry says whether it can run your shape here, and if not, why."
+)
+
+info = common.device_info()
+st.subheader("This machine")
+st.table(pd.DataFrame(info.as_rows(), columns=["what", "value"]).set_index("what"))
+if info.backend != "gpu":
+    st.info("JAX is on its **CPU** backend: naive attention and XLA's SDPA run here; cuDNN, FP8 and "
+            "TransformerEngine need an NVIDIA GPU. Pages 7 and 9 show results measured on an H200.")
+
+shape = common.require_shape()
+st.subheader(f"Implementations at {shape.describe()}")
+st.dataframe(common.support_table(shape), hide_index=True, use_container_width=True)
