@@ -1,0 +1,36 @@
+"""Shared test setup: GPU tests skip cleanly without a GPU; browser tests skip without Chromium
+unless ATTNLAB_REQUIRE_BROWSER=1 (CI), where a missing browser is a failure, not a skip."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _backend() -> str:
+    import jax
+
+    return jax.default_backend()
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = _backend() == "gpu"
+    skip_gpu = pytest.mark.skip(reason=f"needs a CUDA GPU; JAX's backend here is {_backend()}")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    skip_browser = pytest.mark.skip(reason="needs Debian's Chromium (apt-get install chromium) and playwright")
+    for item in items:
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(skip_gpu)
+        if "browser" in item.keywords and not chromium and os.environ.get("ATTNLAB_REQUIRE_BROWSER") != "1":
+            item.add_marker(skip_browser)
+
+
+@pytest.fixture
+def small_memory_cap(monkeypatch):
+    """A 64 MiB cap, so that 'over the cap' is reachable with small shapes."""
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", str(64 / 1024))

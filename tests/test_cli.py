@@ -1,0 +1,51 @@
+import json
+
+import pandas as pd
+import pytest
+
+from attnlab.cli import main
+
+
+def test_info_lists_every_implementation_with_reasons(capsys):
+    assert main(["info", "--kv-heads", "2"]) == 0
+    out = capsys.readouterr().out
+    for name in ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"):
+        assert name in out
+    assert "K2" in out
+
+
+def test_compare_prints_errors_against_the_reference_and_passes(capsys):
+    rc = main(["compare", "--batch", "1", "--q-len", "24", "--kv-len", "40", "--heads", "4", "--kv-heads", "1",
+               "--head-dim", "16", "--causal", "--impl", "naive", "sdpa_xla", "sdpa_cudnn"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "max_abs_error" in out and "True" in out and "naive" in out
+
+
+def test_sweep_writes_csv_and_json(tmp_path, capsys):
+    csv, js = tmp_path / "s.csv", tmp_path / "s.json"
+    rc = main(["sweep", "--over", "q_len", "--values", "16", "32", "--batch", "1", "--heads", "2", "--kv-heads", "2",
+               "--head-dim", "16", "--impl", "naive", "sdpa_cudnn", "--csv", str(csv), "--json", str(js)])
+    assert rc == 0
+    df = pd.read_csv(csv)
+    assert list(df["value"]) == [16, 16, 32, 32] and set(df["implementation"]) == {"naive", "sdpa_cudnn"}
+    assert len(json.loads(js.read_text())) == 4
+    assert "wall_ms" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_refused_with_a_message(capsys):
+    with pytest.raises(SystemExit, match="heads \\(8\\) must be a multiple of kv_heads \\(3\\)"):
+        main(["compare", "--kv-heads", "3"])
+    with pytest.raises(SystemExit):
+        main(["sweep", "--over", "q_len", "--values", "16", "--impl", "flash9"])
+    assert "unknown implementation 'flash9'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="whole numbers"):
+        main(["sweep", "--over", "batch", "--values", "two"])
+
+
+def test_bench_quick_runs_the_suite_subset(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["bench", "--quick", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert {"environment", "ceilings", "tables"} <= set(r)
+    assert {"default", "seq_sweep", "batch_sweep", "te_sweep"} <= set(r["tables"])
+    assert "ceilings: bf16 matmul" in capsys.readouterr().out

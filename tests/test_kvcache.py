@@ -1,0 +1,102 @@
+"""KV-cache size math and the MHA / GQA / MQA variants (attnlab.kvcache), on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab import kvcache
+from attnlab.shapes import AttentionShape
+
+
+@pytest.mark.parametrize(("heads", "preferred", "expected"), [
+    (8, None, 2),  # the codelab: 8 query heads, 2 KV heads
+    (16, None, 4),
+    (12, None, 3),
+    (6, None, 2),
+    (4, None, 2),
+    (8, 4, 4),  # the learner's own kv_heads is kept when it is a GQA
+    (8, 8, 2),  # ... but not when it is MHA
+    (8, 3, 2),  # ... nor when it does not divide heads
+    (7, None, None),  # prime: no GQA
+    (2, None, None),
+    (1, None, None),
+])
+def test_gqa_kv_heads_divides_heads_strictly_between_one_and_heads(heads, preferred, expected):
+    assert kvcache.gqa_kv_heads(heads, preferred) == expected
+
+
+def test_variants_of_the_codelab_shape_are_mha_gqa_mqa():
+    vs = kvcache.variants(AttentionShape())
+    assert [(v.variant, v.kv_heads) for v in vs] == [("MHA", 8), ("GQA", 2), ("MQA", 1)]
+    assert all(v.q_shape() == AttentionShape().q_shape() for v in vs)
+
+
+def test_variants_that_coincide_are_listed_once():
+    assert [v.variant for v in kvcache.variants(AttentionShape(heads=1, kv_heads=1))] == ["MHA"]
+    assert [v.variant for v in kvcache.variants(AttentionShape(heads=2, kv_heads=2))] == ["MHA", "MQA"]
+
+
+def test_bytes_per_token_is_two_times_kv_heads_head_dim_itemsize_layers():
+    assert kvcache.bytes_per_token(kv_heads=8, head_dim=128, itemsize=2, layers=32) == 2 * 8 * 128 * 2 * 32
+    assert kvcache.bytes_per_token(1, 64, 4) == 512
+
+
+def test_cache_bytes_scales_with_context_layers_and_sequences():
+    shape = AttentionShape(kv_heads=2, dtype="bfloat16")
+    one = kvcache.cache_bytes(shape, context_len=1, layers=1)
+    assert one == 2 * 2 * 64 * 2
+    assert kvcache.cache_bytes(shape, context_len=4096, layers=32, sequences=4) == one * 4096 * 32 * 4
+
+
+def test_cache_table_gqa_and_mqa_are_fractions_of_mha():
+    df = kvcache.cache_table(AttentionShape(dtype="bfloat16"), context_len=8192, layers=32).set_index("variant")
+    assert df.loc["MHA", "fraction_of_mha"] == 1.0
+    assert df.loc["GQA", "fraction_of_mha"] == pytest.approx(2 / 8)
+    assert df.loc["MQA", "fraction_of_mha"] == pytest.approx(1 / 8)
+    assert df.loc["MHA", "bytes_per_token"] == 2 * 8 * 64 * 2 * 32
+    assert df.loc["MQA", "cache_bytes_for_batch"] == df.loc["MQA", "cache_bytes_per_sequence"] * 4
+
+
+def test_reference_shape_keeps_small_shapes_and_shrinks_large_ones():
+    small = AttentionShape()
+    assert kvcache.reference_shape(small) is small
+    big = AttentionShape(batch=8, q_len=8192, kv_len=8192, heads=32, kv_heads=32)
+    cut = kvcache.reference_shape(big)
+    assert cut.score_elements() <= kvcache.REFERENCE_MAX_SCORES
+    assert (cut.heads, cut.head_dim, cut.batch) == (32, 64, 1)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_gqa_output_has_the_mha_shape_and_matches_reference(kv_heads):
+    shape = AttentionShape(batch=1, q_len=16, kv_len=24, heads=4, kv_heads=kv_heads, head_dim=8)
+    for name in ("naive", "sdpa_xla"):
+        row = kvcache.output_check(shape, name)
+        assert row["status"] == "ok", row
+        assert row["output shape"] == "(1, 16, 4, 8)"
+        assert row["k, v shape"] == f"(1, 24, {kv_heads}, 8)"
+        assert row["matches reference"]
+
+
+def test_output_check_of_an_unsupported_implementation_says_why():
+    import jax
+
+    if jax.default_backend() == "gpu":
+        pytest.skip("cuDNN is available here")
+    row = kvcache.output_check(AttentionShape(batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=8), "sdpa_cudnn")
+    assert row["status"] == "unsupported"
+    assert "CUDA GPU" in row["reason"]
+
+
+def test_decode_shape_is_one_query_over_the_whole_cache_without_a_causal_mask():
+    d = kvcache.decode_shape(AttentionShape(causal=True), kv_len=4096)
+    assert (d.q_len, d.kv_len, d.causal) == (1, 4096, False)
+
+
+def test_decode_row_adds_kv_bytes_read_and_bandwidth():
+    shape = kvcache.decode_shape(AttentionShape(kv_heads=2), kv_len=1000)
+    row = {**shape.__dict__, "status": "ok", "device_ms": None, "throughput_ms": 0.5}
+    out = kvcache.decode_row(row)
+    assert out["variant"] == "GQA"
+    assert out["kv_read_bytes"] == 2 * 4 * 1000 * 2 * 64 * 4
+    assert out["kv_read_gb_per_s"] == pytest.approx(out["kv_read_bytes"] / 0.5e-3 / 1e9)
+    assert kvcache.decode_row({**row, "status": "unsupported", "throughput_ms": None})["kv_read_gb_per_s"] is None
