@@ -129,7 +129,7 @@ def cmd_gpucheck(a) -> int:
         return 2
     out = a.out or "gpucheck"
     os.makedirs(out, exist_ok=True)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
                             f"--junitxml={out}/gpu-tests.xml", "tests"], text=True, capture_output=True)
     with open(f"{out}/gpu-tests.log", "w") as f:
         f.write(tests.stdout + tests.stderr)
