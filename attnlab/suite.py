@@ -179,10 +179,9 @@ def te_autocast_study(shape: AttentionShape) -> dict:
         args = impls.make_inputs(shape)
         out = {}
         for enabled in (False, True):
-            fn = te.autocast_runner(shape, enabled)
-            compiled = fn.lower(*args).compile()
+            compiled = te.autocast_runner(shape, enabled, args)
             t = bench.time_compiled(compiled, args)
-            out[enabled] = (np.asarray(fn(*args), np.float32), t)
+            out[enabled] = (np.asarray(compiled(*args), np.float32), t)
         (o0, t0), (o1, t1) = out[False], out[True]
         return {
             "status": "ok", "shape": shape.describe(),
@@ -204,10 +203,10 @@ def te_block_study(shape: AttentionShape) -> list[dict]:
     ref = None
     for recipe in (None, "fp8_delayed", "fp8_current"):
         try:
-            fn, _ = te.block_runner(shape, recipe, x)
-            y = np.asarray(fn(x), np.float32)
+            compiled, variables = te.block_runner(shape, recipe, x)
+            y = np.asarray(compiled(variables, x), np.float32)
             ref = y if recipe is None else ref
-            t = bench.time_compiled(fn.lower(x).compile(), [x])
+            t = bench.time_compiled(compiled, [variables, x])
             ms = t.device_ms or t.throughput_ms
             rows.append({
                 "shape": shape.describe(), "recipe": recipe or "bf16", "status": "ok", "ms": ms,

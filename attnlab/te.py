@@ -126,7 +126,8 @@ def attention_block_flops(shape: AttentionShape) -> float:
 
 
 def block_runner(shape: AttentionShape, recipe_name: str | None, x, seed: int = 0):
-    """A jitted x -> block(x) with weights initialised (and FP8 scales calibrated) under the recipe."""
+    """(compiled block, variables): call as compiled(variables, x). Initialised, calibrated and
+    compiled inside `te.autocast`, because TE reads the recipe while tracing."""
     import transformer_engine.jax as te
 
     block = attention_block(shape)
@@ -140,21 +141,17 @@ def block_runner(shape: AttentionShape, recipe_name: str | None, x, seed: int = 
             for _ in range(3):
                 _, updates = step(variables, x)
                 variables = {**variables, **updates}
-        fn = jax.jit(lambda x: block.apply(variables, x))
-        jax.block_until_ready(fn(x))  # compiled inside autocast: the recipe is baked in at trace time
-    return fn, variables
+        compiled = jax.jit(block.apply).lower(variables, x).compile()
+    return compiled, variables
 
 
-def autocast_runner(shape: AttentionShape, enabled: bool):
-    """TE's DotProductAttention jitted inside `te.autocast(enabled=...)` with DelayedScaling."""
+def autocast_runner(shape: AttentionShape, enabled: bool, args):
+    """TE's DotProductAttention compiled inside `te.autocast(enabled=...)` with DelayedScaling."""
     import transformer_engine.jax as te
 
     recipe = recipes()["fp8_delayed"]
     with te.autocast(enabled=enabled, recipe=recipe if enabled else None):
-        fn = jax.jit(lambda q, k, v: te_attention(q, k, v, shape))
-        args = impls.make_inputs(shape)
-        jax.block_until_ready(fn(*args))
-    return fn
+        return jax.jit(lambda q, k, v: te_attention(q, k, v, shape)).lower(*args).compile()
 
 
 TE_SNIPPET = '''\

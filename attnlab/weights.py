@@ -50,22 +50,30 @@ def attention_weights(
     return jax.nn.softmax(s, axis=-1)
 
 
-def four_stages(shape: AttentionShape, seed: int = 0) -> dict[str, np.ndarray]:
-    """The lab's four stages on one small example, every intermediate kept (batch 0, head 0)."""
+def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> dict[str, np.ndarray]:
+    """The lab's four stages on one small example, every intermediate kept (batch 0, head 0).
+
+    scaled=False drops the 1/sqrt(H) of stage 2 (to show what it is for); the output is then
+    weights·V by hand, since every implementation in the registry scales.
+    """
     q, k, v = make_inputs(shape, seed)
     s = scores(q, k)
-    scaled = s / math.sqrt(shape.head_dim)
+    logits = s / math.sqrt(shape.head_dim) if scaled else s
     if shape.causal:
-        scaled = jnp.where(masks.causal(shape.q_len, shape.kv_len), scaled, -jnp.inf)
-    w = jax.nn.softmax(scaled, axis=-1)
-    out = naive_attention(q, k, v, causal=shape.causal)
+        logits = jnp.where(masks.causal(shape.q_len, shape.kv_len), logits, -jnp.inf)
+    w = jax.nn.softmax(logits, axis=-1)
+    if scaled:
+        out = naive_attention(q, k, v, causal=shape.causal)
+    else:
+        vv = jnp.repeat(v, shape.group_size, axis=2).astype(jnp.float32)
+        out = jnp.einsum("bnts,bsnh->btnh", w, vv)
     g = shape.group_size
     return {
         "q": np.asarray(q[0, :, 0], np.float32),  # (T, H)
         "k": np.asarray(k[0, :, 0 // g], np.float32),  # (S, H)
         "v": np.asarray(v[0, :, 0 // g], np.float32),
         "scores": np.asarray(s[0, 0]),  # (T, S)
-        "scaled": np.asarray(scaled[0, 0]),
+        "scaled": np.asarray(logits[0, 0]),
         "weights": np.asarray(w[0, 0]),
         "out": np.asarray(out[0, :, 0], np.float32),  # (T, H)
     }
@@ -143,3 +151,35 @@ def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
         "keys seen (causal)": [min(i + 1, S) for i in picks],
         "max |full − causal|": [float(diff[i]) for i in picks],
     })
+
+
+def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, seed: int = 0) -> pd.DataFrame:
+    """The standard deviation of the logits q·k, unscaled and scaled by 1/sqrt(H), next to sqrt(H).
+
+    q and k have unit-variance entries, so q·k is a sum of H products of variance 1: its variance
+    is H and its spread sqrt(H) (Vaswani et al. 2017, footnote 4). Dividing by sqrt(H) brings it
+    back to 1 whatever the head size.
+    """
+    rows = []
+    for h in head_dims:
+        shape = AttentionShape(batch=1, q_len=seq_len, kv_len=seq_len, heads=4, kv_heads=4, head_dim=h)
+        q, k, _ = make_inputs(shape, seed)
+        s = np.asarray(scores(q, k), np.float64)
+        rows.append(dict(head_dim=h, sqrt_head_dim=math.sqrt(h), std_unscaled=float(s.std()),
+                         std_scaled=float(s.std() / math.sqrt(h))))
+    return pd.DataFrame(rows)
+
+
+def view_shape(shape: AttentionShape, max_len: int = 64, max_batch: int = 2) -> AttentionShape:
+    """The small shape heatmaps are drawn from: at most `max_batch` batch elements and `max_len`
+    query and key positions; heads, kv_heads, head_dim, dtype and causal are kept."""
+    return shape.replace(batch=min(shape.batch, max_batch), q_len=min(shape.q_len, max_len),
+                         kv_len=min(shape.kv_len, max_len))
+
+
+def long_frame(matrix: np.ndarray, value: str = "weight") -> pd.DataFrame:
+    """A (T, S) matrix as rows (query, key, value) for a heatmap; -inf (masked logits) becomes NaN."""
+    m = np.asarray(matrix, np.float64)
+    t, s = np.indices(m.shape)
+    vals = np.where(np.isfinite(m), m, np.nan).ravel()
+    return pd.DataFrame({"query": t.ravel(), "key": s.ravel(), value: vals})
