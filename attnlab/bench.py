@@ -194,13 +194,20 @@ def time_compiled(
     compile_ms: float = float("nan"),
     repeats: int = 30,
     warmup: int = 3,
+    warmup_s: float | None = None,
     budget_s: float = 1.5,
     device_time: bool = True,
 ) -> Timing:
     """Time an already-compiled executable on its inputs, all four ways, holding the device slot."""
     with DEVICE_QUEUE.slot() as waited:
-        for _ in range(warmup):
+        # warm up by count and by time: after a compile the GPU has idled and its clocks have
+        # dropped; ~0.2 s of work brings them back before anything is recorded
+        if warmup_s is None:
+            warmup_s = 0.2 if jax.default_backend() == "gpu" else 0.0
+        t_end, i = time.perf_counter() + warmup_s, 0
+        while i < warmup or time.perf_counter() < t_end:
             jax.block_until_ready(compiled(*args))
+            i += 1
         # fit the repeats to the budget: a 1 s CPU call is timed 3 times, a 10 µs GPU call 30
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))

@@ -10,10 +10,13 @@ and multiplied by descale = 1/scale when used (per-tensor scaling, Micikevicius 
 
     scale_x = 448 / amax(|x|)          so that the largest |x| lands on FP8's largest value
 
-Inside the kernel the softmax probabilities P (in [0, 1]) and the output O are quantised too,
-with their own scales. Their amax is known only after a run, so `calibrated` runs once with unit
-scales, reads the amax the kernel returns, and sets scale_s and scale_o from them (delayed
-scaling, as TransformerEngine does across training steps).
+Inside the kernel the softmax probabilities P and the output O are quantised too, with their own
+scales. A flash-attention kernel quantises P *before* normalising it: each tile holds
+exp(s - running max), whose largest value is exactly 1, so the safe scale for P is 448 whatever
+the amax the kernel reports for the normalised P (measured on the H200: calibrating scale_s from
+that amax overflows P and gives a 60% error). The output's amax is known only after a run, so
+`calibrated_output_scale` runs once with unit scales and reads it (delayed scaling, as
+TransformerEngine does across training steps).
 """
 
 from __future__ import annotations
@@ -51,34 +54,48 @@ def _params(sq, sk, sv, s_s, s_o) -> dict:
     return {**fwd, **bwd}
 
 
-def cudnn_fp8_attention(q, k, v, *, causal: bool, scale_s=1.0, scale_o=1.0, data_scales: bool = True):
-    """FP8 attention on cuDNN. Returns (output in q's dtype, amax of P, amax of O).
+P_SCALE = E4M3_MAX  # unnormalised softmax tiles lie in (0, 1]: 448 uses FP8's whole range
 
-    data_scales=True quantises Q, K, V with 448/amax; False stores them as they are (unit scales).
-    """
+
+def quantize_inputs(q, k, v, data_scales: bool = True):
+    """((q8, k8, v8), (scale_q, scale_k, scale_v)): per-tensor 448/amax scales, or unit scales."""
+    if data_scales:
+        scales = (amax_scale(q), amax_scale(k), amax_scale(v))
+    else:
+        scales = (jnp.float32(1.0),) * 3
+    return tuple(quantize(x, sc) for x, sc in zip((q, k, v), scales, strict=True)), scales
+
+
+def fp8_attention_quantized(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0, out_dtype=jnp.bfloat16):
+    """cuDNN's FP8 kernel on inputs already in FP8. Returns (output in out_dtype, amax of P, amax of O)."""
     from jax._src.cudnn import fused_attention_stablehlo as fa  # private: no public FP8 API yet
 
-    if data_scales:
-        sq, sk, sv = amax_scale(q), amax_scale(k), amax_scale(v)
-    else:
-        sq = sk = sv = jnp.float32(1.0)
-    q8, k8, v8 = quantize(q, sq), quantize(k, sk), quantize(v, sv)
+    sq, sk, sv = scales
     out8, amax_s, amax_o = fa.dot_product_attention(
         q8, k8, v8,
         fp8_params=_params(sq, sk, sv, scale_s, scale_o),
-        scale=1.0 / q.shape[-1] ** 0.5,
+        scale=1.0 / q8.shape[-1] ** 0.5,
         mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
         use_fp8=True,
     )
-    out = (out8.astype(jnp.float32) / scale_o).astype(q.dtype)
+    out = (out8.astype(jnp.float32) / scale_o).astype(out_dtype)
     return out, amax_s.reshape(()), amax_o.reshape(())
 
 
-def calibrated_scales(q, k, v, *, causal: bool) -> tuple[float, float]:
-    """(scale_s, scale_o) from one run with unit scales: 448 / amax of P and of O."""
-    _, amax_s, amax_o = jax.jit(lambda q, k, v: cudnn_fp8_attention(q, k, v, causal=causal))(q, k, v)
-    amax_s, amax_o = float(amax_s), float(amax_o)
-    return (E4M3_MAX / amax_s if amax_s > 0 else 1.0), (E4M3_MAX / amax_o if amax_o > 0 else 1.0)
+def cudnn_fp8_attention(q, k, v, *, causal: bool, scale_s=1.0, scale_o=1.0, data_scales: bool = True):
+    """Quantise Q, K, V to FP8 (448/amax, or unit scales), run cuDNN's FP8 kernel, return q's dtype.
+
+    Returns (output, amax of P, amax of O).
+    """
+    qkv8, scales = quantize_inputs(q, k, v, data_scales)
+    return fp8_attention_quantized(*qkv8, scales, causal=causal, scale_s=scale_s, scale_o=scale_o, out_dtype=q.dtype)
+
+
+def calibrated_output_scale(q, k, v, *, causal: bool) -> float:
+    """448 / amax(O), with amax(O) read from one run with unit output scale."""
+    _, _, amax_o = jax.jit(lambda q, k, v: cudnn_fp8_attention(q, k, v, causal=causal, scale_s=P_SCALE))(q, k, v)
+    amax_o = float(amax_o)
+    return E4M3_MAX / amax_o if amax_o > 0 else 1.0
 
 
 def _fp8_requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
@@ -99,8 +116,8 @@ def _fp8_requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
 impls.register(impls.Implementation(
     name="cudnn_fp8",
     label="cuDNN FP8 (JAX internal)",
-    # Q, K, V scaled by 448/amax; P and O at unit scale inside a timed call (see calibrated_scales)
-    fn=lambda q, k, v, shape: cudnn_fp8_attention(q, k, v, causal=shape.causal)[0],
+    # Q, K, V scaled by 448/amax and P by 448 inside the call; O at unit scale (no calibration run)
+    fn=lambda q, k, v, shape: cudnn_fp8_attention(q, k, v, causal=shape.causal, scale_s=P_SCALE)[0],
     requirements=_fp8_requirements,
     description="cuDNN's FP8 flash attention via jax._src.cudnn (E4M3 inputs, amax scaling), forward only.",
     memory_kind="fused",

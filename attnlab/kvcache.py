@@ -1,0 +1,168 @@
+"""MHA, GQA and MQA: the same attention with fewer key/value heads, and what that saves at decode.
+
+A model that generates text one token at a time keeps every past token's keys and values (the KV
+cache), in every layer. Per token of context, that is
+
+    bytes per token = 2 (K and V) · kv_heads · head_dim · itemsize · layers
+
+so the cache shrinks with kv_heads and nothing else: grouped-query attention (GQA, K < N query
+heads share each KV head; Ainslie et al. 2023, arXiv:2305.13245) divides it by N/K, multi-query
+attention (MQA, K = 1; Shazeer 2019, arXiv:1911.02150) by N. The output keeps its shape
+(B, T, N, H) in all three: only K and V, (B, S, K, H), get smaller.
+
+A decode step is attention with one query (q_len = 1) against the whole cache (kv_len = S): it
+does little arithmetic and reads all of K and V, so its time follows the cache's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pandas as pd
+
+from attnlab import bench, device
+from attnlab import implementations as impls
+from attnlab.shapes import AttentionShape
+
+# Above this many (B·N·T·S) scores, the float64 reference is computed at a smaller shape (same
+# heads and head_dim) so that a check never allocates gigabytes of float64 on the host.
+REFERENCE_MAX_SCORES = 2**22
+
+
+# --------------------------------------------------------------------------------------------
+# the three variants of one shape
+# --------------------------------------------------------------------------------------------
+def gqa_kv_heads(heads: int, preferred: int | None = None) -> int | None:
+    """A kv_heads that makes GQA for `heads` query heads, or None when `heads` has none.
+
+    GQA needs 1 < kv_heads < heads with kv_heads dividing heads. `preferred` (the learner's own
+    kv_heads) is taken when it qualifies; otherwise the divisor nearest heads/4 (the codelab's
+    8 heads -> 2 KV heads), the larger on a tie. A prime number of heads has no GQA.
+    """
+    candidates = [d for d in range(2, heads) if heads % d == 0]
+    if not candidates:
+        return None
+    if preferred in candidates:
+        return preferred
+    return min(candidates, key=lambda d: (abs(d - heads / 4), -d))
+
+
+def variants(shape: AttentionShape) -> list[AttentionShape]:
+    """`shape` as MHA (kv_heads = heads), GQA (see gqa_kv_heads) and MQA (kv_heads = 1).
+
+    Variants that coincide are listed once (1 head: MHA only; 2 or a prime number: MHA and MQA).
+    Each one's name is its `.variant` ('MHA', 'GQA', 'MQA').
+    """
+    wanted = [shape.heads, gqa_kv_heads(shape.heads, shape.kv_heads), 1]
+    kv_heads = list(dict.fromkeys(k for k in wanted if k is not None))
+    return [shape.replace(kv_heads=k) for k in kv_heads]
+
+
+# --------------------------------------------------------------------------------------------
+# KV-cache size
+# --------------------------------------------------------------------------------------------
+def bytes_per_token(kv_heads: int, head_dim: int, itemsize: int, layers: int = 1) -> int:
+    """Cache bytes one token of context costs: 2 (K and V) · kv_heads · head_dim · itemsize · layers."""
+    return 2 * kv_heads * head_dim * itemsize * layers
+
+
+def cache_bytes(shape: AttentionShape, context_len: int, layers: int, sequences: int = 1) -> int:
+    """The whole KV cache for `sequences` sequences of `context_len` tokens in `layers` layers."""
+    return bytes_per_token(shape.kv_heads, shape.head_dim, shape.itemsize, layers) * context_len * sequences
+
+
+def cache_table(shape: AttentionShape, context_len: int, layers: int) -> pd.DataFrame:
+    """One row per variant: KV heads, bytes per token, cache per sequence and for the batch, vs MHA."""
+    rows = []
+    mha = cache_bytes(shape.replace(kv_heads=shape.heads), context_len, layers)
+    for v in variants(shape):
+        per_sequence = cache_bytes(v, context_len, layers)
+        rows.append({
+            "variant": v.variant,
+            "kv_heads": v.kv_heads,
+            "query heads per KV head": v.group_size,
+            "bytes_per_token": bytes_per_token(v.kv_heads, v.head_dim, v.itemsize, layers),
+            "context_len": context_len,
+            "layers": layers,
+            "dtype": v.dtype,
+            "cache_bytes_per_sequence": per_sequence,
+            "batch": v.batch,
+            "cache_bytes_for_batch": cache_bytes(v, context_len, layers, sequences=v.batch),
+            "fraction_of_mha": per_sequence / mha,
+        })
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# same output shape, same answer
+# --------------------------------------------------------------------------------------------
+def reference_shape(shape: AttentionShape, max_scores: int = REFERENCE_MAX_SCORES) -> AttentionShape:
+    """`shape` itself when its float64 reference is small, else batch 1 and q_len, kv_len cut to fit."""
+    if shape.score_elements() <= max_scores:
+        return shape
+    side = max(1, math.isqrt(max_scores // shape.heads))
+    return shape.replace(batch=1, q_len=min(shape.q_len, side), kv_len=min(shape.kv_len, side))
+
+
+def output_check(shape: AttentionShape, name: str) -> dict:
+    """One implementation on one variant: Q, K/V and output shapes, and a check against float64.
+
+    The output shape is read from the traced program at `shape` itself (jax.eval_shape, nothing
+    runs); the numbers are compared at `reference_shape(shape)`, which the row names.
+    """
+    impl = impls.get(name)
+    row = {
+        "variant": shape.variant, "kv_heads": shape.kv_heads, "implementation": name, "shape": shape.describe(),
+        "q shape": str(shape.q_shape()), "k, v shape": str(shape.kv_shape()), "output shape": "",
+        "status": bench.STATUS_OK, "reason": "",
+    }
+    support = impl.supports(shape, device.info())
+    if not support.ok:
+        return {**row, "status": bench.STATUS_UNSUPPORTED, "reason": support.reason}
+    checked = reference_shape(shape)
+    try:
+        structs = [jax.ShapeDtypeStruct(s, shape.dtype) for s in (shape.q_shape(), shape.kv_shape(), shape.kv_shape())]
+        row["output shape"] = str(tuple(jax.eval_shape(impl.jit(shape), *structs).shape))
+        q, k, v = impls.make_inputs(checked)
+        with bench.DEVICE_QUEUE.slot():
+            out = np.asarray(impl.jit(checked)(q, k, v).astype("float32"))
+        check = impls.check_against_reference(name, out, impls.reference_attention(q, k, v, causal=checked.causal),
+                                              checked.dtype)
+    except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
+        status = bench.STATUS_OOM if bench.is_out_of_memory(e) else bench.STATUS_ERROR
+        return {**row, "status": status, "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+    return {**row, "matches reference": check.allclose, "max_abs_error": check.max_abs_error,
+            "relative_error": check.relative_error, "checked at": checked.describe()}
+
+
+# --------------------------------------------------------------------------------------------
+# the decode step
+# --------------------------------------------------------------------------------------------
+def decode_shape(shape: AttentionShape, kv_len: int) -> AttentionShape:
+    """One new token's attention over a cache of `kv_len` tokens: q_len = 1, not causal.
+
+    Not causal because the one query is the newest position and may see every cached key (a
+    causal mask on a 1 x S score matrix would let it see only the first key).
+    """
+    return shape.replace(q_len=1, kv_len=kv_len, causal=False)
+
+
+def kv_read_bytes(shape: AttentionShape) -> int:
+    """Bytes of K and V one attention call reads at least once: 2 · B · S · K · H · itemsize."""
+    return 2 * shape.batch * shape.kv_len * shape.kv_heads * shape.head_dim * shape.itemsize
+
+
+def decode_row(row: dict) -> dict:
+    """A bench.run_cell row of a decode step, with its variant, KV bytes read and GB/s achieved.
+
+    GB/s is K and V bytes over the best time there is (device time on a GPU, else the pipelined
+    throughput time): how close the step comes to the memory bandwidth that bounds it.
+    """
+    shape = AttentionShape(**{k: row[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+                                                  "dtype", "causal")})
+    ms = row.get("device_ms") or row.get("throughput_ms")
+    read = kv_read_bytes(shape)
+    return {**row, "variant": shape.variant, "kv_read_bytes": read,
+            "kv_read_gb_per_s": read / (ms * 1e-3) / 1e9 if ms and row.get("status") == bench.STATUS_OK else None}
