@@ -239,9 +239,13 @@ def te_block_study(shape: AttentionShape) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # the suite
 # --------------------------------------------------------------------------------------------
-def _collect(rows: Iterable[dict], log: Callable[[str], None]) -> list[dict]:
+def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: dict | None = None) -> list[dict]:
+    """Gather rows, logging each; with the measured ceilings, add % of the measured bf16 matmul rate."""
     out = []
     for r in rows:
+        best = r.get("device_tflops") or r.get("tflops")
+        if ceiling and best and r.get("dtype") != "float32":
+            r["pct_of_measured_matmul"] = 100 * best / ceiling["matmul_bf16_tflops"]
         out.append(r)
         t = r.get("device_tflops") or r.get("tflops")
         log(f"  {r.get('shape', ''):<44} {r['implementation']:<11} {r.get('pass', ''):<16} "
@@ -262,7 +266,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
     rows = []
     for dtype in ("float32", "bfloat16"):
         rows += [bench.run_cell(CODELAB.replace(dtype=dtype), n) for n in all_impls]
-    tables["default"] = _collect(rows, log)
+    tables["default"] = _collect(rows, log, result["ceilings"])
 
     seq = [64, 128, 256, 512, 1024] + ([2048, 4096] if gpu else [])
     log("sequence sweep ...")
@@ -288,7 +292,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
             for backward in (False, True):
                 names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
                 long_rows += _collect(bench.sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
-                                                  backward=backward, budget_s=0.6), log)
+                                                  backward=backward, budget_s=0.6), log, result["ceilings"])
     tables["long_context"] = long_rows
 
     log("fidelity ...")

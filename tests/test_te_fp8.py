@@ -1,0 +1,68 @@
+"""Availability logic for TransformerEngine and FP8 on any machine (the GPU paths: tests/test_gpu.py)."""
+
+import pytest
+
+from attnlab import device, fp8, te
+from attnlab import implementations as impls
+from attnlab.shapes import AttentionShape
+
+
+def _gpu(cc):
+    return device.DeviceInfo("gpu", "cuda 12080", "NVIDIA Test", 1, cc, None, None, "", "", "9.1.0", None, None)
+
+
+@pytest.fixture
+def te_importable(monkeypatch):
+    monkeypatch.setattr(te, "import_error", lambda: None)
+
+
+def test_te_absent_is_a_normal_explained_state(monkeypatch):
+    monkeypatch.setattr(te, "import_error", lambda: "TransformerEngine is not installed (pip install ...)")
+    reason = impls.get("te_dpa").requirements(AttentionShape(dtype="bfloat16"), _gpu((9, 0)))
+    assert reason.startswith("TransformerEngine is not installed")
+
+
+def test_te_needs_a_cuda_gpu_of_capability_8(te_importable):
+    req = impls.get("te_dpa").requirements
+    shape = AttentionShape(dtype="bfloat16")
+    assert req(shape, _gpu((9, 0))) is None
+    assert "compute capability ≥ 8.0" in req(shape, _gpu((7, 5)))
+    cpu = device.DeviceInfo("cpu", "cpu", "cpu", 1, None, None, None, "", "", None, None, None)
+    assert "CUDA GPU" in req(shape, cpu)
+
+
+def test_te_shape_limits(te_importable):
+    req = impls.get("te_dpa").requirements
+    assert "bfloat16 or float16" in req(AttentionShape(), _gpu((9, 0)))
+    assert "head_dim" in req(AttentionShape(dtype="bfloat16", head_dim=260), _gpu((9, 0)))
+    assert req(AttentionShape(dtype="float16", heads=8, kv_heads=2), _gpu((8, 0))) is None  # GQA via num_gqa_groups
+
+
+def test_fp8_attention_is_gated_at_hopper_not_ada():
+    req = impls.get("cudnn_fp8").requirements
+    shape = AttentionShape(dtype="bfloat16", head_dim=128)
+    assert req(shape, _gpu((9, 0))) is None
+    assert "9.0" in req(shape, _gpu((8, 9)))  # Ada has FP8 matmuls but not cuDNN's FP8 attention
+    assert _gpu((8, 9)).at_least(device.FP8_MATMUL_MIN_CC)
+    assert "multiple of 16" in req(shape.replace(head_dim=72), _gpu((9, 0)))
+    assert "MHA only" in req(shape.replace(kv_heads=2), _gpu((9, 0)))
+
+
+def test_fp8_quantisation_uses_the_whole_e4m3_range():
+    import jax.numpy as jnp
+    import numpy as np
+
+    x = jnp.asarray(np.linspace(-0.01, 0.02, 101), jnp.float32)
+    scale = fp8.amax_scale(x)
+    assert float(scale) == pytest.approx(448 / 0.02)
+    q = fp8.quantize(x, scale)
+    assert q.dtype == jnp.float8_e4m3fn and float(jnp.max(q.astype(jnp.float32))) == 448.0
+    back = q.astype(jnp.float32) / scale
+    assert float(jnp.max(jnp.abs(back - x))) < 0.02 * 2**-3  # 3 mantissa bits
+    unscaled = x.astype(jnp.float8_e4m3fn).astype(jnp.float32)  # tiny values lose most of their bits
+    assert float(jnp.max(jnp.abs(unscaled - x))) > float(jnp.max(jnp.abs(back - x)))
+
+
+def test_snippets_for_hopper_users_compile_as_python():
+    compile(fp8.HOPPER_SNIPPET, "fp8", "exec")
+    compile(te.TE_SNIPPET, "te", "exec")
