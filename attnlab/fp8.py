@@ -106,6 +106,8 @@ def _fp8_requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
                 f"is {device.compute_capability_str}")
     if device.cudnn_version is None:
         return "needs cuDNN, which JAX did not load"
+    if shape.dtype not in ("bfloat16", "float16"):
+        return f"takes bfloat16 or float16 inputs, quantised to FP8 E4M3 inside (got {shape.dtype})"
     if shape.head_dim > 256 or shape.head_dim % 16:
         return f"FP8 attention needs head_dim ≤ 256 and a multiple of 16 (got {shape.head_dim})"
     if shape.kv_heads != shape.heads:

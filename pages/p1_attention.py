@@ -1,2 +1,119 @@
+"""Lab step 1: the formula, its four stages on a tiny live example, and what 1/sqrt(d) is for."""
+
+import altair as alt
+import pandas as pd
 import streamlit as st
-st.title("coming")
+
+from attnlab import weights
+from attnlab.shapes import AttentionShape
+from pages import common
+
+EXAMPLE_LEN = 6  # T = S = 6 positions: small enough to read every number
+
+
+@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner=False)
+def stages(shape: AttentionShape, seed: int, scaled: bool) -> dict:
+    return weights.four_stages(shape, seed=seed, scaled=scaled)
+
+
+@st.cache_data(max_entries=4, ttl=6 * 3600, show_spinner="Softmax with and without the scale, for each head_dim ...")
+def scale_study(seq_len: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return weights.scale_effect(seq_len=seq_len), weights.score_spread(seq_len=seq_len)
+
+
+def matrix(a, row: str, col: str) -> pd.DataFrame:
+    return pd.DataFrame(a, index=pd.Index(range(a.shape[0]), name=row), columns=[f"{col}{j}" for j in range(a.shape[1])])
+
+
+def heatmap(m, value: str, title: str) -> alt.Chart:
+    df = weights.long_frame(m, value)
+    base = alt.Chart(df, title=title).encode(x=alt.X("key:O", title="key position (S)"),
+                                             y=alt.Y("query:O", title="query position (T)"))
+    rect = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, 1])),
+                                   tooltip=["query", "key", alt.Tooltip(f"{value}:Q", format=".3f")])
+    text = base.mark_text(baseline="middle").encode(
+        text=alt.Text(f"{value}:Q", format=".2f"),
+        color=alt.condition(f"datum.{value} > 0.5", alt.value("white"), alt.value("black")))
+    return (rect + text).properties(width=320, height=320)
+
+
+st.title("1 · How attention works")
+st.write(
+    "Every query position asks \"which key positions matter to me?\". It scores each key by a dot product "
+    "with its query, scales the scores, turns each row of scores into weights that sum to 1 with a "
+    "softmax, and returns the weighted average of the values. That is the whole formula:"
+)
+st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^{\top}}{\sqrt{d}}\right)V")
+st.caption("Q: queries (T × d), K: keys (S × d), V: values (S × d), d = head_dim (H). "
+           "Vaswani et al. 2017, *Attention Is All You Need*, eq. 1.")
+
+st.subheader(f"The four stages on a tiny example (T = S = {EXAMPLE_LEN}, one head)")
+c1, c2, c3, c4 = st.columns(4)
+head_dim = c1.select_slider("head_dim d of the example", options=[4, 16, 64, 256], value=4, key="p1_head_dim")
+seed = c2.number_input("random seed for Q, K, V", min_value=0, max_value=10_000, value=0, step=1, key="p1_seed")
+scaled = c3.toggle("scale by 1/√d", value=True, key="p1_scaled",
+                   help="Turn off to see what the softmax does to raw dot products.")
+causal = c4.toggle("causal mask", value=False, key="p1_causal", help="Query i may only see keys 0..i (page 6).")
+
+tiny = AttentionShape(batch=1, q_len=EXAMPLE_LEN, kv_len=EXAMPLE_LEN, heads=1, kv_heads=1, head_dim=int(head_dim),
+                      causal=causal)
+s = stages(tiny, int(seed), scaled)
+shown = min(head_dim, 8)
+cut = f" (first {shown} of {head_dim} columns)" if head_dim > shown else ""
+
+with st.expander(f"The inputs: Q, K, V are {EXAMPLE_LEN} × {head_dim} random normal matrices{cut}"):
+    for name in ("q", "k", "v"):
+        st.caption(name.upper())
+        st.dataframe(matrix(s[name][:, :shown], "position", "d").style.format("{:.2f}"), width="stretch")
+
+left, right = st.columns(2)
+with left:
+    st.markdown("**1 · Scores** `Q @ K.T` (T × S)")
+    st.caption("Entry (i, j) is the dot product of query i with key j: large when they point the same way.")
+    st.dataframe(matrix(s["scores"], "query", "key").style.format("{:.2f}"), width="stretch")
+with right:
+    st.markdown("**2 · Scaled scores** " + ("`scores / sqrt(d)`" if scaled else "(scale turned off)"))
+    st.caption(f"Divided by √{head_dim} so their spread no longer grows with d."
+               if scaled else "Unscaled: the logits keep the spread of the dot products, which grows as √d.")
+    st.dataframe(matrix(s["scaled"], "query", "key").style.format("{:.2f}"), width="stretch")
+    if causal:
+        st.caption("Masked entries (key after query) are −∞ before the softmax, so they get weight 0.")
+
+left, right = st.columns(2)
+with left:
+    st.markdown("**3 · Weights** `softmax(scaled, axis=-1)`")
+    st.caption("Each row is a probability distribution over the keys: non-negative, summing to 1.")
+    st.altair_chart(heatmap(s["weights"], "weight", "attention weights (rows sum to 1)"), width="content")
+with right:
+    st.markdown("**4 · Output** `weights @ V` (T × d)")
+    st.caption(f"Row i is the weights-averaged value vectors: what query i takes from the sequence{cut}.")
+    st.dataframe(matrix(s["out"][:, :shown], "query", "d").style.format("{:.2f}"), width="stretch")
+
+st.subheader("Why divide by √d?")
+st.write(
+    "Entries of q and k are roughly unit-variance, so the dot product q·k is a sum of d terms of "
+    "variance 1: its variance is d and its spread √d. Without the scale, larger heads give larger "
+    "logits, the softmax saturates towards one-hot (one weight near 1, the rest near 0), the entropy "
+    "of each row collapses, and the gradients through the softmax vanish. Dividing by √d keeps the "
+    "logits' spread near 1 for every head size."
+)
+seq_len = 64
+effect, spread = scale_study(seq_len)
+st.dataframe(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
+                                    "std_scaled": "spread of q·k / √d"}),
+             hide_index=True, width="stretch")
+st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
+
+x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
+color = alt.Color("scaling:N", title="scaling")
+tooltip = ["head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f")]
+c1, c2 = st.columns(2)
+c1.altair_chart(alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
+                .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),
+                        color=color, tooltip=tooltip), width="stretch")
+entropy = alt.Chart(effect, title="row entropy (nats; the rule is a uniform row, log S)").mark_line(point=True).encode(
+    x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
+uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(y="uniform_entropy:Q")
+c2.altair_chart(entropy + uniform, width="stretch")
+st.dataframe(effect, hide_index=True, width="stretch")
+common.download(effect, "scale_effect")

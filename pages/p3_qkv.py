@@ -1,2 +1,74 @@
+"""Lab step 3: the arrays of one attention call, their layout, their bytes, and where they live."""
+
+import pandas as pd
 import streamlit as st
-st.title("coming")
+
+from attnlab import layout
+from attnlab.shapes import AttentionShape
+from pages import common
+
+
+@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner="Making Q, K and V on the default device ...")
+def placement(shape: AttentionShape) -> pd.DataFrame:
+    return layout.placement(shape)
+
+
+st.title("3 · Q, K, V")
+st.write(
+    "`jax.nn.dot_product_attention` takes queries, keys and values as 4-D arrays whose axes are named "
+    "by letters: Q is **BTNH** (batch, query positions, heads, head size) and K and V are **BSKH** "
+    "(S key/value positions, K key/value heads). The output has Q's layout. Naive attention also "
+    "builds a **BNTS** score matrix, one number per (query, key) pair for every head: that array, not "
+    "Q, K or V, is what grows as the square of the sequence length."
+)
+
+shape = common.require_shape()
+st.subheader(f"The arrays at {shape.describe()}")
+table = layout.layout_table(shape)
+st.dataframe(table.drop(columns=["role"]), hide_index=True, width="stretch",
+             column_config={"bytes": st.column_config.NumberColumn("bytes", format="%d")})
+common.download(table, f"layout_{shape.describe().replace(' ', '_')}")
+
+rows = table.set_index("array")
+scores = rows.loc["scores Q·Kᵀ (naive only)"]
+st.write(
+    f"Q, K and V together are **{common.fmt_bytes(shape.input_bytes())}** and the output "
+    f"**{common.fmt_bytes(shape.output_bytes())}**; the scores naive attention materialises are "
+    f"**{scores['size']}** in float32, {scores['bytes'] / shape.input_bytes():.2f}× the inputs."
+)
+
+codelab = AttentionShape()
+cq = layout.layout_table(codelab).set_index("array").loc["Q (query)"]
+st.info(
+    f"The codelab's default, {codelab.describe()}: Q is {cq['shape']} = {cq['elements']:,} elements × "
+    f"{codelab.itemsize} bytes ({codelab.dtype}) = {cq['bytes']:,} bytes = **{cq['size']}** per tensor; "
+    f"K, V and the output are the same size because S = T and K = N."
+)
+
+st.subheader("The letters")
+st.write("The same letters as `jax.nn.dot_product_attention`'s docstring; the sidebar's fields are named after them.")
+st.dataframe(layout.letters(shape), hide_index=True, width="stretch")
+st.caption(f"G = N // K = {shape.group_size}: query heads that share one key/value head ({shape.variant}).")
+
+st.subheader("Where the arrays live")
+st.write(
+    "A `jax.Array` lives on a device. Arrays made without naming one go to the default device: the "
+    "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
+)
+info = common.device_info()
+df = placement(shape)
+st.dataframe(df, hide_index=True, width="stretch")
+live = df["nbytes"].sum()
+st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
+           f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
+if info.backend != "gpu":
+    st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "
+            "them in the GPU's memory (HBM), and `devices()` shows `cuda:0`.")
+st.code(
+    "import jax\nimport jax.numpy as jnp\n\n"
+    f"q = jax.random.normal(jax.random.key(0), {shape.q_shape()}, dtype=jnp.{shape.dtype})   # BTNH\n"
+    f"k = jax.random.normal(jax.random.key(1), {shape.kv_shape()}, dtype=jnp.{shape.dtype})   # BSKH\n"
+    "print(q.devices())          # the device(s) holding q\n"
+    "q_cpu = jax.device_put(q, jax.devices('cpu')[0])   # an explicit move\n",
+    language="python",
+)

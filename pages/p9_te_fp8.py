@@ -1,2 +1,289 @@
+"""Lab step 9: NVIDIA TransformerEngine's attention, and FP8 where it really acts."""
+
+import altair as alt
+import pandas as pd
 import streamlit as st
-st.title("coming")
+
+from attnlab import bench, device, fp8, reference, suite, te
+from attnlab import implementations as impls
+from pages import common
+
+st.title("9 · TransformerEngine and FP8")
+st.write(
+    "TransformerEngine (TE) is NVIDIA's library of fused transformer layers; its JAX `DotProductAttention` "
+    "calls cuDNN's fused attention underneath. FP8 (8-bit floats, E4M3: 3 mantissa bits, largest value 448) "
+    "doubles the tensor cores' rate on Hopper, but only where a kernel actually computes in FP8, and each tensor "
+    "needs a scale so that its values land in FP8's narrow range. This page shows what runs here, and what FP8 "
+    "changes and what it does not."
+)
+
+info = common.device_info_static()
+on_gpu = info.backend == "gpu"
+shape = common.require_shape()
+te_error = te.import_error()
+half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype="bfloat16")
+te_ok, te_reason = common.supports(half)["te_dpa"]
+fp8_matmul_ok = info.at_least(device.FP8_MATMUL_MIN_CC)
+fp8_attention_ok, fp8_reason = common.supports(half.replace(kv_heads=half.heads))["cudnn_fp8"]
+
+
+def impl_color(df: pd.DataFrame) -> alt.Color:
+    """The same colour for an implementation on every chart (registry order); the legend lists those present."""
+    names = list(dict.fromkeys(df["implementation"]))
+    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
+    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
+                     legend=alt.Legend(values=[n for n in order if n in names]))
+
+
+def cc(t: tuple[int, int]) -> str:
+    return f"compute capability ≥ {t[0]}.{t[1]}"
+
+
+def yes(ok: bool) -> str:
+    return "✅ yes" if ok else "❌ no"
+
+
+# --------------------------------------------------------------------------------------------
+# what is here
+# --------------------------------------------------------------------------------------------
+st.header("What is available here")
+here = f"{info.device_kind}, compute capability {info.compute_capability_str}" if on_gpu else f"{info.backend} backend"
+sidebar = common.supports(shape)
+st.dataframe(pd.DataFrame([
+    {"what": "TransformerEngine for JAX imports", "needs": "transformer-engine[jax] and a CUDA GPU",
+     "here": yes(te_error is None), "detail": te_error or f"version {info.te_version}"},
+    {"what": "fused attention (cuDNN, TE)", "needs": cc(device.FUSED_ATTENTION_MIN_CC),
+     "here": yes(info.at_least(device.FUSED_ATTENTION_MIN_CC)), "detail": here},
+    {"what": "FP8 matmuls (TE's dense layers)", "needs": cc(device.FP8_MATMUL_MIN_CC) + " (Ada, Hopper)",
+     "here": yes(fp8_matmul_ok), "detail": here},
+    {"what": "FP8 attention (cuDNN)", "needs": cc(device.FP8_ATTENTION_MIN_CC) + " (Hopper)",
+     "here": yes(info.at_least(device.FP8_ATTENTION_MIN_CC)), "detail": here},
+    {"what": f"te_dpa at {shape.describe()}", "needs": "the registry's check",
+     "here": yes(sidebar["te_dpa"][0]), "detail": "" if sidebar["te_dpa"][0] else sidebar["te_dpa"][1]},
+    {"what": f"cudnn_fp8 at {shape.describe()}", "needs": "the registry's check",
+     "here": yes(sidebar["cudnn_fp8"][0]), "detail": "" if sidebar["cudnn_fp8"][0] else sidebar["cudnn_fp8"][1]},
+]), hide_index=True, width="stretch")
+if shape is not half:
+    st.caption(f"TE and FP8 take bfloat16 or float16 inputs; the sections below use your shape in bfloat16 "
+               f"({half.describe()}).")
+
+
+@st.cache_data(max_entries=32, ttl=6 * 3600, show_spinner=False)
+def autocast_study(shape) -> dict:
+    return suite.te_autocast_study(shape)
+
+
+@st.cache_data(max_entries=32, ttl=6 * 3600, show_spinner=False)
+def block_study(shape) -> list[dict]:
+    return suite.te_block_study(shape)
+
+
+@st.cache_data(max_entries=32, ttl=6 * 3600, show_spinner=False)
+def fp8_study(shapes: tuple) -> list[dict]:
+    return suite.fp8_attention_study(list(shapes))
+
+
+def live_or_reference(key: str, can_run: bool, why_not: str, button: str, run, token, ref_key: str, *,
+                      snippet: str):
+    """(result, source) from a live run on a button where possible, else the shipped reference, else (None, None).
+
+    A live result is kept in the session with `token` (what it was measured at) and shown only
+    while the controls still ask for the same thing.
+    """
+    if can_run:
+        if st.button(button, key=f"{key}_run", type="primary"):
+            common.queue_notice()
+            with st.spinner("Measuring on the GPU ..."):
+                st.session_state[key] = {"token": token, "result": run()}
+        kept = st.session_state.get(key)
+        if kept and kept["token"] == token:
+            return kept["result"], f"Measured here, on this {info.device_kind} (cached for these shapes)."
+        st.caption("Not run yet for these settings in this session.")
+        return None, None
+    st.info(f"Cannot run here: {why_not}")
+    with st.expander("The code to run it on a GPU"):
+        st.code(snippet, language="python")
+    data = (reference.load() or {}).get(ref_key)
+    if not data:
+        st.info("No H200 reference results ship with this version, so there is nothing measured to show.")
+        return None, None
+    return data, f"📦 {reference.label()}"
+
+
+# --------------------------------------------------------------------------------------------
+# 1. TE's DotProductAttention vs SDPA
+# --------------------------------------------------------------------------------------------
+st.header("TE's DotProductAttention vs SDPA (XLA, cuDNN)")
+sweep_base = half.replace(causal=True)
+st.write(f"The codelab's TE sweep: causal, bfloat16, T from 128 to 2,048, at the sidebar's B, N, K and H "
+         f"({sweep_base.describe()}). kv_heads ({shape.kv_heads}) is TE's `num_gqa_groups`: fewer than heads "
+         "makes it grouped-query attention.")
+names = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
+sweep_ok, sweep_reason = common.supports(sweep_base)["te_dpa"]
+if sweep_ok:
+    lengths = st.multiselect("q_len = kv_len", [128, 256, 512, 1024, 2048, 4096, 8192],
+                             default=[128, 256, 512, 1024, 2048], key="p9_te_lengths")
+    cells = [(sweep_base.replace(q_len=t, kv_len=t), n, False) for t in sorted(lengths) for n in names]
+    if st.button(f"Run the TE sweep ({len(cells)} cells)", key="p9_te_run", type="primary", disabled=not cells):
+        st.session_state["p9_te"] = {"cells": cells, "rows": common.run_cells(cells, "TE sweep")}
+    kept = st.session_state.get("p9_te")
+    rows = kept["rows"] if kept and kept["cells"] == cells else None
+    source = f"Measured here, on this {info.device_kind}."
+    if rows is None:
+        st.caption("Not run yet for these settings in this session.")
+else:
+    st.info(f"TE's DotProductAttention cannot run here: {sweep_reason}")
+    with st.expander("The code to run it on a GPU with TE"):
+        st.code(te.TE_SNIPPET, language="python")
+    ref = reference.frame("te_sweep")
+    rows, source = (ref.to_dict("records") if not ref.empty else None), f"📦 {reference.label()}"
+    if rows is None:
+        st.info("No H200 reference results ship with this version, so there is no TE sweep to show.")
+if rows:
+    df = bench.to_frame(rows)
+    st.caption(source)
+    good = df[df["status"] == bench.STATUS_OK]
+    y = st.selectbox("y axis", [c for c in ("device_tflops", "tflops", "device_ms", "wall_ms")
+                                if c in good and good[c].notna().any()] or ["tflops"], key="p9_te_y")
+    left, right = st.columns([3, 2])
+    if not good.empty:
+        left.altair_chart(common.line_chart(good, x="q_len", y=y, title=f"{y} by q_len (causal, bfloat16)")
+                          .encode(color=impl_color(good)), width="stretch")
+    with right:
+        for _, r in df[df["status"] != bench.STATUS_OK].iterrows():
+            st.markdown(f"- `{r['implementation']}` at q_len = {r['q_len']}: {r['status']}. {r['reason']}")
+    st.dataframe(df[[c for c in ("q_len", "implementation", "status", "wall_ms", "throughput_ms", "device_ms",
+                                 "tflops", "device_tflops", "pct_of_peak", "kernel_count") if c in df]],
+                 hide_index=True, width="stretch")
+    common.download(df, "te_sweep", "Download the TE sweep (CSV)")
+
+
+# --------------------------------------------------------------------------------------------
+# 2. FP8, told truthfully
+# --------------------------------------------------------------------------------------------
+st.header("FP8, told truthfully")
+st.write(
+    "Three questions, each answered by a measurement. (a) Does wrapping TE's DotProductAttention in "
+    "`te.autocast(enabled=True)` make attention FP8? (b) Where does TE's FP8 act? (c) What does real FP8 "
+    "attention (cuDNN's FP8 flash-attention kernel) gain, and what does it cost in accuracy?"
+)
+st.markdown(
+    "- `jax.nn.dot_product_attention` refuses FP8 inputs for its cuDNN implementation (its dtype table has no FP8 "
+    "entry), so the lab reaches cuDNN's FP8 kernel through JAX's internal "
+    "`jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(..., use_fp8=True)`.\n"
+    "- TE 2.x for JAX has no FP8 path in its attention: `te.autocast` changes TE's GEMM layers (DenseGeneral, "
+    "LayerNormMLP, ...), and DotProductAttention runs the same bf16 kernel either way; (a) below is the evidence."
+)
+
+st.subheader("(a) TE autocast around DotProductAttention")
+can_a = te_ok and fp8_matmul_ok
+why_a = te_reason if not te_ok else f"FP8 autocast needs {cc(device.FP8_MATMUL_MIN_CC)} (this is {here})"
+result, source = live_or_reference("p9_autocast", can_a, why_a, f"Compare with and without autocast at {half.describe()}",
+                                   lambda: autocast_study(half), half, "te_autocast", snippet=te.TE_SNIPPET)
+if result:
+    st.caption(source)
+    if result.get("status") != "ok":
+        st.warning(f"The study did not run: {result.get('status')}. {result.get('reason', '')}")
+    else:
+        same = list(result["bf16_kernels"]) == list(result["autocast_kernels"])
+        m1, m2, m3 = st.columns(3)
+        m1.metric("max |output difference|", f"{result['max_abs_diff_autocast_vs_not']:.3g}")
+        m2.metric("time without autocast (ms)", f"{result['bf16_ms']:.4f}")
+        m3.metric("time with FP8 autocast (ms)", f"{result['autocast_ms']:.4f}")
+        (st.success if same else st.warning)(
+            f"At {result.get('shape')}: the kernels are {'identical' if same else 'different'} with and without "
+            "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
+        n = max(len(result["bf16_kernels"]), len(result["autocast_kernels"]))
+        pad = lambda ks: list(ks) + [""] * (n - len(ks))  # noqa: E731
+        st.dataframe(pd.DataFrame({"kernels without autocast": pad(result["bf16_kernels"]),
+                                   "kernels with autocast": pad(result["autocast_kernels"])}),
+                     hide_index=True, width="stretch")
+
+st.subheader("(b) FP8 where it acts: TE's dense layers in an attention block")
+st.write("A block of QKV projection, DotProductAttention and output projection built from TE layers, in bf16 and "
+         "under FP8 autocast with delayed scaling (the scale from past steps' amax) and current scaling (this "
+         "step's amax). The projections' GEMMs become FP8; the error is the block's output against bf16.")
+result, source = live_or_reference("p9_block", can_a, why_a, f"Time the block at {half.describe()}",
+                                   lambda: block_study(half), half, "te_block", snippet=te.TE_SNIPPET)
+
+
+def kernel_list(kernels) -> str:
+    """Kernel names (or [name, µs] pairs) as one line of text for a table cell."""
+    return "; ".join(f"{k[0]} ({k[1]} µs)" if isinstance(k, (list, tuple)) else str(k) for k in (kernels or []))
+
+
+if result:
+    st.caption(source)
+    df = pd.DataFrame(result)
+    for col in ("top_kernels", "gemm_kernels"):
+        if col in df:
+            df[col] = df[col].map(kernel_list)
+    good = df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
+    if not good.empty:
+        st.altair_chart(alt.Chart(good, title="Attention block: TFLOP/s by recipe").mark_bar()
+                        .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
+                                y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None),
+                                tooltip=["recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
+                                         alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")]),
+                        width="stretch")
+    st.dataframe(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "top_kernels",
+                                 "gemm_kernels", "reason") if c in df]], hide_index=True, width="stretch",
+                 column_config={"rel_err_vs_bf16": st.column_config.NumberColumn(format="%.2e"),
+                                "top_kernels": st.column_config.TextColumn("longest kernels")})
+    common.download(df, "te_block", "Download the block table (CSV)")
+
+st.subheader("(c) cuDNN's FP8 attention vs bf16, across sequence lengths and head sizes")
+st.write("Q, K and V are stored in FP8 E4M3 with per-tensor scales (448 / amax, so the largest value lands on "
+         "FP8's largest); inside the kernel the softmax probabilities P and the output O are quantised too. P is "
+         "quantised before it is normalised, when each tile's largest value is exactly 1, so its scale is 448; O's "
+         "scale is calibrated from one run. Speed is shown twice: the FP8 kernel alone, on inputs already in FP8 "
+         "(as when a KV cache is stored in FP8), and end to end, with the amax reductions and casts of Q, K and V. "
+         "The error is against bf16 cuDNN, with each scaling choice, and on small inputs (x/64), where unit scales "
+         "push values below FP8's resolution.")
+SPEED = {"bf16_tflops": "bf16 cuDNN", "fp8_tflops": "FP8 kernel (inputs already FP8)",
+         "fp8_e2e_tflops": "FP8 end to end (quantise + kernel)",
+         "fp8 amax scales (Q, K, V, P, O) tflops": "FP8 end to end (amax scales)"}  # the last: results of suite.py before 2026-11-29
+ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
+          "err_amax_all": "… and a calibrated O scale", "err_small_inputs_unit_scales": "small inputs, unit scales",
+          "err_small_inputs_amax_scales": "small inputs, amax scales",
+          "fp8 unit scales rel_err": "unit scales", "fp8 amax scales (Q, K, V) rel_err": "448/amax on Q, K, V",
+          "fp8 amax scales (Q, K, V, P, O) rel_err": "amax scales on Q, K, V, P, O"}
+if fp8_attention_ok:
+    c1, c2 = st.columns(2)
+    lengths = c1.multiselect("q_len = kv_len", [1024, 2048, 4096, 8192, 16384], default=[2048, 8192], key="p9_fp8_t")
+    head_dims = c2.multiselect("head_dim", [64, 128, 256], default=[64, 128], key="p9_fp8_h")
+    shapes = tuple(half.replace(q_len=t, kv_len=t, head_dim=h, kv_heads=half.heads)
+                   for t in sorted(lengths) for h in sorted(head_dims))
+else:
+    shapes = ()
+if fp8_attention_ok and not shapes:
+    st.info("Choose at least one q_len and one head_dim.")
+    result = None
+else:
+    result, source = live_or_reference("p9_fp8", fp8_attention_ok, fp8_reason, f"Run FP8 vs bf16 at {len(shapes)} shapes",
+                                       lambda: fp8_study(shapes), shapes, "fp8_attention", snippet=fp8.HOPPER_SNIPPET)
+if result:
+    st.caption(source)
+    df = pd.DataFrame(result)
+    good = df[df["status"] == "ok"] if "status" in df else df.iloc[0:0]
+    speed_cols = [c for c in SPEED if c in good]
+    error_cols = [c for c in ERRORS if c in good]
+    if not good.empty and speed_cols:
+        speed = (good.melt(id_vars=["shape"], value_vars=speed_cols, var_name="precision", value_name="TFLOP/s")
+                 .replace({"precision": SPEED}))
+        st.altair_chart(alt.Chart(speed, title="TFLOP/s, bf16 vs FP8 by shape").mark_bar()
+                        .encode(y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
+                                yOffset=alt.YOffset("precision:N", sort=list(SPEED.values())), x=alt.X("TFLOP/s:Q"),
+                                color=alt.Color("precision:N", sort=list(SPEED.values()), legend=alt.Legend(labelLimit=320)),
+                                tooltip=["shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")]),
+                        width="stretch")
+    if not good.empty and error_cols:
+        st.markdown("**Relative error against bf16 cuDNN** (‖FP8 − bf16‖ / ‖bf16‖), without and with amax scaling")
+        st.dataframe(good[["shape"] + error_cols], hide_index=True, width="stretch",
+                     column_config={c: st.column_config.NumberColumn(ERRORS[c], format="%.2e") for c in error_cols})
+    st.dataframe(df[[c for c in ("shape", "causal", "status", "bf16_ms", "fp8_ms", "fp8_e2e_ms", *SPEED, "speedup",
+                                 "e2e_speedup", "reason") if c in df]], hide_index=True, width="stretch",
+                 column_config={"speedup": st.column_config.NumberColumn("speed-up, kernel", format="%.2f×"),
+                                "e2e_speedup": st.column_config.NumberColumn("speed-up, end to end", format="%.2f×"),
+                                **{c: st.column_config.NumberColumn(label, format="%.1f") for c, label in SPEED.items()}})
+    common.download(df, "fp8_attention", "Download the FP8 table (CSV)")
