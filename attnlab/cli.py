@@ -129,16 +129,29 @@ def cmd_gpucheck(a) -> int:
         return 2
     out = a.out or "gpucheck"
     os.makedirs(out, exist_ok=True)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-                            f"--junitxml={out}/gpu-tests.xml", "tests"], text=True, capture_output=True)
+    common = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
+    tests = subprocess.run(common + ["-m", "gpu", f"--junitxml={out}/gpu-tests.xml", "tests"],
+                           text=True, capture_output=True)
+    log = tests.stdout + tests.stderr
+    try:  # the page tests too, where streamlit is importable (the GPU image may need it carried)
+        import streamlit  # noqa: F401
+
+        pages = subprocess.run(common + ["-m", "not gpu and not browser and not load", f"--junitxml={out}/page-tests.xml",
+                                         "tests/test_pages_learn.py", "tests/test_pages_measure.py", "tests/test_app_frame.py"],
+                               text=True, capture_output=True)
+        log += "\n--- page tests (AppTest) ---\n" + pages.stdout + pages.stderr
+    except ImportError:
+        pages = None
+        log += "\n--- page tests skipped: streamlit is not importable here ---\n"
     with open(f"{out}/gpu-tests.log", "w") as f:
-        f.write(tests.stdout + tests.stderr)
+        f.write(log)
     print(tests.stdout[-3000:])
     a.out, a.quick = f"{out}/results.json", False
     rc = cmd_bench(a)
-    tail = [ln for ln in tests.stdout.splitlines() if ln.strip()][-1:] or ["(no pytest output)"]
-    print(f"GPU tests: {tail[0]}")
-    return tests.returncode or rc
+    last = lambda p: ([ln for ln in p.stdout.splitlines() if ln.strip()][-1:] or ["(no pytest output)"])[0]  # noqa: E731
+    print(f"GPU tests: {last(tests)}")
+    print(f"page tests: {last(pages) if pages else 'skipped (no streamlit)'}")
+    return tests.returncode or (pages.returncode if pages else 0) or rc
 
 
 def main(argv: list[str] | None = None) -> int:
