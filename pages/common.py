@@ -168,13 +168,22 @@ def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
     st.download_button(label, df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=f"dl_{name}")
 
 
+def impl_color(df: pd.DataFrame) -> alt.Color:
+    """The same colour for an implementation on every chart (registry order); the legend lists those present."""
+    names = list(dict.fromkeys(df["implementation"]))
+    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
+    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
+                     legend=alt.Legend(values=[n for n in order if n in names]))
+
+
 def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", log: bool = True,
                title: str | None = None, y_title: str | None = None) -> alt.Chart:
     scale = alt.Scale(type="log") if log else alt.Scale()
     tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
     return (alt.Chart(df, title=title).mark_line(point=True)
             .encode(x=alt.X(f"{x}:Q", scale=scale), y=alt.Y(f"{y}:Q", scale=scale, title=y_title or y),
-                    color=f"{color}:N", tooltip=list(dict.fromkeys(tooltip)))
+                    color=impl_color(df) if color == "implementation" else f"{color}:N",
+                    tooltip=list(dict.fromkeys(tooltip)))
             .interactive())
 
 

@@ -56,12 +56,6 @@ COLUMNS = {
 # --------------------------------------------------------------------------------------------
 # display helpers for this page (no measurement happens here)
 # --------------------------------------------------------------------------------------------
-def impl_color(df: pd.DataFrame) -> alt.Color:
-    """The same colour for an implementation on every chart (registry order); the legend lists those present."""
-    names = list(dict.fromkeys(df["implementation"]))
-    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
-    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
-                     legend=alt.Legend(values=[n for n in order if n in names]))
 
 
 def with_memory(df: pd.DataFrame) -> pd.DataFrame:
@@ -224,7 +218,7 @@ def sweep_section(key: str, field: str, options: list[int], default: list[int], 
             st.warning("No cell of this sweep could run here; the reasons are beside.")
         else:
             y = metric_choice(good, f"{key}_y")
-            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"{y} by {field}").encode(color=impl_color(good)),
+            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"{y} by {field}"),
                             width="stretch")
     with right:
         not_run(df, x=field)
@@ -243,7 +237,7 @@ def reference_sweep(table: str, field: str, title: str) -> None:
         with left:
             y = metric_choice(good, f"ref_{table}_y", ("device_tflops", "tflops", "device_ms", "wall_ms"))
             st.altair_chart(common.line_chart(good, x=field, y=y, title=f"H200: {y} by {field}")
-                            .encode(color=impl_color(good)), width="stretch")
+                            , width="stretch")
         with right:
             not_run(ref, x=field)
         common.download(ref, f"h200_{table}", "Download the H200 sweep (CSV)")
@@ -291,7 +285,7 @@ else:
         rows_p = good[good["pass"] == p]
         if not rows_p.empty:
             col.altair_chart(common.line_chart(rows_p, x="q_len", y=y, title=f"{p}, {'causal' if causal else 'full'}, "
-                                               f"H{head_dim}", y_title="TFLOP/s").encode(color=impl_color(good)),
+                                               f"H{head_dim}", y_title="TFLOP/s"),
                              width="stretch")
     not_run(part, x="q_len")
     common.download(long, "h200_long_context", "Download the long-context table (CSV)")

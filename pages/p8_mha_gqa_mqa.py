@@ -5,7 +5,6 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import bench, kvcache
-from attnlab import implementations as impls
 from pages import common
 
 st.title("8 · MHA, GQA, MQA")
@@ -29,12 +28,6 @@ st.caption("The three variants of the sidebar's shape: "
               f". No GQA: heads ({shape.heads}) has no divisor between 1 and itself."))
 
 
-def impl_color(df: pd.DataFrame) -> alt.Color:
-    """The same colour for an implementation on every chart (registry order); the legend lists those present."""
-    names = list(dict.fromkeys(df["implementation"]))
-    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
-    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
-                     legend=alt.Legend(values=[n for n in order if n in names]))
 
 
 @st.cache_data(max_entries=256, ttl=6 * 3600, show_spinner=False)
@@ -133,7 +126,7 @@ if rows:
             alt.Chart(good, title=f"Decode step: {y} by variant").mark_bar()
             .encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
                     y=alt.Y(f"{y}:Q", title=y),
-                    color=impl_color(good),
+                    color=common.impl_color(good),
                     tooltip=["variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
                              "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")]),
             width="stretch")

@@ -5,7 +5,6 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import bench, device, fp8, reference, suite, te
-from attnlab import implementations as impls
 from pages import common
 
 st.title("9 · TransformerEngine and FP8")
@@ -27,12 +26,6 @@ fp8_matmul_ok = info.at_least(device.FP8_MATMUL_MIN_CC)
 fp8_attention_ok, fp8_reason = common.supports(half.replace(kv_heads=half.heads))["cudnn_fp8"]
 
 
-def impl_color(df: pd.DataFrame) -> alt.Color:
-    """The same colour for an implementation on every chart (registry order); the legend lists those present."""
-    names = list(dict.fromkeys(df["implementation"]))
-    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
-    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
-                     legend=alt.Legend(values=[n for n in order if n in names]))
 
 
 def cc(t: tuple[int, int]) -> str:
@@ -148,7 +141,7 @@ if rows:
     left, right = st.columns([3, 2])
     if not good.empty:
         left.altair_chart(common.line_chart(good, x="q_len", y=y, title=f"{y} by q_len (causal, bfloat16)")
-                          .encode(color=impl_color(good)), width="stretch")
+                          , width="stretch")
     with right:
         for _, r in df[df["status"] != bench.STATUS_OK].iterrows():
             st.markdown(f"- `{r['implementation']}` at q_len = {r['q_len']}: {r['status']}. {r['reason']}")

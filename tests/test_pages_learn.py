@@ -5,7 +5,6 @@ shape given in the URL, and must show its key numbers without an exception. Shap
 the whole file runs in about a minute; heavy results are cached across tests (st.cache_data).
 """
 
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -17,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 from attnlab import layout
 from attnlab.implementations import TOLERANCES
 from attnlab.shapes import AttentionShape
+from tests.apptest_util import APP, open_page  # noqa: E402,F401
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 CUSTOM = {"batch": "2", "q_len": "32", "kv_len": "48", "heads": "4", "kv_heads": "2", "head_dim": "16", "causal": "true"}
 CUSTOM_SHAPE = AttentionShape(batch=2, q_len=32, kv_len=48, heads=4, kv_heads=2, head_dim=16, causal=True)
 HOSTILE = {"batch": "__import__('os')", "dtype": "<script>"}
@@ -28,15 +27,6 @@ on_gpu = jax.default_backend() == "gpu"
 FLOAT_PATHS = ["naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn", "te_dpa"]
 
 
-def open_page(page: str, params: dict | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    for k, v in (params or {}).items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def frames(at: AppTest) -> list[pd.DataFrame]:

@@ -8,7 +8,6 @@ small dict built here (test data, never shown as a measurement) to check how pag
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 import pytest
@@ -20,22 +19,13 @@ from attnlab import device, reference  # noqa: E402
 from attnlab import implementations as impls  # noqa: E402
 from attnlab import te as te_mod  # noqa: E402
 from attnlab.shapes import AttentionShape  # noqa: E402
+from tests.apptest_util import APP, open_page  # noqa: E402,F401
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 P7, P8, P9 = "pages/p7_benchmarks.py", "pages/p8_mha_gqa_mqa.py", "pages/p9_te_fp8.py"
 SMALL = {"batch": "1", "q_len": "32", "kv_len": "32", "heads": "4", "kv_heads": "2", "head_dim": "16"}
 ON_CPU = jax.default_backend() != "gpu"
 
 
-def open_page(page: str, params: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=300)
-    for k, v in (params or {}).items():
-        at.query_params[k] = v
-    at.run()
-    at.switch_page(page)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def texts(at: AppTest, *kinds: str) -> str:
