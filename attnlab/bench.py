@@ -98,6 +98,18 @@ class DeviceQueue:
 DEVICE_QUEUE = DeviceQueue(slots=max(1, int(os.environ.get("ATTNLAB_MAX_CONCURRENT_GPU_JOBS", "1") or 1)))
 
 
+def _log_timing(start: float, end: float) -> None:
+    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid' (perf_counter seconds) for each
+    measurement, so a load test can check from outside that no two measurements overlapped."""
+    path = os.environ.get("ATTNLAB_TIMING_LOG")
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()}\n")
+        except OSError:
+            pass  # a diagnostic only: never fail a measurement over it
+
+
 # --------------------------------------------------------------------------------------------
 # what the compiler made
 # --------------------------------------------------------------------------------------------
@@ -200,6 +212,7 @@ def time_compiled(
 ) -> Timing:
     """Time an already-compiled executable on its inputs, all four ways, holding the device slot."""
     with DEVICE_QUEUE.slot() as waited:
+        measured_from = time.perf_counter()
         # warm up by count and by time: after a compile the GPU has idled and its clocks have
         # dropped; ~0.2 s of work brings them back before anything is recorded
         if warmup_s is None:
@@ -232,6 +245,7 @@ def time_compiled(
             device_ms, kernels, note = kernel_times(compiled, args, iterations=min(n, 10))
         else:
             device_ms, kernels, note = None, (), "device time not asked for"
+        _log_timing(measured_from, time.perf_counter())
     q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
     return Timing(
         compile_ms=compile_ms,

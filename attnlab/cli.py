@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -133,14 +134,12 @@ def cmd_gpucheck(a) -> int:
     tests = subprocess.run(common + ["-m", "gpu", f"--junitxml={out}/gpu-tests.xml", "tests"],
                            text=True, capture_output=True)
     log = tests.stdout + tests.stderr
-    try:  # the page tests too, where streamlit is importable (the GPU image may need it carried)
-        import streamlit  # noqa: F401
-
+    if importlib.util.find_spec("streamlit"):  # the page tests too (the GPU image may need it carried)
         pages = subprocess.run(common + ["-m", "not gpu and not browser and not load", f"--junitxml={out}/page-tests.xml",
                                          "tests/test_pages_learn.py", "tests/test_pages_measure.py", "tests/test_app_frame.py"],
                                text=True, capture_output=True)
         log += "\n--- page tests (AppTest) ---\n" + pages.stdout + pages.stderr
-    except ImportError:
+    else:
         pages = None
         log += "\n--- page tests skipped: streamlit is not importable here ---\n"
     with open(f"{out}/gpu-tests.log", "w") as f:
