@@ -56,6 +56,12 @@ def _seed_widgets(shape: AttentionShape) -> None:
         st.session_state[f"shape_{k}"] = getattr(shape, k)
 
 
+def _reset() -> None:
+    """Back to the codelab's shape (a callback: it runs before the widgets are drawn)."""
+    _seed_widgets(AttentionShape())
+    st.session_state["shape_url_problems"] = []
+
+
 def _widgets_changed() -> None:
     st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
 
@@ -82,10 +88,7 @@ def shape_sidebar() -> AttentionShape | None:
             LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed)
     sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
     sb.toggle("causal", key="shape_causal", on_change=_widgets_changed)
-    if sb.button("Reset to the codelab's shape", use_container_width=True):
-        _seed_widgets(AttentionShape())
-        ss["shape_url_problems"] = []
-        st.rerun()
+    sb.button("Reset to the codelab's shape", use_container_width=True, key="shape_reset", on_click=_reset)
 
     if ss.get("shape_url_problems"):
         for p in ss["shape_url_problems"]:

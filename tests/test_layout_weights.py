@@ -180,3 +180,12 @@ def test_long_frame_turns_masked_entries_into_nan():
     df = weights.long_frame(m, "logit")
     assert list(df.columns) == ["query", "key", "logit"] and len(df) == 4
     assert np.isnan(df.loc[(df["query"] == 0) & (df["key"] == 1), "logit"]).all()
+
+
+def test_first_vs_last_handles_a_single_query_position():
+    from attnlab.shapes import AttentionShape
+    from attnlab.weights import first_vs_last
+
+    one = AttentionShape(batch=1, q_len=1, kv_len=1, heads=1, kv_heads=1, head_dim=1)
+    table = first_vs_last(one)
+    assert list(table["position"]) == [0] and table["max |full − causal|"].iloc[0] == 0.0

@@ -1,0 +1,45 @@
+"""The shared sidebar: the shape lives in the URL, bad values are messages, Reset always works."""
+
+from streamlit.testing.v1 import AppTest
+
+from tests.apptest_util import APP
+
+
+def _app(params: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=300)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def test_a_shape_in_the_url_fills_the_sidebar():
+    at = _app({"q_len": "48", "kv_len": "80", "heads": "4", "kv_heads": "2", "dtype": "bfloat16", "causal": "true"})
+    assert not at.exception
+    ss = at.session_state
+    assert (ss["shape_q_len"], ss["shape_kv_len"], ss["shape_heads"], ss["shape_kv_heads"]) == (48, 80, 4, 2)
+    assert ss["shape_dtype"] == "bfloat16" and ss["shape_causal"] is True
+    assert ss["shape"].describe() == "B4 T48 S80 N4 K2 H64 bfloat16 causal"
+
+
+def test_changing_a_widget_writes_the_shape_into_the_url():
+    at = _app({})
+    at.number_input(key="shape_q_len").set_value(256).run()
+    assert not at.exception
+    assert at.query_params["q_len"] == ["256"] or at.query_params["q_len"] == "256"
+    assert at.session_state["shape"].q_len == 256
+
+
+def test_a_widget_value_that_fails_validation_is_a_message_and_no_shape():
+    at = _app({})
+    at.number_input(key="shape_kv_heads").set_value(3).run()
+    assert not at.exception
+    assert any("must be a multiple of kv_heads (3)" in e.value for e in at.error)
+    assert at.session_state["shape"] is None
+
+
+def test_reset_recovers_from_a_hostile_url():
+    at = _app({"batch": "__import__('os')", "dtype": "<script>alert(1)</script>"})
+    assert not at.exception and len(at.error) == 2 and at.session_state["shape"] is None
+    at.button(key="shape_reset").click().run()
+    assert not at.exception and not at.error
+    assert at.session_state["shape"].describe() == "B4 T128 S128 N8 K8 H64 float32"
