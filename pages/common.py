@@ -5,6 +5,7 @@ availability badges, and table + chart + CSV download. No attention math lives h
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import altair as alt
 import pandas as pd
@@ -52,6 +53,7 @@ def _url_shape_params() -> dict[str, str]:
 
 
 def _seed_widgets(shape: AttentionShape) -> None:
+    st.session_state["shape_values"] = {k: getattr(shape, k) for k in SHAPE_KEYS}
     for k in SHAPE_KEYS:
         st.session_state[f"shape_{k}"] = getattr(shape, k)
 
@@ -63,6 +65,7 @@ def _reset() -> None:
 
 
 def _widgets_changed() -> None:
+    st.session_state["shape_values"] = {k: st.session_state[f"shape_{k}"] for k in SHAPE_KEYS}
     st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
 
 
@@ -79,6 +82,11 @@ def shape_sidebar() -> AttentionShape | None:
         _seed_widgets(shape or AttentionShape())
         ss["shape_url_problems"] = problems
         ss["shape_url_seen"] = url
+    else:
+        # Streamlit resets widget state when a page change interrupts a run, and these widgets then
+        # come back at their defaults (every field 1); the shape itself lives in a plain key.
+        for k, v in ss.get("shape_values", {}).items():
+            ss[f"shape_{k}"] = v
 
     sb = st.sidebar
     sb.markdown("### Shape")
@@ -92,7 +100,7 @@ def shape_sidebar() -> AttentionShape | None:
 
     if ss.get("shape_url_problems"):
         for p in ss["shape_url_problems"]:
-            st.error(f"From the URL: {p}")
+            st.error(f"From the URL: {md_escape(p)}")
         st.info("Fix the values in the sidebar (or use Reset); nothing is computed until the shape is valid.")
         return None
     shape = AttentionShape(**{k: ss[f"shape_{k}"] for k in SHAPE_KEYS})
@@ -109,6 +117,11 @@ def shape_sidebar() -> AttentionShape | None:
         st.query_params.update(wanted)
         ss["shape_url_seen"] = wanted
     return shape
+
+
+def md_escape(text: str) -> str:
+    """Text shown literally in Markdown (st.error, st.write): a value from the URL must not become a link."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
 
 
 def device_badge() -> None:
