@@ -11,7 +11,7 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	touch $@
 
-.PHONY: run test browser lint gpucheck
+.PHONY: run test browser lint gpucheck load
 run: $(VENV)/.installed
 	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
@@ -26,3 +26,6 @@ lint: $(VENV)/.installed
 
 gpucheck:
 	bash scripts/gpu_check.sh
+
+load: $(VENV)/.installed browser
+	$(PY) -m pytest -q -m load -s

@@ -11,7 +11,7 @@ from pages import common
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 
 PAGES = [
-    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="attention", default=True),
+    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="home", default=True),
     st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
     st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
     st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
@@ -22,7 +22,13 @@ PAGES = [
     st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
 ]
 
-page = st.navigation(PAGES)
+def _first_page() -> None:
+    """/attention: the first page is served at the root URL, so this link leads there."""
+    st.switch_page(PAGES[0])
+
+
+page = st.navigation(PAGES + [st.Page(_first_page, title="1 · How attention works", url_path="attention",
+                                      visibility="hidden")])
 st.sidebar.title("🔦 AttnLab")
 common.device_badge()
 st.session_state["shape"] = common.shape_sidebar()

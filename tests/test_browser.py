@@ -1,0 +1,301 @@
+"""The app in a real browser: Debian's Chromium, driven by Playwright, against `streamlit run app.py`.
+
+Every page opens at its URL, runs to the end without an exception and shows its title; the shape
+in the sidebar and the URL stay in step (a change, a shared link, a reload, a page switch); a sweep
+on the Benchmarks page draws its table and chart; a hostile URL gets a message, not an exception
+and not a script. A full-page screenshot of each page goes to artifacts/screenshots/ for review.
+
+Skipped without Chromium unless ATTNLAB_REQUIRE_BROWSER=1 (CI), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+from browser_util import (
+    ERROR_BOX,
+    EXCEPTION,
+    MAIN,
+    PAGES,
+    SIDEBAR,
+    TITLE,
+    VIEWPORT,
+    StreamlitServer,
+    launch_kwargs,
+    open_page,
+    rerun_after,
+    screenshot,
+    wait_idle,
+    warm_up,
+)
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "artifacts" / "screenshots"
+NOT_FOUND = '[role="dialog"]:has-text("Page not found")'  # Streamlit's modal for an unknown URL path
+
+
+@pytest.fixture(scope="session")
+def server():
+    try:
+        srv = StreamlitServer().start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(**launch_kwargs())
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def base_url(server, browser) -> str:
+    """The server's URL, after one run of the app at its root (see browser_util.warm_up)."""
+    warm_up(browser, server.url)
+    return server.url
+
+
+class Tab:
+    """A fresh browser context and page that records dialogs (alert()) and uncaught JS errors."""
+
+    def __init__(self, browser):
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.dialogs: list[str] = []
+        self.js_errors: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.js_errors.append(str(e)))
+
+    def assert_clean(self) -> None:
+        """No exception box, no alert dialog, no uncaught JavaScript error."""
+        page = self.page
+        exceptions = page.locator(EXCEPTION)
+        assert exceptions.count() == 0, f"exception on {page.url}: {exceptions.first.inner_text()[:2000]}"
+        assert not self.dialogs, f"a dialog opened on {page.url}: {self.dialogs}"
+        assert not self.js_errors, f"JavaScript errors on {page.url}: {self.js_errors}"
+
+
+@pytest.fixture
+def tab(browser, request):
+    t = Tab(browser)
+    yield t
+    # what the browser showed when the test ended (for a failure: what went wrong)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    with contextlib.suppress(Exception):
+        (SHOTS / "last").mkdir(parents=True, exist_ok=True)
+        t.page.screenshot(path=str(SHOTS / "last" / f"{name}.png"), timeout=10_000)
+    t.context.close()
+
+
+def sidebar_input(page, label: str):
+    return page.locator(SIDEBAR).get_by_label(label, exact=True)
+
+
+def query(page) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+# --------------------------------------------------------------------------------------------
+# every page
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("path", "title"), PAGES, ids=[p for p, _ in PAGES])
+def test_every_page_opens_at_its_url_runs_without_an_exception_and_shows_its_title(tab, base_url, path, title):
+    page = tab.page
+    open_page(page, base_url, path, title)
+    screenshot(page, SHOTS / f"{path}.png")
+    assert page.locator(TITLE).first.inner_text().strip() == title
+    assert page.locator(NOT_FOUND).count() == 0, f"/{path} is not a page of the app: Streamlit says 'Page not found'"
+    tab.assert_clean()
+
+
+def test_the_root_url_opens_the_first_page(tab, base_url):
+    path, title = PAGES[0]
+    open_page(tab.page, base_url, "", title)
+    tab.assert_clean()
+
+
+# --------------------------------------------------------------------------------------------
+# the shape: sidebar <-> URL
+# --------------------------------------------------------------------------------------------
+def test_changing_the_shape_in_the_sidebar_updates_the_url_and_the_numbers_on_the_page(tab, base_url):
+    page = tab.page
+    open_page(page, base_url, "gpu-check", "2 · GPU check")
+    heading = page.locator(MAIN).get_by_role("heading", name=re.compile(r"^Implementations at "))
+    assert "T128 S128" in heading.inner_text()
+
+    box = sidebar_input(page, "q_len (T)")
+    rerun_after(page, lambda: (box.fill("64"), box.press("Enter")))
+
+    page.wait_for_url(re.compile(r"[?&]q_len=64(&|$)"), timeout=30_000)
+    assert query(page) == {"q_len": "64"}  # only what differs from the codelab's shape
+    assert box.input_value() == "64"
+    assert "B4 T64 S128 N8 K8 H64 float32" in heading.inner_text()
+    tab.assert_clean()
+
+
+def test_a_shared_link_with_a_custom_shape_survives_a_reload(tab, base_url):
+    page = tab.page
+    shape = {"q_len": "48", "kv_len": "48", "heads": "4", "kv_heads": "2"}
+    open_page(page, base_url, "qkv", "3 · Q, K, V", urlencode(shape))
+
+    def check():
+        for label, value in [("q_len (T)", "48"), ("kv_len (S)", "48"), ("heads (N)", "4"), ("kv_heads (K)", "2"),
+                             ("batch (B)", "4"), ("head_dim (H)", "64")]:
+            assert sidebar_input(page, label).input_value() == value, label
+        assert query(page) == shape
+        page.locator(MAIN).get_by_role("heading", name="The arrays at B4 T48 S48 N4 K2 H64 float32").wait_for()
+        tab.assert_clean()
+
+    check()
+    page.reload(wait_until="domcontentloaded")  # the URL as the app left it, loaded afresh (a new session)
+    page.locator(TITLE).filter(has_text="3 · Q, K, V").wait_for(timeout=120_000)
+    wait_idle(page)
+    check()
+
+
+def test_switching_pages_in_the_sidebar_keeps_the_shape_in_the_url(tab, base_url):
+    page = tab.page
+    open_page(page, base_url, "qkv", "3 · Q, K, V", "q_len=48&kv_len=48&heads=4&kv_heads=2")
+    rerun_after(page, lambda: page.locator(SIDEBAR).get_by_role("link", name=re.compile("MHA, GQA, MQA")).click())
+    page.locator(TITLE).filter(has_text="8 · MHA, GQA, MQA").wait_for()
+    page.wait_for_url(re.compile(r"/mha-gqa-mqa\?"), timeout=30_000)
+    assert query(page) == {"q_len": "48", "kv_len": "48", "heads": "4", "kv_heads": "2"}
+    assert sidebar_input(page, "kv_heads (K)").input_value() == "2"
+    tab.assert_clean()
+
+
+def shape_in_sidebar(page) -> dict[str, str]:
+    labels = ["batch (B)", "q_len (T)", "kv_len (S)", "heads (N)", "kv_heads (K)", "head_dim (H)"]
+    return {label.split()[0]: sidebar_input(page, label).input_value() for label in labels}
+
+
+def nav_to(page, k: int) -> None:
+    """Click page k's link in the sidebar and wait for its title (its script may still be running)."""
+    page.locator('[data-testid="stSidebarNav"] a').nth(k).click()
+    page.locator(TITLE).filter(has_text=PAGES[k][1]).wait_for(timeout=60_000)
+
+
+def test_switching_pages_while_a_page_is_still_running_keeps_the_shape(tab, base_url):
+    """A learner who clicks a second page before the first has finished keeps their shape.
+
+    Streamlit resets widget state on a page change that interrupts a run; widgets seeded only
+    through their session_state keys then come back at their defaults (for the shape: every
+    field 1, the number inputs' minimum). The race depends on timing: on this 2-core machine under
+    load (load average ~10) it hit about one switch in three; on a quiet machine it may not hit at
+    all, so a pass here is weaker evidence than a failure. ATTNLAB_RACE_TRIES (default 4) sets the
+    number of tries.
+    """
+    page = tab.page
+    before = {"batch": "4", "q_len": "48", "kv_len": "48", "heads": "8", "kv_heads": "8", "head_dim": "64"}
+    pairs = [(5, 6), (1, 2), (2, 1), (6, 5)]
+    for attempt in range(int(os.environ.get("ATTNLAB_RACE_TRIES", "4"))):
+        first, second = pairs[attempt % len(pairs)]
+        # a shared link (Streamlit reconnects a reloaded tab to its session, so the state carries over)
+        open_page(page, base_url, "qkv", "3 · Q, K, V", "q_len=48&kv_len=48")
+        now = shape_in_sidebar(page)
+        assert now == before, f"after {attempt} page switches mid-run, the link ?q_len=48&kv_len=48 shows {now}"
+        nav_to(page, first)  # its title is up, its run is not over ...
+        page.wait_for_timeout(150 * (attempt % 3))
+        nav_to(page, second)  # ... when the learner moves on
+        wait_idle(page)
+        after = shape_in_sidebar(page)
+        assert after == before, (f"the shape changed from {before} to {after} on switching from "
+                                 f"/{PAGES[first][0]} to /{PAGES[second][0]} mid-run; URL now {page.url}")
+    assert query(page) == {"q_len": "48", "kv_len": "48"}
+    tab.assert_clean()
+
+
+def test_every_page_runs_at_the_smallest_shape(tab, base_url):
+    """Every field 1 is a valid shape (a one-token decode with one head of size 1): no page may raise."""
+    page = tab.page
+    smallest = "batch=1&q_len=1&kv_len=1&heads=1&kv_heads=1&head_dim=1"
+    open_page(page, base_url, PAGES[1][0], PAGES[1][1], smallest)
+    failures = []
+    for k, (path, _title) in enumerate(PAGES):
+        if k != 1:
+            nav_to(page, k)
+            wait_idle(page)
+        assert shape_in_sidebar(page)["q_len"] == "1"
+        exceptions = page.locator(EXCEPTION)
+        if exceptions.count():
+            failures.append(f"/{path}: {exceptions.first.inner_text()[:600]}")
+    assert not failures, "pages that raised at B1 T1 S1 N1 K1 H1:\n" + "\n".join(failures)
+
+
+# --------------------------------------------------------------------------------------------
+# a measurement, in the browser
+# --------------------------------------------------------------------------------------------
+def test_a_sequence_sweep_on_the_benchmarks_page_draws_a_table_and_a_chart(tab, base_url):
+    page = tab.page
+    # small: one batch element and one head, so the sweep's largest cell (T = 1024) is cheap on a CPU
+    open_page(page, base_url, "benchmarks", "7 · Benchmarks", "q_len=32&kv_len=32&batch=1&heads=1&kv_heads=1",
+              timeout_ms=180_000)
+    main = page.locator(MAIN)
+    main.get_by_role("heading", name=re.compile(r"^Every implementation at B1 T32 S32 N1 K1")).wait_for()
+    assert main.get_by_text(re.compile(r"Timing every implementation: done")).count() == 1
+    charts, tables = main.locator('[data-testid="stVegaLiteChart"]').count(), main.locator('[data-testid="stDataFrame"]').count()
+
+    rerun_after(page, lambda: main.get_by_role("button", name=re.compile(r"^Run the sequence sweep")).click(),
+                timeout_ms=180_000)
+    main.get_by_text(re.compile(r"^Last run: sequence sweep from")).wait_for(timeout=30_000)
+    assert main.locator('[data-testid="stVegaLiteChart"]').count() > charts
+    assert main.locator('[data-testid="stDataFrame"]').count() > tables
+    chart = main.locator('[data-testid="stVegaLiteChart"]').filter(has=page.locator("canvas, svg")).last
+    box = chart.bounding_box()
+    assert box and box["width"] > 200 and box["height"] > 100, f"the sweep's chart is not drawn: {box}"
+    assert main.get_by_role("button", name="Download this sweep (CSV)").count() >= 1
+    screenshot(page, SHOTS / "benchmarks-after-sweep.png")
+    tab.assert_clean()
+
+
+# --------------------------------------------------------------------------------------------
+# hostile input
+# --------------------------------------------------------------------------------------------
+HOSTILE = {"batch": "__import__('os')", "dtype": "<script>alert(1)</script>"}
+
+
+@pytest.mark.parametrize(("path", "title"), [("qkv", "3 · Q, K, V"), ("benchmarks", "7 · Benchmarks")],
+                         ids=["qkv", "benchmarks"])
+def test_a_hostile_url_shows_an_error_message_not_an_exception_or_a_script(tab, base_url, path, title):
+    page = tab.page
+    open_page(page, base_url, path, title, urlencode(HOSTILE))
+    errors = page.locator(ERROR_BOX)
+    assert errors.count() >= 2, "expected one message per bad field"
+    text = " ".join(errors.all_inner_texts())
+    assert "batch must be a positive whole number" in text
+    assert "dtype must be one of" in text
+    assert "<script>" not in page.locator(MAIN).inner_html()  # shown as text (escaped), never as markup
+    scripts = page.evaluate("() => [...document.scripts].map(s => s.textContent).join(' ')")
+    assert "alert(1)" not in scripts
+    assert page.locator(MAIN).get_by_text("computes nothing").count() >= 1  # and nothing is computed
+    if path == "qkv":
+        screenshot(page, SHOTS / "hostile-url.png")
+    tab.assert_clean()  # includes: no alert() dialog opened
+
+
+def test_input_from_the_url_is_echoed_as_text_not_as_markdown(tab, base_url):
+    """A link someone shares must not be able to put their link or image on the page: the bad value
+    is shown back to the learner, so it must be shown literally (no **bold**, no [link](...), no ![image](...))."""
+    page = tab.page
+    hostile = {"batch": "__import__('os')", "q_len": "[free GPU](//ev.il)", "kv_len": "![x](//ev.il/x.png)"}
+    open_page(page, base_url, "qkv", "3 · Q, K, V", urlencode(hostile))
+    main = page.locator(MAIN)
+    assert main.locator(ERROR_BOX).count() >= 3
+    links = main.locator(f"{ERROR_BOX} a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    images = main.locator(f"{ERROR_BOX} img").evaluate_all("els => els.map(e => e.getAttribute('src'))")
+    assert not links and not images, f"the URL's values became markup: links {links}, images {images}"
+    assert "__import__('os')" in " ".join(main.locator(ERROR_BOX).all_inner_texts())
+    tab.assert_clean()

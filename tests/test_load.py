@@ -1,0 +1,107 @@
+"""Many learners at once on one server (scripts/load_test.py), and the check it relies on: that
+attnlab.bench logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
+queue keeps those intervals apart.
+
+The load test itself is marked `load` (and `browser`): 20 concurrent browser contexts through all
+nine pages take several minutes on a 2-core machine. Run it with `pytest -m load`; leave it out
+with `-m "not load"`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import load_test  # noqa: E402
+
+# The server's resident memory at its peak under 20 sessions, with room to spare. Measured here
+# (CPU backend): about 0.5 GB idle after the first page, 1.1-1.7 GB at the peak (JAX, XLA's
+# compiled programs for the shapes the sessions use, Streamlit's bounded caches, 20 sessions'
+# state). 3 GB is below the pod's 12 GiB request by a wide margin, and far enough above what we
+# see that a failure means memory grows with sessions or runs (a leak), not noise.
+MAX_PEAK_RSS_MB = 3072
+
+
+def test_overlap_counting():
+    assert load_test.overlaps([]) == 0
+    assert load_test.overlaps([(0, 1), (1, 2), (2.5, 3)]) == 0  # touching is not overlapping
+    assert load_test.overlaps([(0, 2), (1, 3)]) == 1
+    assert load_test.overlaps([(0, 10), (1, 2), (3, 4)]) == 2  # both inside the first
+    assert load_test.overlaps([(5, 6), (0, 1), (0.5, 2)]) == 1  # order of the log does not matter
+
+
+def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_path, monkeypatch):
+    """Four threads time at once; the log has four intervals and none overlaps another."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnlab import bench
+
+    log = tmp_path / "timings.log"
+    monkeypatch.setenv("ATTNLAB_TIMING_LOG", str(log))
+    compiled = jax.jit(lambda x: jnp.tanh(x @ x)).lower(jnp.ones((64, 64))).compile()
+    args = [jnp.ones((64, 64))]
+    errors = []
+
+    def measure():
+        try:
+            bench.time_compiled(compiled, args, repeats=5, budget_s=0.05, device_time=False)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=measure) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    intervals = load_test.read_timing_log(log)
+    assert len(intervals) == 4
+    assert all(end > start for start, end in intervals)
+    assert load_test.overlaps(intervals) == 0
+
+
+def test_without_the_variable_nothing_is_logged(tmp_path, monkeypatch):
+    import jax.numpy as jnp
+
+    from attnlab import bench
+
+    monkeypatch.delenv("ATTNLAB_TIMING_LOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    compiled = __import__("jax").jit(lambda x: x + 1).lower(jnp.ones(4)).compile()
+    bench.time_compiled(compiled, [jnp.ones(4)], repeats=3, budget_s=0.01, device_time=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unresponsive_stretch():
+    ok = [(0.0, 0.1, True), (1.0, 0.2, True)]
+    assert load_test.unresponsive_stretch(ok) == 0.0
+    slow = [(0.0, 0.1, True), (1.0, 6.0, True), (7.5, 10.0, False), (18.0, 0.1, True), (19.0, 5.5, True)]
+    assert load_test.unresponsive_stretch(slow) == pytest.approx(16.5)  # 1.0 .. 17.5, then 5.5 on its own
+
+
+@pytest.mark.load
+@pytest.mark.browser
+def test_twenty_learners_at_once_get_every_page_without_an_exception_and_untangled_timings():
+    fig = load_test.run_load(sessions=20)
+    print("\n" + fig.table())
+    problems = "\n".join(fig.error_messages[:10] + fig.exception_messages[:5])
+    assert fig.errors == 0, problems
+    assert fig.exceptions == 0, problems
+    assert fig.pages_served == fig.pages_planned == 20 * len(load_test.PAGES)
+    # the server keeps answering: every health check answered, and never so slowly for so long
+    # that GKE's readiness probe (5 s timeout, every 10 s, 3 failures) would take it out of service
+    failures, stretch = fig.health_failures, fig.health_unresponsive_s
+    assert failures == 0, f"{failures} health checks got no answer within {fig.health_timeout_s:.0f} s"
+    assert stretch < 30.0, f"no answer within 5 s for {stretch:.1f} s in a row"
+    measured, overlapping = fig.measurements, fig.overlapping_timings
+    assert measured is not None and measured >= 15, f"{measured} measurements: too few to say anything about the queue"
+    assert overlapping == 0, f"{overlapping} of {measured} measurements overlapped another"
+    peak = fig.peak_rss_mb
+    assert peak is not None and peak < MAX_PEAK_RSS_MB, f"peak server RSS {peak} MB"
