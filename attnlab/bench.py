@@ -260,6 +260,52 @@ def time_compiled(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ClockStates:
+    """GPU kernel time per call in two states of the GPU, each with the SM clock it ran at.
+
+    burst: after the GPU has idled (cool, at its boost clock), a few calls.
+    sustained: after `sustain_s` of back-to-back calls, when power and heat have pulled the
+    clock down (on the H200, flash attention at ~600 W: 1980 MHz fell to 1680-1890).
+    """
+
+    burst_ms: float | None
+    burst_clock_mhz: int | None
+    sustained_ms: float | None
+    sustained_clock_mhz: int | None
+    max_clock_mhz: int | None
+    note: str
+
+
+def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: float = 1.5,
+                 iterations: int = 10) -> ClockStates:
+    """Kernel time (CUPTI) of a compiled call at the GPU's boost clock and under sustained load."""
+    if jax.default_backend() != "gpu":
+        return ClockStates(None, None, None, None, None, kernel_times(compiled, args)[2])
+    with DEVICE_QUEUE.slot():
+        measured_from = time.perf_counter()
+        time.sleep(idle_s)  # let the GPU cool and its clock come back up
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        one = max(time.perf_counter() - t0, 1e-6)
+        burst_ms, _, note = kernel_times(compiled, args, iterations=iterations)
+        clock = device_mod.sm_clock_mhz()
+        burst_clock = clock[0] if clock else None
+        t_end = time.perf_counter() + sustain_s
+        while time.perf_counter() < t_end:
+            jax.block_until_ready([compiled(*args) for _ in range(max(1, int(0.05 / one)))])
+        # read the clock while the GPU is still busy: queue ~0.3 s of calls, ask, then wait
+        outs = [compiled(*args) for _ in range(max(1, int(0.3 / one)))]
+        clock = device_mod.sm_clock_mhz()
+        jax.block_until_ready(outs)
+        del outs
+        sustained_ms, _, _ = kernel_times(compiled, args, iterations=iterations)
+        _log_timing(measured_from, time.perf_counter())
+    return ClockStates(burst_ms=burst_ms, burst_clock_mhz=burst_clock, sustained_ms=sustained_ms,
+                       sustained_clock_mhz=clock[0] if clock else None, max_clock_mhz=clock[1] if clock else None,
+                       note=note)
+
+
 def peak_tflops(dtype: str, info: device_mod.DeviceInfo) -> float | None:
     """The datasheet peak that applies to this dtype on this device (None when unknown)."""
     if info.peak is None:

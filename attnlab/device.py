@@ -11,7 +11,9 @@ import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
+import os
 import re
+import subprocess
 
 import jax
 
@@ -165,6 +167,22 @@ def memory(dev=None) -> tuple[int | None, int | None]:
     total = stats.get("bytes_limit")
     used = stats.get("bytes_in_use", 0)
     return total, (total - used if total else None)
+
+
+def sm_clock_mhz() -> tuple[int, int] | None:
+    """(SM clock now, its maximum) in MHz from nvidia-smi, or None where there is none to ask.
+
+    A GPU under sustained load lowers its clock (power and temperature), and kernel time follows
+    it: a measurement is only complete with the clock it ran at.
+    """
+    index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", index, "--query-gpu=clocks.sm,clocks.max.sm",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        now, top = (int(x) for x in out.stdout.strip().splitlines()[0].split(","))
+        return now, top
+    except Exception:  # no nvidia-smi (CPU, other vendors), or an answer we cannot read
+        return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -66,8 +66,11 @@ def quantize_inputs(q, k, v, data_scales: bool = True):
     return tuple(quantize(x, sc) for x, sc in zip((q, k, v), scales, strict=True)), scales
 
 
-def fp8_attention_quantized(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0, out_dtype=jnp.bfloat16):
-    """cuDNN's FP8 kernel on inputs already in FP8. Returns (output in out_dtype, amax of P, amax of O)."""
+def fp8_kernel(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0):
+    """cuDNN's FP8 kernel alone: FP8 in, FP8 out (O·scale_o), as inside an FP8 pipeline.
+
+    Returns (O·scale_o in E4M3, amax of P, amax of O).
+    """
     from jax._src.cudnn import fused_attention_stablehlo as fa  # private: no public FP8 API yet
 
     sq, sk, sv = scales
@@ -78,8 +81,13 @@ def fp8_attention_quantized(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, sc
         mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
         use_fp8=True,
     )
-    out = (out8.astype(jnp.float32) / scale_o).astype(out_dtype)
-    return out, amax_s.reshape(()), amax_o.reshape(())
+    return out8, amax_s.reshape(()), amax_o.reshape(())
+
+
+def fp8_attention_quantized(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0, out_dtype=jnp.bfloat16):
+    """cuDNN's FP8 kernel on inputs already in FP8. Returns (output in out_dtype, amax of P, amax of O)."""
+    out8, amax_s, amax_o = fp8_kernel(q8, k8, v8, scales, causal=causal, scale_s=scale_s, scale_o=scale_o)
+    return (out8.astype(jnp.float32) / scale_o).astype(out_dtype), amax_s, amax_o
 
 
 def cudnn_fp8_attention(q, k, v, *, causal: bool, scale_s=1.0, scale_o=1.0, data_scales: bool = True):

@@ -1,3 +1,4 @@
+import shutil
 import threading
 import time
 
@@ -126,3 +127,15 @@ def test_check_outputs_of_timed_implementation_match():
     q, k, v = impls.make_inputs(TINY)
     ref = impls.reference_attention(q, k, v)
     assert impls.check_against_reference("naive", compiled(q, k, v), ref, "float32").allclose
+
+
+def test_clock_states_on_cpu_says_there_is_no_device_time_and_reads_no_clock():
+    if jax.default_backend() == "gpu":
+        pytest.skip("the GPU version is in test_gpu.py")
+    shape = AttentionShape(batch=1, q_len=16, kv_len=16, heads=2, kv_heads=2, head_dim=8)
+    compiled, _ = bench.compile_implementation("naive", shape)
+    t = bench.clock_states(compiled, impls.make_inputs(shape))
+    assert t.burst_ms is None and t.sustained_ms is None and t.burst_clock_mhz is None
+    assert "CUPTI" in t.note
+    if shutil.which("nvidia-smi") is None:
+        assert device.sm_clock_mhz() is None

@@ -170,3 +170,24 @@ def test_te_autocast_leaves_attention_unchanged_and_fp8_acts_on_dense_layers():
     for name, r in ok.items():
         if name != "bf16":
             assert 0 < r["rel_err_vs_bf16"] < 0.2
+
+
+def test_clock_states_reads_kernel_time_and_the_sm_clock_in_both_states():
+    shape = AttentionShape(batch=2, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=128, dtype="bfloat16")
+    compiled, _ = bench.compile_implementation("sdpa_cudnn", shape)
+    t = bench.clock_states(compiled, impls.make_inputs(shape), idle_s=0.5, sustain_s=0.5)
+    assert t.burst_ms > 0 and t.sustained_ms > 0, t
+    assert 0 < t.burst_clock_mhz <= t.max_clock_mhz and 0 < t.sustained_clock_mhz <= t.max_clock_mhz, t
+
+
+def test_fp8_kernel_returns_the_output_in_fp8_times_its_scale():
+    shape = AttentionShape(batch=1, q_len=512, kv_len=512, heads=4, kv_heads=4, head_dim=128, dtype="bfloat16")
+    if not device.info().at_least(device.FP8_ATTENTION_MIN_CC):
+        pytest.skip("cuDNN FP8 attention needs compute capability 9.0")
+    q, k, v = impls.make_inputs(shape, seed=7)
+    qkv8, scales = fp8.quantize_inputs(q, k, v)
+    out8, _, _ = fp8.fp8_kernel(*qkv8, scales, causal=False, scale_s=fp8.P_SCALE, scale_o=64.0)
+    assert out8.dtype == jnp.float8_e4m3fn
+    ref = np.asarray(impls.get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
+    out = np.asarray(out8, np.float64) / 64.0
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 0.15

@@ -69,7 +69,10 @@ def fake_reference() -> dict:
                "status": "ok", "scale_o": 1.0, "err_unit_scales": 0.1, "err_amax_qkv": 0.05, "err_amax_qkv_p": 0.03,
                "err_amax_all": 0.02, "err_small_inputs_unit_scales": 0.5, "err_small_inputs_amax_scales": 0.02,
                "bf16_ms": 1.0, "bf16_tflops": 400.0, "fp8_ms": 0.6, "fp8_tflops": 600.0, "speedup": 1.5,
-               "fp8_e2e_ms": 0.8, "fp8_e2e_tflops": 500.0, "e2e_speedup": 1.25}
+               "fp8_e2e_ms": 0.8, "fp8_e2e_tflops": 500.0, "e2e_speedup": 1.25,
+               "bf16_burst_tflops": 440.0, "fp8_burst_tflops": 1010.0, "burst_speedup": 2.3, "fp8_unit_tflops": 590.0,
+               "bf16_burst_clock_mhz": 1980, "bf16_clock_mhz": 1755, "fp8_burst_clock_mhz": 1980, "fp8_clock_mhz": 1700,
+               "max_clock_mhz": 1980}
     return {
         "environment": env,
         "ceilings": {"matmul_bf16_tflops": 700.0, "matmul_n": 8192, "copy_tb_s": 4.0, "copy_bytes": 2**31},
@@ -263,6 +266,13 @@ def test_te_fp8_page_shows_the_reference_studies_where_nothing_runs_live(with_re
     assert errors["err_amax_all"].iloc[0] == pytest.approx(0.02)
     (speed,) = frames(at, "fp8_e2e_tflops")
     assert list(speed["status"]) == ["ok", "error"]
+    assert "fp8_burst_clock_mhz" in speed  # each speed comes with the clock it ran at
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["FP8 at boost clock"] == "1,010 TFLOP/s" and metrics["FP8 sustained"] == "600 TFLOP/s"
+    assert metrics["SM clock, boost → sustained"] == "1980 → 1700 MHz"
+    assert any("by shape at boost clock" in s for s in charts(at))
+    at.radio(key="p9_fp8_state").set_value("sustained (after 1.5 s of calls)").run()
+    assert not at.exception and any("by shape sustained" in s for s in charts(at))
     assert any("bf16 vs FP8 by shape" in s for s in charts(at))
     assert any("by q_len (causal, bfloat16)" in s for s in charts(at))  # the TE sweep from the reference
     assert any("TFLOP/s by recipe" in s for s in charts(at))
