@@ -66,19 +66,23 @@ def compare(shape: AttentionShape, names: list[str] | None = None) -> pd.DataFra
 
     info = device.info()
     q, k, v = impls.make_inputs(shape)
-    ref = impls.reference_attention(q, k, v, causal=shape.causal)
+    ref = impls.float64_reference(shape, q, k, v)
     rows = []
     for name in names or list(impls.REGISTRY):
         row = bench.run_cell(shape, name, info=info)
-        if row["status"] == "ok":
-            check = impls.check_against_reference(name, impls.get(name).jit(shape)(q, k, v), ref, shape.dtype)
+        check = ref.check(name, impls.get(name).jit(shape)(q, k, v)) if row["status"] == "ok" else None
+        if check:
             row.update(max_abs_error=check.max_abs_error, relative_error=check.relative_error, allclose=check.allclose)
         rows.append(row)
-    return bench.to_frame(rows)
+    df = bench.to_frame(rows)
+    df.attrs["reference_note"] = ref.note
+    return df
 
 
 def cmd_compare(a) -> int:
     df = compare(_shape(a), a.impl)
+    if df.attrs.get("reference_note"):
+        print(f"float64 reference: {df.attrs['reference_note']}")
     _print(df, ["implementation", "status", "max_abs_error", "relative_error", "allclose", "compile_ms",
                 "wall_ms", "throughput_ms", "device_ms", "kernel_count", "tflops", "pct_of_peak", "temp_bytes", "reason"])
     ok = df[df.status == "ok"]

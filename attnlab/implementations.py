@@ -274,5 +274,60 @@ def check_against_reference(name: str, out, ref: np.ndarray, dtype: str) -> Chec
     )
 
 
+# The float64 reference is computed on the host in NumPy; beyond this many score elements it is
+# computed on a slice (batch 0.., the first key/value heads with their query heads), which is
+# exact because batch entries and heads are independent of each other.
+REFERENCE_MAX_SCORES = 2**25
+
+
+def reference_slice(shape: AttentionShape, max_scores: int | None = None) -> tuple[int, int] | None:
+    """(batch, kv_heads) to keep so the float64 reference stays under `max_scores` score elements
+    (default REFERENCE_MAX_SCORES); None if even one key/value head's group of query heads is too
+    big (T·S·(N/K) > max_scores)."""
+    max_scores = REFERENCE_MAX_SCORES if max_scores is None else max_scores
+    if shape.score_elements() <= max_scores:
+        return shape.batch, shape.kv_heads
+    per_kv_head = shape.q_len * shape.kv_len * shape.group_size
+    if per_kv_head > max_scores:
+        return None
+    return 1, max(1, min(shape.kv_heads, max_scores // per_kv_head))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The float64 reference of one call's inputs: on the whole shape, on a slice, or absent (with why)."""
+
+    shape: AttentionShape
+    out: np.ndarray | None  # (b, T, kv·group, H) float64, or None when even a slice is too big
+    batch: int
+    kv_heads: int
+    note: str  # "" for the whole shape; else what was checked, or why nothing was
+
+    def check(self, name: str, out) -> Check | None:
+        """`out` (the whole shape's output) against the reference, on the reference's slice."""
+        if self.out is None:
+            return None
+        sliced = out[: self.batch, :, : self.kv_heads * self.shape.group_size]
+        return check_against_reference(name, sliced, self.out, self.shape.dtype)
+
+
+def float64_reference(shape: AttentionShape, q, k, v, max_scores: int | None = None) -> Reference:
+    """The float64 reference for inputs q, k, v of `shape`, sliced to stay under `max_scores` scores."""
+    keep = reference_slice(shape, max_scores)
+    if keep is None:
+        limit = REFERENCE_MAX_SCORES if max_scores is None else max_scores
+        return Reference(shape, None, 0, 0, (
+            f"no float64 check: the reference needs T·S·(N/K) = {shape.q_len * shape.kv_len * shape.group_size:,} "
+            f"scores per key/value head, over this lab's {limit:,}: choose a shorter sequence"))
+    b, kv = keep
+    g = shape.group_size
+    ref = reference_attention(np.asarray(q[:b, :, : kv * g], np.float32), np.asarray(k[:b, :, :kv], np.float32),
+                              np.asarray(v[:b, :, :kv], np.float32), causal=shape.causal)
+    note = "" if keep == (shape.batch, shape.kv_heads) else (
+        f"checked on batch 0..{b - 1} and query heads 0..{kv * g - 1} (the float64 reference of the whole "
+        f"shape would be {format_bytes(shape.score_elements() * 8)})")
+    return Reference(shape, ref, b, kv, note)
+
+
 # Entries that live in their own modules (optional backends) register themselves on import.
 from attnlab import fp8, te  # noqa: E402,F401

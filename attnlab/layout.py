@@ -97,49 +97,15 @@ def placement(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 # outputs side by side
 # --------------------------------------------------------------------------------------------
-# The float64 reference is computed on the host in NumPy; beyond this many score elements it
-# is checked on a slice (batch 0, the first heads), which is exact because heads are independent.
-REFERENCE_MAX_SCORES = 2**25
-
-
-def reference_slice(shape: AttentionShape, max_scores: int | None = None) -> tuple[int, int] | None:
-    """(batch, kv_heads) to keep so the float64 reference stays under `max_scores` elements
-    (default REFERENCE_MAX_SCORES); None if even one key/value head's group of query heads is too
-    big (T·S·(N/K) > max_scores)."""
-    max_scores = REFERENCE_MAX_SCORES if max_scores is None else max_scores
-    if shape.score_elements() <= max_scores:
-        return shape.batch, shape.kv_heads
-    per_kv_head = shape.q_len * shape.kv_len * shape.group_size
-    if per_kv_head > max_scores:
-        return None
-    return 1, max(1, min(shape.kv_heads, max_scores // per_kv_head))
-
-
 def _to_numpy(x) -> np.ndarray:
     return np.asarray(jax.numpy.asarray(x, dtype=jax.numpy.float32), dtype=np.float64)
 
 
-def _check(name: str, out: np.ndarray, ref: np.ndarray | None, keep, shape: AttentionShape) -> dict:
-    if ref is None:
+def _errors(ref: impls.Reference, name: str, out) -> dict:
+    c = ref.check(name, out)
+    if c is None:
         return {"max_abs_error": None, "relative_error": None, "allclose": None}
-    b, kv = keep
-    c = impls.check_against_reference(name, out[:b, :, : kv * shape.group_size], ref, shape.dtype)
     return {"max_abs_error": c.max_abs_error, "relative_error": c.relative_error, "allclose": c.allclose}
-
-
-def _reference(shape: AttentionShape, q, k, v) -> tuple[np.ndarray | None, tuple[int, int] | None, str]:
-    keep = reference_slice(shape)
-    if keep is None:
-        return None, None, (f"the float64 reference needs T·S·(N/K) = {shape.q_len * shape.kv_len * shape.group_size:,} "
-                            f"scores per key/value head, over this lab's {REFERENCE_MAX_SCORES:,}: choose a shorter sequence")
-    b, kv = keep
-    g = shape.group_size
-    ref = impls.reference_attention(np.asarray(q[:b, :, : kv * g], np.float32), np.asarray(k[:b, :, :kv], np.float32),
-                                    np.asarray(v[:b, :, :kv], np.float32), causal=shape.causal)
-    note = "" if keep == (shape.batch, shape.kv_heads) else (
-        f"checked on batch 0..{b - 1} and query heads 0..{kv * g - 1} (the float64 reference of the whole "
-        f"shape would be {format_bytes(shape.score_elements() * 8)})")
-    return ref, keep, note
 
 
 def accuracy_table(shape: AttentionShape, names: Sequence[str] | None = None, seed: int = 0) -> tuple[pd.DataFrame, str]:
@@ -152,7 +118,7 @@ def accuracy_table(shape: AttentionShape, names: Sequence[str] | None = None, se
     rows = []
     with bench.DEVICE_QUEUE.slot():
         q, k, v = impls.make_inputs(shape, seed)
-        ref, keep, note = _reference(shape, q, k, v)
+        ref = impls.float64_reference(shape, q, k, v)
         for name in names or list(impls.REGISTRY):
             impl = impls.get(name)
             row = {"implementation": name, "label": impl.label}
@@ -163,14 +129,14 @@ def accuracy_table(shape: AttentionShape, names: Sequence[str] | None = None, se
             try:
                 out = impl.jit(shape)(q, k, v)
                 rows.append({**row, "status": bench.STATUS_OK, "reason": "", "output shape": str(tuple(out.shape)),
-                             "output dtype": str(out.dtype), **_check(name, _to_numpy(out), ref, keep, shape)})
+                             "output dtype": str(out.dtype), **_errors(ref, name, _to_numpy(out))})
             except Exception as e:  # OOM or a backend error: a row that says so
                 status = bench.STATUS_OOM if bench.is_out_of_memory(e) else bench.STATUS_ERROR
                 rows.append({**row, "status": status, "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"})
     tol = impls.TOLERANCES[shape.dtype]
     df = pd.DataFrame(rows)
     df.attrs.update(rtol=tol["rtol"], atol=tol["atol"])
-    return df, note
+    return df, ref.note
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,13 +177,13 @@ def compare_pair(shape: AttentionShape, a: str, b: str, *, rtol: float | None = 
         out_a = impls.get(a).jit(shape)(q, k, v)
         out_b = impls.get(b).jit(shape)(q, k, v)
         na, nb = _to_numpy(out_a), _to_numpy(out_b)
-        ref, keep, note = _reference(shape, q, k, v)
-    vs_ref = pd.DataFrame([{"implementation": n, **_check(n, x, ref, keep, shape)} for n, x in ((a, na), (b, nb))])
+        ref = impls.float64_reference(shape, q, k, v)
+    vs_ref = pd.DataFrame([{"implementation": n, **_errors(ref, n, x)} for n, x in ((a, na), (b, nb))])
     return Pair(
         a=a, b=b, a_shape=tuple(out_a.shape), b_shape=tuple(out_b.shape), a_dtype=str(out_a.dtype),
         b_dtype=str(out_b.dtype), max_abs_difference=float(np.abs(na - nb).max()),
         allclose=bool(np.allclose(na, nb, rtol=rtol, atol=atol)), rtol=rtol, atol=atol,
-        vs_reference=vs_ref, reference_note=note,
+        vs_reference=vs_ref, reference_note=ref.note,
     )
 
 

@@ -21,6 +21,16 @@ def test_compare_prints_errors_against_the_reference_and_passes(capsys):
     assert rc == 0 and "max_abs_error" in out and "True" in out and "naive" in out
 
 
+def test_compare_checks_a_slice_when_the_float64_reference_would_be_too_big(capsys, monkeypatch):
+    from attnlab import implementations as impls
+
+    monkeypatch.setattr(impls, "REFERENCE_MAX_SCORES", 64 * 64 * 2)  # one KV head's group of query heads
+    rc = main(["compare", "--batch", "2", "--q-len", "64", "--kv-len", "64", "--heads", "4", "--kv-heads", "2",
+               "--head-dim", "16", "--impl", "naive", "sdpa_xla"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "float64 reference: checked on batch 0..0 and query heads 0..1" in out
+
+
 def test_sweep_writes_csv_and_json(tmp_path, capsys):
     csv, js = tmp_path / "s.csv", tmp_path / "s.json"
     rc = main(["sweep", "--over", "q_len", "--values", "16", "32", "--batch", "1", "--heads", "2", "--kv-heads", "2",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab import implementations as impls
 from attnlab import kvcache
 from attnlab.shapes import AttentionShape
 
@@ -57,13 +58,12 @@ def test_cache_table_gqa_and_mqa_are_fractions_of_mha():
     assert df.loc["MQA", "cache_bytes_for_batch"] == df.loc["MQA", "cache_bytes_per_sequence"] * 4
 
 
-def test_reference_shape_keeps_small_shapes_and_shrinks_large_ones():
-    small = AttentionShape()
-    assert kvcache.reference_shape(small) is small
-    big = AttentionShape(batch=8, q_len=8192, kv_len=8192, heads=32, kv_heads=32)
-    cut = kvcache.reference_shape(big)
-    assert cut.score_elements() <= kvcache.REFERENCE_MAX_SCORES
-    assert (cut.heads, cut.head_dim, cut.batch) == (32, 64, 1)
+def test_output_check_of_a_large_shape_checks_a_slice_of_the_real_output_and_says_so(monkeypatch):
+    shape = AttentionShape(batch=2, q_len=32, kv_len=32, heads=4, kv_heads=2, head_dim=8)
+    monkeypatch.setattr(impls, "REFERENCE_MAX_SCORES", 32 * 32 * 2)  # one KV head's group of query heads
+    row = kvcache.output_check(shape, "naive")
+    assert row["output shape"] == "(2, 32, 4, 8)" and row["matches reference"], row
+    assert "checked on batch 0..0 and query heads 0..1" in row["reference note"]
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])

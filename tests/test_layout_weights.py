@@ -78,17 +78,34 @@ def test_accuracy_table_lists_every_registry_entry_with_a_status():
 
 def test_reference_is_sliced_when_the_float64_scores_would_be_too_big():
     big = AttentionShape(batch=4, q_len=4096, kv_len=4096, heads=8, kv_heads=2)
-    assert layout.reference_slice(AttentionShape()) == (4, 8)
-    b, kv = layout.reference_slice(big, max_scores=2**26)
+    assert impls.reference_slice(AttentionShape()) == (4, 8)
+    b, kv = impls.reference_slice(big, max_scores=2**26)
     assert b == 1 and kv * big.group_size * big.q_len * big.kv_len <= 2**26
-    assert layout.reference_slice(big, max_scores=2**20) is None
+    assert impls.reference_slice(big, max_scores=2**20) is None
 
 
 def test_sliced_reference_check_still_passes(monkeypatch):
-    monkeypatch.setattr(layout, "REFERENCE_MAX_SCORES", SMALL.q_len * SMALL.kv_len * SMALL.group_size)
+    monkeypatch.setattr(impls, "REFERENCE_MAX_SCORES", SMALL.q_len * SMALL.kv_len * SMALL.group_size)
     pair = layout.compare_pair(SMALL, "naive", "sdpa_xla")
     assert "checked on batch 0..0" in pair.reference_note
     assert pair.vs_reference["allclose"].all()
+
+
+def test_a_sliced_reference_still_catches_a_wrong_head():
+    # the slice is exact, not a sample of convenience: a wrong value in a kept head fails the check
+    q, k, v = impls.make_inputs(SMALL)
+    ref = impls.float64_reference(SMALL, q, k, v, max_scores=SMALL.q_len * SMALL.kv_len * SMALL.group_size)
+    assert ref.batch == 1 and ref.kv_heads == 1
+    out = np.asarray(impls.get("naive").jit(SMALL)(q, k, v), np.float64)
+    assert ref.check("naive", out).allclose
+    out[0, 3, 0, 0] += 1.0  # batch 0, query head 0: inside the slice
+    assert not ref.check("naive", out).allclose
+
+
+def test_no_reference_when_even_one_head_is_too_big_says_why():
+    q, k, v = impls.make_inputs(SMALL)
+    ref = impls.float64_reference(SMALL, q, k, v, max_scores=8)
+    assert ref.out is None and ref.check("naive", q) is None and "shorter sequence" in ref.note
 
 
 # --------------------------------------------------------------------------------------------
