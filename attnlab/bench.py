@@ -31,6 +31,7 @@ import pandas as pd
 
 from attnlab import device as device_mod
 from attnlab import implementations as impls
+from attnlab import kernels
 from attnlab.shapes import AttentionShape
 
 
@@ -374,7 +375,7 @@ def run_cell(
         "throughput_ms": t.throughput_ms,
         "device_ms": t.device_ms,
         "kernel_count": len(t.kernels) if t.kernels else None,
-        "kernels": "; ".join(f"{_short(n)} {ms * 1e3:.1f}µs" for n, ms in t.kernels),
+        "kernels": "; ".join(f"{kernels.describe(n)} {ms * 1e3:.1f}µs" for n, ms in t.kernels),
         "device_note": t.device_note,
         "gflop": flops / 1e9,
         "tflops": tflops,
@@ -385,10 +386,6 @@ def run_cell(
         "repeats": t.repeats,
         "queue_wait_s": t.queue_wait_s,
     }
-
-
-def _short(kernel: str, n: int = 60) -> str:
-    return kernel if len(kernel) <= n else kernel[: n - 1] + "…"
 
 
 def sweep(

@@ -211,6 +211,16 @@ def reference_note(table: str) -> pd.DataFrame:
     return df
 
 
+BYTES_LABEL = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '~g') + ' GiB' : "
+               "datum.value >= 1048576 ? format(datum.value / 1048576, '~g') + ' MiB' : "
+               "datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' : format(datum.value, '~g') + ' B'")
+
+
+def bytes_axis(title: str) -> alt.Axis:
+    """An axis of byte counts labelled in B, KiB, MiB, GiB rather than raw numbers."""
+    return alt.Axis(title=title, labelExpr=BYTES_LABEL)
+
+
 def fmt_bytes(n) -> str:
     from attnlab.shapes import format_bytes
 

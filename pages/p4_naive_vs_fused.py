@@ -166,7 +166,7 @@ if saved and saved[0] == (mem_shape, lengths):
         scores = mem.drop_duplicates("q_len").assign(implementation="float32 scores B·N·T·S (for scale)")
         lines = alt.Chart(okm).mark_line(point=True).encode(
             x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2), title="sequence length T = S (log)"),
-            y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=f"{measure} (bytes, log)"),
+            y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(f"{measure} (log)")),
             color="implementation:N", tooltip=["implementation", "q_len", "temp_bytes", "total_bytes", "what ran"])
         guide = alt.Chart(scores).mark_line(strokeDash=[4, 4], color="gray").encode(
             x="q_len:Q", y="score_bytes_float32:Q", tooltip=["q_len", "score_bytes_float32"])
@@ -205,7 +205,7 @@ if not ref.empty and {"temp_bytes", "q_len", "implementation"} <= set(ref.column
         st.markdown("**Shipped reference: compiled scratch memory measured on the GPU named above (forward pass)**")
         st.altair_chart(alt.Chart(fwd).mark_line(point=True).encode(
             x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2), title="T = S (log)"),
-            y=alt.Y("temp_bytes:Q", scale=alt.Scale(type="log"), title="scratch bytes (log)"),
+            y=alt.Y("temp_bytes:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis("scratch memory (log)")),
             color="implementation:N", tooltip=[c for c in ("shape", "implementation", "temp_bytes") if c in fwd.columns]),
             width="stretch")
         if keys:

@@ -4,7 +4,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import bench, device, fp8, reference, suite, te
+from attnlab import bench, device, fp8, kernels, reference, suite, te
 from pages import common
 
 st.title("9 · TransformerEngine and FP8")
@@ -187,7 +187,7 @@ if result:
             f"At {result.get('shape')}: the kernels are {'identical' if same else 'different'} with and without "
             "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
         n = max(len(result["bf16_kernels"]), len(result["autocast_kernels"]))
-        pad = lambda ks: list(ks) + [""] * (n - len(ks))  # noqa: E731
+        pad = lambda ks: [kernels.describe(k, 90) for k in ks] + [""] * (n - len(ks))  # noqa: E731
         st.dataframe(pd.DataFrame({"kernels without autocast": pad(result["bf16_kernels"]),
                                    "kernels with autocast": pad(result["autocast_kernels"])}),
                      hide_index=True, width="stretch")
@@ -200,9 +200,10 @@ result, source = live_or_reference("p9_block", can_a, why_a, f"Time the block at
                                    lambda: block_study(half), half, "te_block", snippet=te.TE_SNIPPET)
 
 
-def kernel_list(kernels) -> str:
-    """Kernel names (or [name, µs] pairs) as one line of text for a table cell."""
-    return "; ".join(f"{k[0]} ({k[1]} µs)" if isinstance(k, (list, tuple)) else str(k) for k in (kernels or []))
+def kernel_list(names) -> str:
+    """Kernel names (or [name, µs] pairs) in words, as one line of text for a table cell."""
+    return "; ".join(f"{kernels.describe(k[0])} {k[1]:.1f} µs" if isinstance(k, (list, tuple)) else kernels.describe(str(k))
+                     for k in (names or []))
 
 
 if result:

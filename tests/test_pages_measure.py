@@ -261,7 +261,7 @@ def test_te_fp8_page_shows_the_reference_studies_where_nothing_runs_live(with_re
     assert "0" in [m.value for m in at.metric]
     (block,) = frames(at, "rel_err_vs_bf16")
     assert list(block["recipe"]) == ["bf16", "fp8_delayed", "fp8_current"]
-    assert "gemm_test (12.5 µs)" in block["top_kernels"].iloc[0]
+    assert "matmul (XLA fusion) (gemm_test) 12.5 µs" in block["top_kernels"].iloc[0]
     (errors,) = frames(at, "err_unit_scales")
     assert errors["err_amax_all"].iloc[0] == pytest.approx(0.02)
     (speed,) = frames(at, "fp8_e2e_tflops")

@@ -29,3 +29,11 @@ def test_an_unknown_reference_is_an_explained_absence():
     assert reference.load("tpu-v9") is None
     assert reference.frame("default", "tpu-v9").empty
     assert "no reference results" in reference.label("tpu-v9")
+
+
+def test_reference_kernel_names_read_in_words_like_live_rows():
+    df = reference.frame("default")
+    xla = df[(df.implementation == "sdpa_xla") & (df.status == "ok")]["kernels"].iloc[0]
+    assert "softmax (XLA fusion) (triton_softmax" in xla and "µs" in xla
+    cudnn = " ".join(df[df.implementation == "sdpa_cudnn"]["kernels"].dropna())
+    assert "cuDNN flash attention, forward (cudnn_generated_fort_native_sdpa" in cudnn
