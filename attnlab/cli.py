@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pandas as pd
 
@@ -117,7 +118,8 @@ def cmd_sweep(a) -> int:
 def cmd_bench(a) -> int:
     from attnlab import suite
 
-    result = suite.run(quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    t0 = time.perf_counter()
+    result = suite.run(quick=a.quick, log=lambda s: print(f"[{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr, flush=True))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1, default=str)
