@@ -180,6 +180,51 @@ def run_cells(cells: list[tuple[AttentionShape, str, bool]], label: str) -> list
     return rows
 
 
+# One label, unit and format per measurement column, on every page's tables.
+_num = st.column_config.NumberColumn
+_text = st.column_config.TextColumn
+COLUMNS = {
+    "compile_ms": _num("compile (ms)", format="%.1f"),
+    "wall_ms": _num("wall (ms)", format="%.4f", help="perf_counter around one call + block_until_ready, median"),
+    "wall_ms_iqr": _num("wall spread, IQR (ms)", format="%.4f"),
+    "throughput_ms": _num("throughput (ms)", format="%.4f", help="many calls dispatched, one wait, per call"),
+    "device_ms": _num("device (ms)", format="%.4f", help="the GPU's own kernel time per call (CUPTI)"),
+    "kernel_count": _num("kernels", format="%d"),
+    "tflops": _num("TFLOP/s", format="%.2f"),
+    "device_tflops": _num("device TFLOP/s", format="%.2f"),
+    "pct_of_peak": _num("% of peak", format="%.1f"),
+    "max_abs_error": _num("max abs error", format="%.2e"),
+    "relative_error": _num("relative error", format="%.2e"),
+    "rel_err_vs_bf16": _num("error vs bf16", format="%.2e"),
+    "ms": _num("ms", format="%.3f"),
+    "reason": _text("reason", width="large"),
+    "why not": _text("why not", width="large"),
+    "detail": _text("detail", width="large"),
+    "kernels": _text("kernels (GPU time each)", width="large"),
+    "custom_calls": _text("custom calls", width="medium"),
+}
+# text that explains an absence: an empty cell there reads better as a dash than as "None"
+_TEXT_NONE = "—"
+
+
+def table(data, *, column_config: dict | None = None, hide_index: bool = True, width="stretch",
+          drop_empty: bool = True, **kwargs) -> None:
+    """st.dataframe with the shared column labels; columns with no value in any row are left out
+    (e.g. device time on a CPU, which the page explains), and missing text reads '—'."""
+    if isinstance(data, pd.DataFrame):
+        df = data
+        if drop_empty and len(df):
+            df = df[[c for c in df.columns if not df[c].isna().all()]]
+        text = [c for c in df.columns if df[c].dtype == object and df[c].dropna().map(type).eq(str).all()]
+        if text:
+            df = df.assign(**{c: df[c].where(df[c].notna(), _TEXT_NONE) for c in text})
+        data = df
+        config = {c: v for c, v in COLUMNS.items() if c in df.columns}
+    else:
+        config = {}
+    st.dataframe(data, hide_index=hide_index, width=width, column_config={**config, **(column_config or {})}, **kwargs)
+
+
 def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
     st.download_button(label, df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=f"dl_{name}")
 

@@ -99,7 +99,7 @@ st.write(
 )
 seq_len = 64
 effect, spread = scale_study(seq_len)
-st.dataframe(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
+common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
                                     "std_scaled": "spread of q·k / √d"}),
              hide_index=True, width="stretch")
 st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
@@ -115,5 +115,5 @@ entropy = alt.Chart(effect, title="row entropy (nats; the rule is a uniform row,
     x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
 uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(y="uniform_entropy:Q")
 c2.altair_chart(entropy + uniform, width="stretch")
-st.dataframe(effect, hide_index=True, width="stretch")
+common.table(effect, hide_index=True, width="stretch")
 common.download(effect, "scale_effect")

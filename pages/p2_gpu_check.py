@@ -21,4 +21,4 @@ if info.backend != "gpu":
 
 shape = common.require_shape()
 st.subheader(f"Implementations at {shape.describe()}")
-st.dataframe(common.support_table(shape), hide_index=True, use_container_width=True)
+common.table(common.support_table(shape))

@@ -25,7 +25,7 @@ st.write(
 shape = common.require_shape()
 st.subheader(f"The arrays at {shape.describe()}")
 table = layout.layout_table(shape)
-st.dataframe(table.drop(columns=["role"]), hide_index=True, width="stretch",
+common.table(table.drop(columns=["role"]), hide_index=True, width="stretch",
              column_config={"bytes": st.column_config.NumberColumn("bytes", format="%d")})
 common.download(table, f"layout_{shape.describe().replace(' ', '_')}")
 
@@ -47,7 +47,7 @@ st.info(
 
 st.subheader("The letters")
 st.write("The same letters as `jax.nn.dot_product_attention`'s docstring; the sidebar's fields are named after them.")
-st.dataframe(layout.letters(shape), hide_index=True, width="stretch")
+common.table(layout.letters(shape), hide_index=True, width="stretch")
 st.caption(f"G = N // K = {shape.group_size}: query heads that share one key/value head ({shape.variant}).")
 
 st.subheader("Where the arrays live")
@@ -57,7 +57,7 @@ st.write(
 )
 info = common.device_info()
 df = placement(shape)
-st.dataframe(df, hide_index=True, width="stretch")
+common.table(df, hide_index=True, width="stretch")
 live = df["nbytes"].sum()
 st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
            f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")

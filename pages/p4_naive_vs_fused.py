@@ -74,7 +74,7 @@ ok = acc[acc.status == "ok"]
 if not ok.empty:
     cols = [c for c in ("implementation", "label", "output shape", "output dtype", "relative_error", "max_abs_error",
                         "allclose") if c in ok.columns]
-    st.dataframe(ok[cols], hide_index=True, width="stretch",
+    common.table(ok[cols], hide_index=True, width="stretch",
                  column_config={"relative_error": st.column_config.NumberColumn("relative error", format="%.2e"),
                                 "max_abs_error": st.column_config.NumberColumn("max abs error", format="%.2e")})
     st.caption(f"allclose at rtol {tol['rtol']:g}, atol {tol['atol']:g}; relative error is ‖out − ref‖ / ‖ref‖."
@@ -86,7 +86,7 @@ if not ok.empty:
 skipped = acc[acc.status != "ok"]
 if not skipped.empty:
     st.markdown("Not run here:")
-    st.dataframe(skipped[["implementation", "label", "status", "reason"]], hide_index=True, width="stretch")
+    common.table(skipped[["implementation", "label", "status", "reason"]], hide_index=True, width="stretch")
 
 st.subheader("Which kernel ran?")
 st.write(
@@ -94,7 +94,7 @@ st.write(
     "XLA's own path is a handful of fusions (a matmul, a softmax, another matmul), each its own kernel on a GPU."
 )
 prog = compiled(shape)
-st.dataframe(prog.assign(temp=prog["temp_bytes"].map(common.fmt_bytes)).drop(columns=["temp_bytes"]),
+common.table(prog.assign(temp=prog["temp_bytes"].map(common.fmt_bytes)).drop(columns=["temp_bytes"]),
              hide_index=True, width="stretch")
 auto = prog.set_index("implementation").loc["sdpa_auto"]
 if auto["runs"] == "yes":
@@ -123,7 +123,7 @@ if saved and saved[0] == shape:
                 f"({good['device_note'].iloc[0]}), so only wall time is shown here.")
     cols = [c for c in ("implementation", "status", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels",
                         "reason") if c in rows.columns]
-    st.dataframe(rows[cols], hide_index=True, width="stretch")
+    common.table(rows[cols], hide_index=True, width="stretch")
     common.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
 if not common.supports(shape)["sdpa_cudnn"][0]:
     st.caption(f"cuDNN is not timed at this shape: {common.supports(shape)['sdpa_cudnn'][1]} (page 5 runs it in bfloat16).")
@@ -180,7 +180,7 @@ if saved and saved[0] == (mem_shape, lengths):
                    "(not drawn on the log scale).")
     done = mem[mem.status == "ok"]
     if not done.empty:
-        st.dataframe(done.assign(scratch=done["temp_bytes"].map(common.fmt_bytes),
+        common.table(done.assign(scratch=done["temp_bytes"].map(common.fmt_bytes),
                                  total=done["total_bytes"].map(common.fmt_bytes),
                                  scores=done["score_bytes_float32"].map(common.fmt_bytes))
                      [["implementation", "q_len", "kv_len", "scratch", "total", "scores", "what ran"]],

@@ -70,7 +70,7 @@ ok, reason = common.supports(bf)["sdpa_cudnn"]
 
 st.subheader("What cuDNN needs")
 checklist = layout.cudnn_checklist(bf, info)
-st.dataframe(checklist.assign(met=checklist["met"].map({True: "✅ yes", False: "❌ no"})), hide_index=True,
+common.table(checklist.assign(met=checklist["met"].map({True: "✅ yes", False: "❌ no"})), hide_index=True,
              width="stretch")
 with st.expander("The registry's check, as code (`attnlab.implementations._cudnn_requirements`)"):
     st.code(inspect.getsource(impls._cudnn_requirements), language="python")
@@ -88,7 +88,7 @@ if ok:
         c1.metric("max |cuDNN − XLA|", f"{p.max_abs_difference:.3g}")
         c2.metric(f"allclose (rtol {p.rtol:g}, atol {p.atol:g})", str(p.allclose))
         c3.metric("output shape, dtype", f"{p.a_shape}", p.a_dtype, delta_arrow="off", delta_color="off")
-        st.dataframe(p.vs_reference, hide_index=True, width="stretch",
+        common.table(p.vs_reference, hide_index=True, width="stretch",
                      column_config={"relative_error": st.column_config.NumberColumn("relative error vs float64", format="%.2e"),
                                     "max_abs_error": st.column_config.NumberColumn("max abs error vs float64", format="%.2e")})
         st.caption("Both read the same bfloat16 inputs; each is compared with a float64 NumPy reference "
@@ -102,7 +102,7 @@ else:
         st.info("cuDNN is NVIDIA's library: it needs a CUDA GPU (compute capability 8.0 or newer). Below, XLA's "
                 "bfloat16 path is still checked here, and the shipped H200 measurements show cuDNN's side.")
     acc, note = xla_only(bf)
-    st.dataframe(acc.drop(columns=["reason"], errors="ignore"), hide_index=True, width="stretch")
+    common.table(acc.drop(columns=["reason"], errors="ignore"), hide_index=True, width="stretch")
     st.caption(f"XLA in bfloat16 against the float64 reference. {note}")
 
 st.subheader("Time per call")
@@ -116,7 +116,7 @@ if saved and saved[0] == bf:
     rows = pd.DataFrame(saved[1])
     cols = [c for c in ("implementation", "status", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
                         "kernels", "tflops", "reason") if c in rows.columns]
-    st.dataframe(rows[cols], hide_index=True, width="stretch")
+    common.table(rows[cols], hide_index=True, width="stretch")
     notes = rows.get("device_note", pd.Series(dtype=str)).dropna()
     if not notes.empty and rows["device_ms"].isna().all():
         st.caption(f"Device time: {notes.iloc[0]}.")
@@ -129,4 +129,4 @@ if not ref.empty and {"implementation", "dtype"} <= set(ref.columns):
         st.markdown("**Shipped reference: the codelab's shape in bfloat16, measured on the GPU named above**")
         cols = [c for c in ("shape", "implementation", "status", "wall_ms", "device_ms", "kernel_count", "kernels",
                             "tflops", "custom_calls") if c in mine.columns]
-        st.dataframe(mine[cols], hide_index=True, width="stretch")
+        common.table(mine[cols], hide_index=True, width="stretch")

@@ -94,7 +94,7 @@ if not common.supports(shape)["naive"][0] or max(shape.q_len, shape.kv_len) > FV
     fvl_shape = shape.replace(batch=min(shape.batch, 2), q_len=min(shape.q_len, FVL_CAP), kv_len=min(shape.kv_len, FVL_CAP))
     st.caption(f"Computed at {fvl_shape.describe()} (sequences capped at {FVL_CAP}: naive attention runs twice here).")
 fvl = first_vs_last(fvl_shape)
-st.dataframe(fvl, hide_index=True, width="stretch",
+common.table(fvl, hide_index=True, width="stretch",
              column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
 last = fvl.iloc[-1]
 if fvl_shape.q_len == fvl_shape.kv_len:

@@ -38,19 +38,6 @@ support = common.supports(shape)
 # wait for a button so that a stray sidebar change does not start a long CPU run.
 AUTO_MEASURE_GFLOP = 1000.0 if on_gpu else 1.0
 TIMINGS = ["wall_ms", "throughput_ms", "device_ms"]
-COLUMNS = {
-    "implementation": st.column_config.TextColumn("implementation"),
-    "compile_ms": st.column_config.NumberColumn("compile (ms)", format="%.1f"),
-    "wall_ms": st.column_config.NumberColumn("wall (ms)", format="%.4f"),
-    "wall_ms_iqr": st.column_config.NumberColumn("wall spread, IQR (ms)", format="%.4f"),
-    "throughput_ms": st.column_config.NumberColumn("throughput (ms)", format="%.4f"),
-    "device_ms": st.column_config.NumberColumn("device (ms)", format="%.4f"),
-    "kernel_count": st.column_config.NumberColumn("kernels", format="%d"),
-    "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3f"),
-    "device_tflops": st.column_config.NumberColumn("device TFLOP/s", format="%.2f"),
-    "pct_of_peak": st.column_config.NumberColumn("% of peak", format="%.1f"),
-    "compiled temp memory": st.column_config.TextColumn("compiled temp memory"),
-}
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,8 +53,8 @@ def with_memory(df: pd.DataFrame) -> pd.DataFrame:
 
 def show_table(df: pd.DataFrame, columns: list[str]) -> None:
     cols = [c for c in columns if c in df.columns]
-    st.dataframe(with_memory(df)[cols + (["compiled temp memory"] if "temp_bytes" in df.columns else [])],
-                 hide_index=True, width="stretch", column_config=COLUMNS)
+    common.table(with_memory(df)[cols + (["compiled temp memory"] if "temp_bytes" in df.columns else [])],
+                 hide_index=True, width="stretch")
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -160,8 +147,8 @@ if rows is not None:
         if on_gpu and good["device_ms"].notna().any():
             st.markdown("**What ran on the GPU** (CUPTI, one call): when wall time is far above device time, "
                         "the difference is Python dispatch, launch and synchronisation, not attention.")
-            st.dataframe(good[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]],
-                         hide_index=True, width="stretch", column_config=COLUMNS)
+            common.table(good[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]],
+                         hide_index=True, width="stretch")
         else:
             note = good["device_note"].dropna().iloc[0] if "device_note" in good else ""
             st.info("No device time or kernel names here: they come from CUPTI, NVIDIA's profiling interface, "
@@ -171,7 +158,7 @@ if rows is not None:
 skipped = {n: reason for n, (ok, reason) in support.items() if not ok}
 if skipped:
     st.markdown("**Cannot run this shape here**")
-    st.dataframe(pd.DataFrame([{"implementation": n, "label": impls.get(n).label, "why not": r}
+    common.table(pd.DataFrame([{"implementation": n, "label": impls.get(n).label, "why not": r}
                                for n, r in skipped.items()]), hide_index=True, width="stretch")
 
 box, ref = reference_box("default", "The codelab's shape on an H200 (float32 and bfloat16)")
@@ -305,5 +292,5 @@ else:
     if not fid.empty:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
                     "(harness_over_bare near 1 means the harness adds nothing of its own).")
-        st.dataframe(fid, hide_index=True, width="stretch")
+        common.table(fid, hide_index=True, width="stretch")
         common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")

@@ -48,7 +48,7 @@ with st.spinner("Running each variant and checking it against float64 ..."):
 cols = [c for c in ("variant", "kv_heads", "implementation", "q shape", "k, v shape", "output shape",
                     "matches reference", "max_abs_error", "relative_error", "status", "reason")
         if c in checks.columns]
-st.dataframe(checks[cols], hide_index=True, width="stretch",
+common.table(checks[cols], hide_index=True, width="stretch",
              column_config={"max_abs_error": st.column_config.NumberColumn(format="%.2e"),
                             "relative_error": st.column_config.NumberColumn(format="%.2e")})
 ok = checks[checks["status"] == bench.STATUS_OK]
@@ -79,7 +79,7 @@ show = cache.assign(**{
     f"cache for the batch of {shape.batch}": cache["cache_bytes_for_batch"].map(common.fmt_bytes),
     "of MHA's cache": cache["fraction_of_mha"].map("{:.1%}".format),
 })
-st.dataframe(show[["variant", "kv_heads", "query heads per KV head", "bytes_per_token", "bytes per token",
+common.table(show[["variant", "kv_heads", "query heads per KV head", "bytes_per_token", "bytes per token",
                    "cache per sequence", f"cache for the batch of {shape.batch}", "of MHA's cache"]],
              hide_index=True, width="stretch")
 metrics = st.columns(len(cache))
@@ -134,7 +134,7 @@ if rows:
             st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, device_ms "
                        "tracks the KV bytes read.")
     show = df.assign(**{"KV bytes read": df["kv_read_bytes"].map(common.fmt_bytes)})
-    st.dataframe(show[[c for c in ("variant", "kv_heads", "implementation", "status", "wall_ms", "throughput_ms",
+    common.table(show[[c for c in ("variant", "kv_heads", "implementation", "status", "wall_ms", "throughput_ms",
                                    "device_ms", "KV bytes read", "kv_read_gb_per_s", "reason") if c in show]],
                  hide_index=True, width="stretch",
                  column_config={"kv_read_gb_per_s": st.column_config.NumberColumn("GB/s of K and V", format="%.1f")})

@@ -42,7 +42,7 @@ def yes(ok: bool) -> str:
 st.header("What is available here")
 here = f"{info.device_kind}, compute capability {info.compute_capability_str}" if on_gpu else f"{info.backend} backend"
 sidebar = common.supports(shape)
-st.dataframe(pd.DataFrame([
+common.table(pd.DataFrame([
     {"what": "TransformerEngine for JAX imports", "needs": "transformer-engine[jax] and a CUDA GPU",
      "here": yes(te_error is None), "detail": te_error or f"version {info.te_version}"},
     {"what": "fused attention (cuDNN, TE)", "needs": cc(device.FUSED_ATTENTION_MIN_CC),
@@ -145,7 +145,7 @@ if rows:
     with right:
         for _, r in df[df["status"] != bench.STATUS_OK].iterrows():
             st.markdown(f"- `{r['implementation']}` at q_len = {r['q_len']}: {r['status']}. {r['reason']}")
-    st.dataframe(df[[c for c in ("q_len", "implementation", "status", "wall_ms", "throughput_ms", "device_ms",
+    common.table(df[[c for c in ("q_len", "implementation", "status", "wall_ms", "throughput_ms", "device_ms",
                                  "tflops", "device_tflops", "pct_of_peak", "kernel_count") if c in df]],
                  hide_index=True, width="stretch")
     common.download(df, "te_sweep", "Download the TE sweep (CSV)")
@@ -188,7 +188,7 @@ if result:
             "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
         n = max(len(result["bf16_kernels"]), len(result["autocast_kernels"]))
         pad = lambda ks: [kernels.describe(k, 90) for k in ks] + [""] * (n - len(ks))  # noqa: E731
-        st.dataframe(pd.DataFrame({"kernels without autocast": pad(result["bf16_kernels"]),
+        common.table(pd.DataFrame({"kernels without autocast": pad(result["bf16_kernels"]),
                                    "kernels with autocast": pad(result["autocast_kernels"])}),
                      hide_index=True, width="stretch")
 
@@ -220,7 +220,7 @@ if result:
                                 tooltip=["recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
                                          alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")]),
                         width="stretch")
-    st.dataframe(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "top_kernels",
+    common.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "top_kernels",
                                  "gemm_kernels", "reason") if c in df]], hide_index=True, width="stretch",
                  column_config={"rel_err_vs_bf16": st.column_config.NumberColumn(format="%.2e"),
                                 "top_kernels": st.column_config.TextColumn("longest kernels")})
@@ -304,7 +304,7 @@ if result:
                             width="stretch")
     if not good.empty and error_cols:
         st.markdown("**Relative error against bf16 cuDNN** (‖FP8 − bf16‖ / ‖bf16‖), without and with amax scaling")
-        st.dataframe(good[["shape"] + error_cols], hide_index=True, width="stretch",
+        common.table(good[["shape"] + error_cols], hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(ERRORS[c], format="%.2e") for c in error_cols})
     tflops = {f"{k}{sfx}_tflops": f"{label}{' (boost)' if sfx else ''}, TFLOP/s"
               for sfx in ("_burst", "") for k, label in SPEED.items()}
@@ -312,7 +312,7 @@ if result:
               "fp8_burst_clock_mhz": "FP8 clock at boost, MHz", "fp8_clock_mhz": "FP8 clock sustained, MHz"}
     shown = [c for c in ("shape", "status", *tflops, "burst_speedup", "speedup", "e2e_speedup", *clocks, "reason")
              if c in df]
-    st.dataframe(df[shown], hide_index=True, width="stretch",
+    common.table(df[shown], hide_index=True, width="stretch",
                  column_config={"burst_speedup": st.column_config.NumberColumn("speed-up, kernel at boost", format="%.2f×"),
                                 "speedup": st.column_config.NumberColumn("speed-up, kernel sustained", format="%.2f×"),
                                 "e2e_speedup": st.column_config.NumberColumn("speed-up, end to end", format="%.2f×"),
