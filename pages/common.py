@@ -237,12 +237,25 @@ def impl_color(df: pd.DataFrame) -> alt.Color:
                      legend=alt.Legend(values=[n for n in order if n in names]))
 
 
+def label(column: str) -> str:
+    """A measurement column's label with its unit ('device_ms' -> 'device (ms)')."""
+    config = COLUMNS.get(column)
+    return (config or {}).get("label") or column
+
+
 def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", log: bool = True,
                title: str | None = None, y_title: str | None = None) -> alt.Chart:
-    scale = alt.Scale(type="log") if log else alt.Scale()
+    """One line per implementation; on log axes the x ticks sit on the values measured, base 2."""
+    xs = sorted(pd.to_numeric(df[x], errors="coerce").dropna().unique().tolist()) if x in df else []
+    if log and len(xs) > 1:
+        x_enc = alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]),
+                      axis=alt.Axis(values=xs, format="~s"), title=label(x))
+    else:
+        x_enc = alt.X(f"{x}:Q", title=label(x))
     tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
     return (alt.Chart(df, title=title).mark_line(point=True)
-            .encode(x=alt.X(f"{x}:Q", scale=scale), y=alt.Y(f"{y}:Q", scale=scale, title=y_title or y),
+            .encode(x=x_enc, y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log") if log else alt.Scale(),
+                                     title=y_title or label(y)),
                     color=impl_color(df) if color == "implementation" else f"{color}:N",
                     tooltip=list(dict.fromkeys(tooltip)))
             .interactive())

@@ -64,19 +64,24 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 def timing_bars(df: pd.DataFrame, y: str = "implementation", title: str | None = None) -> alt.Chart:
     """Wall, throughput and device time side by side per implementation."""
     cols = [c for c in TIMINGS if c in df.columns and df[c].notna().any()]
-    long = df.melt(id_vars=[y], value_vars=cols, var_name="timing", value_name="ms").dropna(subset=["ms"])
+    long = (df.melt(id_vars=[y], value_vars=cols, var_name="timing", value_name="ms").dropna(subset=["ms"])
+            .replace({"timing": {c: common.label(c) for c in cols}}))
+    order = [common.label(c) for c in cols]
     return (alt.Chart(long, title=title).mark_bar()
-            .encode(y=alt.Y(f"{y}:N", title=None), yOffset=alt.YOffset("timing:N", sort=cols),
+            .encode(y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=320)), yOffset=alt.YOffset("timing:N", sort=order),
                     x=alt.X("ms:Q", title="ms per call"),
-                    color=alt.Color("timing:N", sort=cols),
+                    color=alt.Color("timing:N", sort=order),
                     tooltip=[y, "timing", alt.Tooltip("ms:Q", format=".4f")]))
 
 
 def tflops_bars(df: pd.DataFrame, y: str = "implementation") -> alt.Chart:
     cols = [c for c in ("tflops", "device_tflops") if c in df.columns and df[c].notna().any()]
-    long = df.melt(id_vars=[y], value_vars=cols, var_name="from", value_name="TFLOP/s").dropna(subset=["TFLOP/s"])
+    names = {"tflops": "from throughput time", "device_tflops": "from device time"}
+    long = (df.melt(id_vars=[y], value_vars=cols, var_name="from", value_name="TFLOP/s").dropna(subset=["TFLOP/s"])
+            .replace({"from": names}))
     return (alt.Chart(long).mark_bar()
-            .encode(y=alt.Y(f"{y}:N", title=None), yOffset="from:N", x=alt.X("TFLOP/s:Q"), color="from:N",
+            .encode(y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=320)), yOffset="from:N", x=alt.X("TFLOP/s:Q"),
+                    color=alt.Color("from:N", title="TFLOP/s"),
                     tooltip=[y, "from", alt.Tooltip("TFLOP/s:Q", format=".3f")]))
 
 
@@ -94,7 +99,7 @@ def not_run(df: pd.DataFrame, x: str | None = None) -> None:
 def metric_choice(df: pd.DataFrame, key: str, options=("wall_ms", "throughput_ms", "device_ms", "tflops",
                                                        "device_tflops")) -> str:
     present = [c for c in options if c in df.columns and df[c].notna().any()]
-    return st.selectbox("y axis", present or ["wall_ms"], key=key)
+    return st.selectbox("y axis", present or ["wall_ms"], key=key, format_func=common.label)
 
 
 def stored(key: str) -> dict | None:
@@ -205,7 +210,7 @@ def sweep_section(key: str, field: str, options: list[int], default: list[int], 
             st.warning("No cell of this sweep could run here; the reasons are beside.")
         else:
             y = metric_choice(good, f"{key}_y")
-            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"{y} by {field}"),
+            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"{common.label(y)} by {field}"),
                             width="stretch")
     with right:
         not_run(df, x=field)
@@ -223,7 +228,7 @@ def reference_sweep(table: str, field: str, title: str) -> None:
         left, right = st.columns([3, 2])
         with left:
             y = metric_choice(good, f"ref_{table}_y", ("device_tflops", "tflops", "device_ms", "wall_ms"))
-            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"H200: {y} by {field}")
+            st.altair_chart(common.line_chart(good, x=field, y=y, title=f"H200: {common.label(y)} by {field}")
                             , width="stretch")
         with right:
             not_run(ref, x=field)
@@ -266,7 +271,8 @@ else:
     part = long[(long["causal"] == causal) & (long["head_dim"] == head_dim)]
     good = ok_rows(part)
     y = c3.selectbox("TFLOP/s from", [c for c in ("device_tflops", "tflops") if c in good and good[c].notna().any()]
-                     or ["tflops"], key="p7_long_y")
+                     or ["tflops"], key="p7_long_y", format_func={"device_tflops": "device time (CUPTI)",
+                                                                  "tflops": "throughput time"}.get)
     charts = st.columns(2)
     for col, p in zip(charts, ["forward", "forward+backward"], strict=True):
         rows_p = good[good["pass"] == p]

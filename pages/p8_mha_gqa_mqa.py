@@ -102,7 +102,9 @@ common.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
 st.header("One decode step")
 st.write("Generating a token is attention with one query (q_len = 1) over the whole cache (kv_len = S): little "
          "arithmetic and a full read of K and V, so its time follows the KV bytes, and fewer KV heads read fewer "
-         "bytes. The mask is off: the newest token may see every cached one.")
+         "bytes. The mask is off: the newest token may see every cached one. The naive version gains nothing "
+         "from fewer KV heads: it `jnp.repeat`s K and V back to N heads before the matmul, so it reads and "
+         "writes the full-size copies; a kernel that indexes the shared head (XLA's SDPA, cuDNN) reads only K·S·H.")
 c1, c2 = st.columns([1, 2])
 kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=262_144, value=4096, step=1024,
                          key="p8_kv_len")
@@ -121,11 +123,11 @@ if rows:
     good = df[df["status"] == bench.STATUS_OK]
     if not good.empty:
         present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
-        y = st.selectbox("time", present, key="p8_decode_y")
+        y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
         st.altair_chart(
-            alt.Chart(good, title=f"Decode step: {y} by variant").mark_bar()
+            alt.Chart(good, title=f"Decode step: {common.label(y)} by variant").mark_bar()
             .encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
-                    y=alt.Y(f"{y}:Q", title=y),
+                    y=alt.Y(f"{y}:Q", title=common.label(y)),
                     color=common.impl_color(good),
                     tooltip=["variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
                              "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")]),

@@ -137,10 +137,11 @@ if rows:
     st.caption(source)
     good = df[df["status"] == bench.STATUS_OK]
     y = st.selectbox("y axis", [c for c in ("device_tflops", "tflops", "device_ms", "wall_ms")
-                                if c in good and good[c].notna().any()] or ["tflops"], key="p9_te_y")
+                                if c in good and good[c].notna().any()] or ["tflops"], key="p9_te_y",
+                     format_func=common.label)
     left, right = st.columns([3, 2])
     if not good.empty:
-        left.altair_chart(common.line_chart(good, x="q_len", y=y, title=f"{y} by q_len (causal, bfloat16)")
+        left.altair_chart(common.line_chart(good, x="q_len", y=y, title=f"{common.label(y)} by q_len (causal, bfloat16)")
                           , width="stretch")
     with right:
         for _, r in df[df["status"] != bench.STATUS_OK].iterrows():
