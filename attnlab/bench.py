@@ -121,6 +121,7 @@ class CompiledInfo:
     output_bytes: int | None
     custom_calls: tuple[str, ...]  # library kernels called from the program, e.g. '__cudnn$fmha...'
     fusions: int  # XLA fusions (each becomes one or more generated kernels on a GPU)
+    library_fusions: tuple[str, ...] = ()  # fusions XLA hands to a library (kind=kCustom, e.g. ynn_fusion on CPU)
 
     @property
     def uses_cudnn_attention(self) -> bool:
@@ -139,8 +140,11 @@ def describe_compiled(compiled) -> CompiledInfo:
         text = ""
     calls = tuple(dict.fromkeys(re.findall(r'custom_call_target="([^"]+)"', text)))
     fusions = len(re.findall(r"^\s*(?:ROOT\s+)?\S+\s*=\s*\S+\s+fusion\(", text, flags=re.MULTILINE))
+    library = tuple(dict.fromkeys(re.sub(r"\.\d+$", "", n) for n in re.findall(
+        r"^\s*(?:ROOT\s+)?%?(\S+)\s*=\s*\S+\s+fusion\(.*kind=kCustom", text, flags=re.MULTILINE)))
     get = lambda a: int(getattr(m, a)) if m is not None and getattr(m, a, None) is not None else None  # noqa: E731
-    return CompiledInfo(get("temp_size_in_bytes"), get("argument_size_in_bytes"), get("output_size_in_bytes"), calls, fusions)
+    return CompiledInfo(get("temp_size_in_bytes"), get("argument_size_in_bytes"), get("output_size_in_bytes"), calls,
+                        fusions, library)
 
 
 @functools.lru_cache(maxsize=64)

@@ -196,6 +196,9 @@ def which_kernel(info: bench.CompiledInfo) -> str:
         call = next(c for c in info.custom_calls if "cudnn$fmha" in c or "fused_attn" in c)
         return f"cuDNN fused attention (custom call {call})"
     others = f"; library calls: {', '.join(info.custom_calls)}" if info.custom_calls else ""
+    if info.library_fusions:
+        others += (f"; handed to a library: {', '.join(info.library_fusions)} (its own scratch is not in XLA's "
+                   "temp bytes)")
     return f"XLA's own code: {info.fusions} fusion{'s' if info.fusions != 1 else ''}{others}"
 
 
@@ -221,6 +224,21 @@ def compiled_summary(shape: AttentionShape, names: Sequence[str]) -> pd.DataFram
         rows.append({"implementation": name, "runs": "yes", "what ran": which_kernel(c),
                      "custom calls": ", ".join(c.custom_calls) or "none", "fusions": c.fusions,
                      "temp_bytes": c.temp_bytes, "reason": ""})
+    return pd.DataFrame(rows)
+
+
+def growth(df: pd.DataFrame, y: str = "temp_bytes", x: str = "q_len") -> pd.DataFrame:
+    """Per implementation: y at the shortest and longest x measured, their ratio, and the log-log slope
+    (2 for O(T²), 1 for O(T), 0 for a fixed size)."""
+    rows = []
+    ok = df[(df.get("status") == bench.STATUS_OK) & (df.get(y, pd.Series(dtype=float)).fillna(0) > 0)] if len(df) else df
+    for name, part in ok.groupby("implementation", sort=False):
+        part = part.sort_values(x)
+        if len(part) < 2:
+            continue
+        (x0, y0), (x1, y1) = part[[x, y]].iloc[0], part[[x, y]].iloc[-1]
+        rows.append({"implementation": name, "from": int(x0), "to": int(x1), "ratio": y1 / y0,
+                     "slope": float(np.log(y1 / y0) / np.log(x1 / x0))})
     return pd.DataFrame(rows)
 
 

@@ -269,9 +269,9 @@ def reference_note(table: str) -> pd.DataFrame:
     return df
 
 
-BYTES_LABEL = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '~g') + ' GiB' : "
-               "datum.value >= 1048576 ? format(datum.value / 1048576, '~g') + ' MiB' : "
-               "datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' : format(datum.value, '~g') + ' B'")
+BYTES_LABEL = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '.3~g') + ' GiB' : "
+               "datum.value >= 1048576 ? format(datum.value / 1048576, '.3~g') + ' MiB' : "
+               "datum.value >= 1024 ? format(datum.value / 1024, '.3~g') + ' KiB' : format(datum.value, '.3~g') + ' B'")
 
 
 def bytes_axis(title: str) -> alt.Axis:

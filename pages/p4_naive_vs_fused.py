@@ -167,13 +167,26 @@ if saved and saved[0] == (mem_shape, lengths):
         lines = alt.Chart(okm).mark_line(point=True).encode(
             x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2), title="sequence length T = S (log)"),
             y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(f"{measure} (log)")),
-            color="implementation:N", tooltip=["implementation", "q_len", "temp_bytes", "total_bytes", "what ran"])
+            color="implementation:N", strokeDash="implementation:N", tooltip=["implementation", "q_len", "temp_bytes", "total_bytes", "what ran"])
         guide = alt.Chart(scores).mark_line(strokeDash=[4, 4], color="gray").encode(
             x="q_len:Q", y="score_bytes_float32:Q", tooltip=["q_len", "score_bytes_float32"])
-        st.altair_chart((lines + guide).properties(title=f"scratch memory at {mem_shape.describe()} with T = S varied"),
+        st.altair_chart((lines + guide).properties(title=f"{measure} at {mem_shape.describe()} with T = S varied"),
                         width="stretch")
         st.caption("Dashed: the bytes of one float32 (B, N, T, S) score matrix. A slope of 2 on this log-log chart "
                    "is O(T²), a slope of 1 is O(T), a flat line is a fixed workspace.")
+        grew = layout.growth(okm, y=y)
+        if not grew.empty:
+            st.markdown("Measured here: " + "; ".join(
+                f"**{r.implementation}** ×{r.ratio:,.0f} from T = {r[2]:,} to {r[3]:,} (slope {r.slope:.1f})"
+                for r in grew.itertuples()) + ".")
+            naive = grew[grew.implementation == "naive"]
+            handed = okm[(okm.implementation == "naive") & okm["what ran"].str.contains("handed to a library", na=False)]
+            if not naive.empty and naive.slope.iloc[0] < 1.5 and not handed.empty:
+                st.info("Here naive's scratch does not grow as T²: on this CPU backend XLA hands naive's whole "
+                        "matmul → softmax → matmul to one library fusion (`ynn_fusion`), which keeps the scores in "
+                        "its own scratch, and `memory_analysis()` counts only XLA's buffers. What grows here is "
+                        "the transposed copies of Q, K and V, O(T). On a GPU the naive program writes the "
+                        "(B, N, T, S) scores between its kernels: the H200 chart below shows slope 2.")
     zero = mem[(mem.status == "ok") & (mem.get(y, pd.Series(dtype=float)).fillna(0) <= 0)]
     if not zero.empty:
         st.caption(f"{', '.join(zero['implementation'].unique())} reported no scratch bytes at some lengths "
@@ -204,9 +217,25 @@ if not ref.empty and {"temp_bytes", "q_len", "implementation"} <= set(ref.column
     if not fwd.empty:
         st.markdown("**Shipped reference: compiled scratch memory measured on the GPU named above (forward pass)**")
         st.altair_chart(alt.Chart(fwd).mark_line(point=True).encode(
-            x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2), title="T = S (log)"),
+            x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2, nice=False),
+                    axis=alt.Axis(values=sorted(fwd["q_len"].unique().tolist())), title="T = S (log)"),
             y=alt.Y("temp_bytes:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis("scratch memory (log)")),
-            color="implementation:N", tooltip=[c for c in ("shape", "implementation", "temp_bytes") if c in fwd.columns]),
+            color="implementation:N", strokeDash="implementation:N",
+            tooltip=[c for c in ("shape", "implementation", "temp_bytes") if c in fwd.columns]),
             width="stretch")
+        wide = fwd.pivot_table(index="q_len", columns="implementation", values="temp_bytes")
+        if {"naive", "sdpa_xla"} <= set(wide.columns) and (wide["naive"] == wide["sdpa_xla"]).all():
+            st.caption("naive and sdpa_xla compile to the same scratch at every T (XLA makes the same program of "
+                       "both), so their lines lie on top of each other (dashed apart here).")
+        grew = layout.growth(fwd)
+        if not grew.empty:
+            st.caption("Growth: " + "; ".join(f"{r.implementation} ×{r.ratio:,.0f} from T = {r[2]:,} to {r[3]:,} "
+                                              f"(slope {r.slope:.1f})" for r in grew.itertuples()) + ".")
+        all_rows = ref[ref["pass"] == "forward"] if "pass" in ref.columns else ref
+        if keys and not all_rows.empty:
+            all_rows = all_rows[(all_rows[keys] == fwd[keys].iloc[0]).all(axis=1)]
+        absent = all_rows[all_rows.get("status") != "ok"] if "status" in all_rows.columns else all_rows.iloc[:0]
+        for r in absent.drop_duplicates("implementation").itertuples():
+            st.caption(f"{r.implementation} has no point from T = {r.q_len:,}: {r.reason}")
         if keys:
             st.caption("Reference configuration: " + ", ".join(f"{k} {fwd[k].iloc[0]}" for k in keys) + ".")

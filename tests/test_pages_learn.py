@@ -6,6 +6,8 @@ the whole file runs in about a minute; heavy results are cached across tests (st
 """
 
 
+import re
+
 import jax
 import numpy as np
 import pandas as pd
@@ -173,10 +175,31 @@ def test_naive_vs_fused_page_compiled_memory_grows_as_t_squared_for_naive():
     n = chart[chart.implementation == "naive"].set_index("q_len")["temp_bytes"]
     assert n[1024] / n[256] > 6  # T four times longer: O(T²) scratch grows ~16x (XLA reuses some buffers), O(T) 4x
     assert n[1024] >= CUSTOM_SHAPE.replace(q_len=1024, kv_len=1024).score_elements() * 4  # holds the float32 scores
+    growth = next(m.value for m in at.markdown if m.value.startswith("Measured here:"))
+    slope = float(re.search(r"\*\*naive\*\* ×[\d,]+ from T = [\d,]+ to 1,024 \(slope ([\d.]+)\)", growth)[1])
+    first = n.index.min()
+    assert slope == pytest.approx(np.log(n[1024] / n[first]) / np.log(1024 / first), abs=0.05), growth
     at.radio(key="p4_mem_measure").set_value(at.radio(key="p4_mem_measure").options[1]).run()
     assert not at.exception
     chart = next(c for c in chart_data(at) if "total_bytes" in c.columns)
     assert (chart["total_bytes"] > chart["temp_bytes"]).all()  # inputs and output on top of the scratch
+
+
+def test_naive_vs_fused_page_says_when_a_library_fusion_hides_naives_scratch():
+    # XLA on CPU hands naive's dot-softmax-dot at the codelab shape to one library fusion (ynn_fusion),
+    # whose scratch memory_analysis() does not count: the page must not claim O(T²) from that curve.
+    at = open_page("pages/p4_naive_vs_fused.py", {})
+    at.select_slider(key="p4_mem_max").set_value(1024).run()
+    at.button(key="p4_memory").click().run()
+    assert not at.exception
+    chart = next(c for c in chart_data(at) if "temp_bytes" in c.columns)
+    n = chart[chart.implementation == "naive"].set_index("q_len")["temp_bytes"]
+    what = " ".join(chart[chart.implementation == "naive"]["what ran"])
+    infos = " ".join(i.value for i in at.info)
+    if n[1024] / n[128] < 2 ** 1.5 * 4 and "handed to a library" in what:  # slope below 1.5 over T x8
+        assert "ynn_fusion" in infos and "slope 2" in infos
+    else:
+        assert "ynn_fusion" not in infos
 
 
 def test_naive_vs_fused_page_shows_shipped_reference_memory(monkeypatch):
