@@ -37,15 +37,19 @@ def masked(view: AttentionShape, window: tuple[int, int] | None, kv_lengths: tup
         return None, f"{type(e).__name__}: {str(e).strip()[:400]}"
 
 
-def heatmap(m: np.ndarray, title: str) -> alt.Chart:
-    df = weights.long_frame(m, "weight")
+def heatmap(m: np.ndarray, title: str, vmax: float) -> alt.Chart:
+    """Weights as a heatmap on a colour scale shared by both maps; masked cells (weight exactly 0) in grey."""
+    df = weights.long_frame(m, "weight").assign(masked=lambda d: d["weight"] == 0)
     small = max(m.shape) <= 16
     ticks = lambda n: alt.Axis() if small else alt.Axis(values=list(range(0, n, 8)))  # noqa: E731
     base = alt.Chart(df, title=title).encode(x=alt.X("key:O", title="key position", axis=ticks(m.shape[1])),
                                              y=alt.Y("query:O", title="query position", axis=ticks(m.shape[0])))
-    chart = base.mark_rect().encode(
-        color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues", domain=[0, float(np.nanmax(m)) or 1.0])),
+    seen = base.transform_filter("!datum.masked").mark_rect().encode(
+        color=alt.Color("weight:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax])),
         tooltip=["query", "key", alt.Tooltip("weight:Q", format=".4f")])
+    hidden = base.transform_filter("datum.masked").mark_rect(color="#d9d9d9").encode(
+        tooltip=["query", "key", alt.Tooltip("weight:Q", format=".1f", title="weight (masked)")])
+    chart = hidden + seen
     if small:
         chart = chart + base.mark_text(baseline="middle", fontSize=9).encode(text=alt.Text("weight:Q", format=".2f"))
     return chart.properties(width=340, height=340)
@@ -69,7 +73,7 @@ shape = common.require_shape()
 view = weights.view_shape(shape)
 if view != shape:
     st.caption(f"The heatmaps use the first {view.batch} batch element(s) and the first {view.q_len} × {view.kv_len} "
-               f"positions of your shape ({view.describe()}), so they stay readable and cheap; the table below "
+               f"positions of your shape ({shape.describe()}), so they stay readable and cheap; the table below "
                "uses the whole shape.")
 
 c1, c2 = st.columns(2)
@@ -80,9 +84,11 @@ h = c2.selectbox(f"head (of {shape.heads})", list(range(shape.heads)), key="p6_h
 if shape.group_size > 1:
     c2.caption(f"{shape.variant}: query head {h} reads key/value head {h // shape.group_size}.")
 full, causal = full_and_causal(view, b, h)
-c1.altair_chart(heatmap(full, "full: every query sees every key"), width="content")
-c2.altair_chart(heatmap(causal, "causal: query i sees keys 0..i"), width="content")
-st.caption("Blank cells are masked (weight exactly 0). Each row sums to 1 in both.")
+vmax = float(max(np.nanmax(full), np.nanmax(causal))) or 1.0
+c1.altair_chart(heatmap(full, "full: every query sees every key", vmax), width="content")
+c2.altair_chart(heatmap(causal, "causal: query i sees keys 0..i", vmax), width="content")
+st.caption("Grey cells are masked (weight exactly 0). Both maps share one colour scale, and each row sums to 1 in "
+           "both: the causal rows share their weight among fewer keys, so their cells are darker.")
 
 st.subheader("First position against last")
 st.write(
@@ -144,7 +150,8 @@ else:
     tol = impls.TOLERANCES[view.dtype]
     diff = result["max_abs_diff"]
     c1, c2 = st.columns([3, 2])
-    c1.altair_chart(heatmap(result["weights"][b, h], f"weights, batch {b}, head {h}"), width="content")
+    w = result["weights"][b, h]
+    c1.altair_chart(heatmap(w, f"weights, batch {b}, head {h}", float(np.nanmax(w)) or 1.0), width="content")
     c2.metric("max |fused − weights·V|", f"{diff:.3g}")
     c2.metric(f"within the {view.dtype} tolerance (atol {tol['atol']:g})", str(diff <= tol["atol"]))
     c2.caption("The fused call got the masks as arguments; weights·V applied them by hand. "
