@@ -159,11 +159,12 @@ def support_table(shape: AttentionShape) -> pd.DataFrame:
 
 
 def queue_notice() -> None:
-    """Say so when another learner's run holds the device (ours will wait its turn)."""
+    """Say so when another measurement holds the device (ours will wait its turn)."""
     q = bench.DEVICE_QUEUE
     if q.running >= q.slots:
-        st.info(f"Another learner's measurement is using the device ({q.waiting} waiting); yours runs next, "
-                "so the timings are not disturbed.")
+        queue = f" with {q.waiting} more queued" if q.waiting else ""
+        st.info(f"Another measurement is using the device{queue}; this one runs after it, so neither disturbs "
+                "the other's timings.")
 
 
 def run_cells(cells: list[tuple[AttentionShape, str, bool]], label: str) -> list[dict]:
@@ -197,6 +198,10 @@ COLUMNS = {
     "relative_error": _num("relative error", format="%.2e"),
     "rel_err_vs_bf16": _num("error vs bf16", format="%.2e"),
     "ms": _num("ms", format="%.3f"),
+    "bytes": _num("bytes", format="localized"),
+    "nbytes": _num("bytes", format="localized"),
+    "elements": _num("elements", format="localized"),
+    "bytes_per_token": _num("bytes per token", format="localized"),
     "reason": _text("reason", width="large"),
     "why not": _text("why not", width="large"),
     "detail": _text("detail", width="large"),

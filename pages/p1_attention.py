@@ -101,7 +101,9 @@ seq_len = 64
 effect, spread = scale_study(seq_len)
 common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
                                     "std_scaled": "spread of q·k / √d"}),
-             hide_index=True, width="stretch")
+             hide_index=True, width="stretch",
+             column_config={c: st.column_config.NumberColumn(format="%.2f")
+                            for c in ("√d", "spread of q·k", "spread of q·k / √d")})
 st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
 
 x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")

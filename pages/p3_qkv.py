@@ -25,8 +25,7 @@ st.write(
 shape = common.require_shape()
 st.subheader(f"The arrays at {shape.describe()}")
 table = layout.layout_table(shape)
-common.table(table.drop(columns=["role"]), hide_index=True, width="stretch",
-             column_config={"bytes": st.column_config.NumberColumn("bytes", format="%d")})
+common.table(table.drop(columns=["role"]), hide_index=True, width="stretch")
 common.download(table, f"layout_{shape.describe().replace(' ', '_')}")
 
 rows = table.set_index("array")

@@ -297,6 +297,11 @@ else:
     fid = reference.frame("fidelity")
     if not fid.empty:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
-                    "(harness_over_bare near 1 means the harness adds nothing of its own).")
-        common.table(fid, hide_index=True, width="stretch")
+                    "(harness ÷ bare loop near 1 means the harness adds nothing of its own).")
+        first = [c for c in ("shape", "harness_over_bare", "harness_tflops", "bare_tflops", "harness_device_tflops",
+                             "harness_wall_ms", "harness_device_ms") if c in fid]
+        common.table(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
+                     column_config={"harness_over_bare": st.column_config.NumberColumn("harness ÷ bare loop", format="%.3f"),
+                                    "harness_tflops": st.column_config.NumberColumn("harness TFLOP/s", format="%.1f"),
+                                    "bare_tflops": st.column_config.NumberColumn("bare loop TFLOP/s", format="%.1f")})
         common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")

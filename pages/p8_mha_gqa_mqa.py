@@ -79,12 +79,12 @@ show = cache.assign(**{
     f"cache for the batch of {shape.batch}": cache["cache_bytes_for_batch"].map(common.fmt_bytes),
     "of MHA's cache": cache["fraction_of_mha"].map("{:.1%}".format),
 })
-common.table(show[["variant", "kv_heads", "query heads per KV head", "bytes_per_token", "bytes per token",
+common.table(show[["variant", "kv_heads", "query heads per KV head", "bytes per token",
                    "cache per sequence", f"cache for the batch of {shape.batch}", "of MHA's cache"]],
              hide_index=True, width="stretch")
 metrics = st.columns(len(cache))
 for col, (_, r) in zip(metrics, cache.iterrows(), strict=True):
-    col.metric(f"{r['variant']}: bytes per token", f"{int(r['bytes_per_token']):,}",
+    col.metric(f"{r['variant']}: bytes per token", f"{int(r['bytes_per_token']):,} B",
                help=f"2 · {r['kv_heads']} · {shape.head_dim} · {shape.itemsize} · {int(layers)}")
 st.altair_chart(
     alt.Chart(cache.assign(GiB=cache["cache_bytes_per_sequence"] / 2**30), title=(

@@ -311,7 +311,7 @@ if result:
               for sfx in ("_burst", "") for k, label in SPEED.items()}
     clocks = {"bf16_burst_clock_mhz": "bf16 clock at boost, MHz", "bf16_clock_mhz": "bf16 clock sustained, MHz",
               "fp8_burst_clock_mhz": "FP8 clock at boost, MHz", "fp8_clock_mhz": "FP8 clock sustained, MHz"}
-    shown = [c for c in ("shape", "status", *tflops, "burst_speedup", "speedup", "e2e_speedup", *clocks, "reason")
+    shown = [c for c in ("shape", "status", "burst_speedup", "speedup", "e2e_speedup", *tflops, *clocks, "reason")
              if c in df]
     common.table(df[shown], hide_index=True, width="stretch",
                  column_config={"burst_speedup": st.column_config.NumberColumn("speed-up, kernel at boost", format="%.2f×"),

@@ -196,7 +196,8 @@ def test_benchmarks_page_shows_the_reference_only_when_it_exists(with_reference)
 # 8 · MHA, GQA, MQA
 # --------------------------------------------------------------------------------------------
 def _bytes_per_token(at: AppTest) -> dict[str, int]:
-    return {m.label.split(":")[0]: int(m.value.replace(",", "")) for m in at.metric if "bytes per token" in m.label}
+    return {m.label.split(":")[0]: int(m.value.replace(",", "").removesuffix(" B"))
+            for m in at.metric if "bytes per token" in m.label}
 
 
 def test_variants_page_at_the_codelab_shape_shows_identical_outputs_and_the_cache_formula():
