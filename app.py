@@ -11,7 +11,7 @@ from pages import common
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 
 PAGES = [
-    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="home", default=True),
+    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="formula", default=True),
     st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
     st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
     st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
@@ -23,12 +23,13 @@ PAGES = [
 ]
 
 def _first_page() -> None:
-    """/attention: the first page is served at the root URL, so this link leads there."""
+    """/attention and /home: the first page is served at the root URL, so these links lead there."""
     st.switch_page(PAGES[0])
 
 
-page = st.navigation(PAGES + [st.Page(_first_page, title="1 · How attention works", url_path="attention",
-                                      visibility="hidden")])
+ALIASES = [st.Page(_first_page, title="1 · How attention works", url_path=path, visibility="hidden")
+           for path in ("attention", "home")]
+page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
 common.device_badge()
 st.session_state["shape"] = common.shape_sidebar()

@@ -127,6 +127,15 @@ def test_the_root_url_opens_the_first_page(tab, base_url):
     tab.assert_clean()
 
 
+@pytest.mark.parametrize("alias", ["home", "attention"])
+def test_links_to_the_first_page_by_name_lead_to_it_with_their_shape(tab, base_url, alias):
+    page = tab.page
+    open_page(page, base_url, alias, PAGES[0][1], "q_len=64&kv_len=64")
+    page.wait_for_url(re.compile(r"/\?q_len=64&kv_len=64"), timeout=30_000)
+    assert page.locator(NOT_FOUND).count() == 0
+    tab.assert_clean()
+
+
 # --------------------------------------------------------------------------------------------
 # the shape: sidebar <-> URL
 # --------------------------------------------------------------------------------------------
