@@ -254,7 +254,7 @@ def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", 
     xs = sorted(pd.to_numeric(df[x], errors="coerce").dropna().unique().tolist()) if x in df else []
     if log and len(xs) > 1:
         x_enc = alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]),
-                      axis=alt.Axis(values=xs, format="~s"), title=label(x))
+                      axis=alt.Axis(values=xs, format=",~g"), title=label(x))
     else:
         x_enc = alt.X(f"{x}:Q", title=label(x))
     tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
