@@ -1,50 +1,40 @@
 """Where does cuDNN attention's time go at long context? bf16 and FP8 variants, GPU kernel time.
 
-Run on the GPU machine:  python3 scripts/fp8_probe.py [OUT_DIR]
-Each variant: compiled once, warmed up for 0.3 s, then CUPTI (mosaic profiler) over 20 calls;
-the median call's total kernel time and its kernels. bf16 cuDNN is measured first and last, to
-see whether the GPU drifted during the run. A table is printed last.
+Run on the GPU machine:  PYTHONPATH=. python3 scripts/fp8_probe.py [OUT_DIR]
+Each variant goes through the lab's harness (`bench.clock_states`): CUPTI kernel time at the GPU's
+boost clock (after 0.5 s idle) and after 1 s of back-to-back calls, each with the SM clock read.
+bf16 cuDNN is measured first and last, to see whether the GPU drifted. A table is printed last.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 from jax._src.cudnn import fused_attention_stablehlo as fa
-from jax.experimental.mosaic.gpu import profiler
 
-from attnlab import fp8
+from attnlab import bench, fp8
 
 ROWS = []
 
 
-def kernel_ms(fn, *args, iterations: int = 20):
-    f = jax.jit(fn)
-    jax.block_until_ready(f(*args))
-    t_end = time.perf_counter() + 0.3
-    while time.perf_counter() < t_end:
-        jax.block_until_ready(f(*args))
-    _, per_iter = profiler.measure(f, aggregate=False, iterations=iterations)(*args)
-    totals = [sum(ms for _, ms in it) for it in per_iter]
-    i = sorted(range(len(totals)), key=totals.__getitem__)[len(totals) // 2]
-    return statistics.median(totals), min(totals), [(n[:90], round(ms, 4)) for n, ms in per_iter[i]]
-
-
 def row(label, shape, causal, fn, *args):
+    """One variant through the lab's harness: kernel time at boost clock and sustained, with the clock."""
     b, t, n, h = shape
     flops = 4 * b * n * t * t * h / (2 if causal else 1)
+    where = f"B{b} T{t} N{n} H{h}{' causal' if causal else ''}"
     try:
-        med, best, kernels = kernel_ms(fn, *args)
-        r = dict(label=label, shape=f"B{b} T{t} N{n} H{h}{' causal' if causal else ''}", ms=med,
-                 tflops=flops / med / 1e9, best_tflops=flops / best / 1e9, kernels=kernels)
+        compiled, _ = bench.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
+        s = bench.clock_states(compiled, args, idle_s=0.5, sustain_s=1.0)
+        _, kernels, _ = bench.kernel_times(compiled, args, iterations=3)
+        r = dict(label=label, shape=where, burst_ms=s.burst_ms, burst_tflops=flops / s.burst_ms / 1e9,
+                 burst_mhz=s.burst_clock_mhz, ms=s.sustained_ms, tflops=flops / s.sustained_ms / 1e9,
+                 mhz=s.sustained_clock_mhz, kernels=[(k[:90], round(ms, 4)) for k, ms in kernels])
     except Exception as e:  # a variant the kernel does not take is a finding, not a crash
-        r = dict(label=label, shape=f"B{b} T{t} N{n} H{h}", error=f"{type(e).__name__}: {str(e)[:300]}")
+        r = dict(label=label, shape=where, error=f"{type(e).__name__}: {str(e)[:300]}")
     ROWS.append(r)
     print(json.dumps(r), flush=True)
 
@@ -115,13 +105,14 @@ def main(out_dir):
             row("bf16 jax.nn cudnn (again)", shape, causal, bf16_jaxnn(causal), q, k, v)
     with open(os.path.join(out_dir, "fp8_probe.json"), "w") as f:
         json.dump(ROWS, f, indent=1)
-    print(f"\n{'variant':<40} {'shape':<24} {'ms':>7} {'TFLOP/s':>8} {'best':>6}  kernels")
+    print(f"\n{'variant':<38} {'shape':<24} {'TFLOP/s boost':>13} {'MHz':>5} {'sustained':>9} {'MHz':>5}  kernels")
     for r in ROWS:
         if "error" in r:
-            print(f"{r['label']:<40} {r['shape']:<24} ERROR {r['error'][:120]}")
+            print(f"{r['label']:<38} {r['shape']:<24} ERROR {r['error'][:120]}")
         else:
             names = ", ".join(f"{n[:28]}:{ms:.3f}" for n, ms in r["kernels"])
-            print(f"{r['label']:<40} {r['shape']:<24} {r['ms']:7.3f} {r['tflops']:8.1f} {r['best_tflops']:6.0f}  {names[:110]}")
+            print(f"{r['label']:<38} {r['shape']:<24} {r['burst_tflops']:13.1f} {r['burst_mhz'] or 0:5d} "
+                  f"{r['tflops']:9.1f} {r['mhz'] or 0:5d}  {names[:90]}")
 
 
 if __name__ == "__main__":
