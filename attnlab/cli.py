@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import os
@@ -29,18 +28,33 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=int, default=getattr(d, f))
     p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--causal", action="store_true")
+    p.add_argument("--window", type=int, nargs=2, metavar=("LEFT", "RIGHT"), help="sliding window: keys i-LEFT..i+RIGHT")
+    p.add_argument("--kv-lengths", dest="kv_lengths", type=int, nargs="+", help="real keys per sequence (padding)")
 
 
 def _shape(a) -> AttentionShape:
-    shape = AttentionShape(**{f.name: getattr(a, f.name) for f in dataclasses.fields(AttentionShape)})
+    window = tuple(a.window) if a.window else None
+    shape = AttentionShape(**{f: getattr(a, f) for f in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+                                                          "dtype", "causal")}, window=window,
+                           kv_lengths=tuple(a.kv_lengths or ()))
     problems = shape.validate()
     if problems:
         raise SystemExit("invalid shape:\n  " + "\n  ".join(problems))
     return shape
 
 
+def _writable(*paths: str | None) -> None:
+    """Refuse, before any work, an output path that cannot be written."""
+    for path in filter(None, paths):
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise SystemExit(f"cannot write {path}: the folder {folder} does not exist")
+        if (os.path.exists(path) and not os.access(path, os.W_OK)) or not os.access(folder, os.W_OK):
+            raise SystemExit(f"cannot write {path}: permission denied")
+
+
 def _print(df: pd.DataFrame, columns: list[str]) -> None:
-    cols = [c for c in columns if c in df.columns]
+    cols = [c for c in columns if df[c].notna().any()]
     with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 200,
                            "display.max_colwidth", 70, "display.float_format", "{:.4g}".format):
         print(df[cols].to_string(index=False))
@@ -48,69 +62,64 @@ def _print(df: pd.DataFrame, columns: list[str]) -> None:
 
 def cmd_info(a) -> int:
     from attnlab import device
-    from attnlab import implementations as impls
+    from attnlab.backends import REGISTRY
 
     info = device.info()
     for what, value in info.as_rows():
         print(f"{what:>20}  {value}")
     shape = _shape(a)
     print(f"\nimplementations at {shape.describe()}:")
-    for name, s in impls.available(shape, info).items():
-        print(f"  {'yes' if s.ok else 'no ':3}  {name:<11} {'' if s.ok else s.reason}")
+    for name, backend in REGISTRY.items():
+        why = backend.unmet(shape, info)
+        print(f"  {'no ' if why else 'yes':3}  {name:<11} {why or ''}")
     return 0
 
 
-def compare(shape: AttentionShape, names: list[str] | None = None) -> pd.DataFrame:
-    """Every implementation at `shape`: error against the float64 reference, then its timings."""
-    from attnlab import bench, device
-    from attnlab import implementations as impls
-
-    info = device.info()
-    q, k, v = impls.make_inputs(shape)
-    ref = impls.float64_reference(shape, q, k, v)
-    rows = []
-    for name in names or list(impls.REGISTRY):
-        row = bench.run_cell(shape, name, info=info)
-        check = ref.check(name, impls.get(name).jit(shape)(q, k, v)) if row["status"] == "ok" else None
-        if check:
-            row.update(max_abs_error=check.max_abs_error, relative_error=check.relative_error, allclose=check.allclose)
-        rows.append(row)
-    df = bench.to_frame(rows)
-    df.attrs["reference_note"] = ref.note
-    return df
-
-
 def cmd_compare(a) -> int:
-    df = compare(_shape(a), a.impl)
-    if df.attrs.get("reference_note"):
-        print(f"float64 reference: {df.attrs['reference_note']}")
+    from attnlab import runs
+
+    shape = _shape(a)
+    df = runs.to_frame(runs.run(shape, a.impl, accuracy=True, timed=True))
+    notes = df["reference_note"].dropna().unique()
+    if len(notes):
+        print(f"float64 reference: {notes[0]}")
     _print(df, ["implementation", "status", "max_abs_error", "relative_error", "allclose", "compile_ms",
                 "wall_ms", "throughput_ms", "device_ms", "kernel_count", "tflops", "pct_of_peak", "temp_bytes", "reason"])
-    ok = df[df.status == "ok"]
-    return 0 if ok["allclose"].all() else 1
+    ok = df[df.status == runs.OK]
+    return 0 if ok["allclose"].fillna(False).astype(bool).all() else 1
 
 
 def cmd_sweep(a) -> int:
-    from attnlab import bench
-    from attnlab import implementations as impls
+    from attnlab import runs
+    from attnlab.backends import REGISTRY
 
     base = _shape(a)
-    kind = int if a.over != "dtype" else str
-    try:
-        values = [kind(v) for v in a.values]
-    except ValueError:
-        raise SystemExit(f"--values for {a.over} must be whole numbers") from None
-    names = a.impl or list(impls.REGISTRY)
-    rows = []
-    for row in bench.sweep(base, a.over, values, names, backward=a.backward):
-        rows.append(row)
-        print(f"  {a.over}={row['value']:<8} {row['implementation']:<11} {row['status']}", file=sys.stderr)
-    df = bench.to_frame(rows)
+    values, bad = [], []
+    for raw in a.values:
+        try:
+            value = int(raw)
+        except ValueError:
+            bad.append(f"{raw!r} is not a whole number")
+            continue
+        s = base.replace(**{a.over: value})
+        if a.over == "q_len" and base.q_len == base.kv_len:
+            s = s.replace(kv_len=value)
+        problems = s.validate()
+        (bad.append(f"{a.over}={value}: {' '.join(problems)}") if problems else values.append(value))
+    if bad:
+        raise SystemExit("invalid sweep values:\n  " + "\n  ".join(bad))
+    _writable(a.csv, a.json)
+    results = []
+    for r in runs.sweep(base, a.over, values, a.impl or list(REGISTRY), accuracy=False, timed=True,
+                        backward=a.backward):
+        results.append(r)
+        print(f"  {a.over}={getattr(r.shape, a.over):<8} {r.implementation:<11} {r.status}", file=sys.stderr)
+    df = runs.to_frame(results)
     if a.csv:
         df.to_csv(a.csv, index=False)
     if a.json:
         df.to_json(a.json, orient="records", indent=1)
-    _print(df, ["value", "implementation", "status", "wall_ms", "throughput_ms", "device_ms", "tflops",
+    _print(df, [a.over, "implementation", "status", "wall_ms", "throughput_ms", "device_ms", "tflops",
                 "device_tflops", "pct_of_peak", "temp_bytes", "reason"])
     return 0
 
@@ -118,6 +127,7 @@ def cmd_sweep(a) -> int:
 def cmd_bench(a) -> int:
     from attnlab import suite
 
+    _writable(a.out)
     t0 = time.perf_counter()
     result = suite.run(quick=a.quick, log=lambda s: print(f"[{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr, flush=True))
     if a.out:
@@ -142,7 +152,7 @@ def cmd_gpucheck(a) -> int:
     log = tests.stdout + tests.stderr
     if importlib.util.find_spec("streamlit"):  # the page tests too (the GPU image may need it carried)
         pages = subprocess.run(common + ["-m", "not gpu and not browser and not load", f"--junitxml={out}/page-tests.xml",
-                                         "tests/test_pages_learn.py", "tests/test_pages_measure.py", "tests/test_app_frame.py"],
+                                         "tests/pages"],
                                text=True, capture_output=True)
         log += "\n--- page tests (AppTest) ---\n" + pages.stdout + pages.stderr
     else:
@@ -188,9 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_gpucheck)
     a = p.parse_args(argv)
     if getattr(a, "impl", None):
-        from attnlab import implementations as impls
+        from attnlab.backends import REGISTRY
 
         for n in a.impl:
-            if n not in impls.REGISTRY:
-                p.error(f"unknown implementation {n!r}; choose from {', '.join(impls.REGISTRY)}")
-    return a.func(a)
+            if n not in REGISTRY:
+                p.error(f"unknown implementation {n!r}; choose from {', '.join(REGISTRY)}")
+    try:
+        return a.func(a)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:  # a file that could not be written after all, a full disk
+        print(f"error: {e.strerror or e}: {e.filename or ''}", file=sys.stderr)
+        return 1

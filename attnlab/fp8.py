@@ -25,9 +25,6 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from attnlab import implementations as impls
-from attnlab.device import FP8_ATTENTION_MIN_CC, DeviceInfo
-from attnlab.shapes import AttentionShape
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = 448.0
@@ -104,34 +101,6 @@ def calibrated_output_scale(q, k, v, *, causal: bool) -> float:
     _, _, amax_o = jax.jit(lambda q, k, v: cudnn_fp8_attention(q, k, v, causal=causal, scale_s=P_SCALE))(q, k, v)
     amax_o = float(amax_o)
     return E4M3_MAX / amax_o if amax_o > 0 else 1.0
-
-
-def _fp8_requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
-    if not device.is_cuda:
-        return f"needs a CUDA GPU of compute capability ≥ {FP8_ATTENTION_MIN_CC[0]}.0 (Hopper); this backend is {device.backend}"
-    if not device.at_least(FP8_ATTENTION_MIN_CC):
-        return (f"cuDNN's FP8 attention needs compute capability ≥ 9.0 (Hopper); this {device.device_kind} "
-                f"is {device.compute_capability_str}")
-    if device.cudnn_version is None:
-        return "needs cuDNN, which JAX did not load"
-    if shape.dtype not in ("bfloat16", "float16"):
-        return f"takes bfloat16 or float16 inputs, quantised to FP8 E4M3 inside (got {shape.dtype})"
-    if shape.head_dim > 256 or shape.head_dim % 16:
-        return f"FP8 attention needs head_dim ≤ 256 and a multiple of 16 (got {shape.head_dim})"
-    if shape.kv_heads != shape.heads:
-        return "JAX's FP8 attention path takes MHA only (kv_heads == heads)"
-    return None
-
-
-impls.register(impls.Implementation(
-    name="cudnn_fp8",
-    label="cuDNN FP8 (JAX internal)",
-    # Q, K, V scaled by 448/amax and P by 448 inside the call; O at unit scale (no calibration run)
-    fn=lambda q, k, v, shape: cudnn_fp8_attention(q, k, v, causal=shape.causal, scale_s=P_SCALE)[0],
-    requirements=_fp8_requirements,
-    description="cuDNN's FP8 flash attention via jax._src.cudnn (E4M3 inputs, amax scaling), forward only.",
-    memory_kind="fused",
-))
 
 
 HOPPER_SNIPPET = '''\

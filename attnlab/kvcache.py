@@ -19,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnlab import bench, device
-from attnlab import implementations as impls
+from attnlab import runs
 from attnlab.shapes import AttentionShape
 
 
@@ -91,32 +90,15 @@ def cache_table(shape: AttentionShape, context_len: int, layers: int) -> pd.Data
 # --------------------------------------------------------------------------------------------
 # same output shape, same answer
 # --------------------------------------------------------------------------------------------
-def output_check(shape: AttentionShape, name: str) -> dict:
-    """One implementation on one variant: Q, K/V and output shapes, and a check against float64
-    (on a slice of batch and heads where the whole reference would be too big; the row says so)."""
-    impl = impls.get(name)
-    row = {
-        "variant": shape.variant, "kv_heads": shape.kv_heads, "implementation": name, "shape": shape.describe(),
-        "q shape": str(shape.q_shape()), "k, v shape": str(shape.kv_shape()), "output shape": "",
-        "status": bench.STATUS_OK, "reason": "",
-    }
-    support = impl.supports(shape, device.info())
-    if not support.ok:
-        return {**row, "status": bench.STATUS_UNSUPPORTED, "reason": support.reason}
-    try:
-        q, k, v = impls.make_inputs(shape)
-        with bench.DEVICE_QUEUE.slot():
-            out = np.asarray(impl.jit(shape)(q, k, v).astype("float32"))
-        ref = impls.float64_reference(shape, q, k, v)
-        check = ref.check(name, out)
-    except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
-        status = bench.STATUS_OOM if bench.is_out_of_memory(e) else bench.STATUS_ERROR
-        return {**row, "status": status, "reason": f"{type(e).__name__}: {str(e).strip()[:300]}"}
-    row["output shape"] = str(tuple(out.shape))
-    if check is None:
-        return {**row, "matches reference": None, "reference note": ref.note}
-    return {**row, "matches reference": check.allclose, "max_abs_error": check.max_abs_error,
-            "relative_error": check.relative_error, "reference note": ref.note}
+def output_checks(shape: AttentionShape, names: list[str]) -> pd.DataFrame:
+    """Every variant of `shape` through each implementation: Q, K/V and output shapes, and the
+    output against the float64 reference (on a slice where the whole would be too big)."""
+    results, extra = [], []
+    for v in variants(shape):
+        for r in runs.run(v, names, accuracy=True):
+            results.append(r)
+            extra.append({"variant": v.variant, "q shape": str(v.q_shape()), "k, v shape": str(v.kv_shape())})
+    return runs.to_frame(results, extra)
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,15 +118,17 @@ def kv_read_bytes(shape: AttentionShape) -> int:
     return 2 * shape.batch * shape.kv_len * shape.kv_heads * shape.head_dim * shape.itemsize
 
 
-def decode_row(row: dict) -> dict:
-    """A bench.run_cell row of a decode step, with its variant, KV bytes read and GB/s achieved.
+def decode_table(results: list[runs.Result]) -> pd.DataFrame:
+    """Timed decode steps as a table, with the variant, the K and V bytes read and the GB/s achieved.
 
     GB/s is K and V bytes over the best time there is (device time on a GPU, else the pipelined
     throughput time): how close the step comes to the memory bandwidth that bounds it.
     """
-    shape = AttentionShape(**{k: row[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
-                                                  "dtype", "causal")})
-    ms = row.get("device_ms") or row.get("throughput_ms")
-    read = kv_read_bytes(shape)
-    return {**row, "variant": shape.variant, "kv_read_bytes": read,
-            "kv_read_gb_per_s": read / (ms * 1e-3) / 1e9 if ms and row.get("status") == bench.STATUS_OK else None}
+    extra = []
+    for r in results:
+        t = r.timing
+        ms = (t.device_ms or t.throughput_ms) if t else None
+        read = kv_read_bytes(r.shape)
+        extra.append({"variant": r.shape.variant, "kv_read_bytes": read,
+                      "kv_read_gb_per_s": read / (ms * 1e-3) / 1e9 if ms and r.ok else None})
+    return runs.to_frame(results, extra)

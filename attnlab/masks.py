@@ -1,39 +1,62 @@
 """Boolean attention masks, True where a query may attend to a key (the `jax.nn` convention).
 
-All masks are (T, S) or (B, 1, T, S) and broadcast against scores of shape (B, N, T, S).
-Causal masks are aligned top-left, as `jax.nn.dot_product_attention(is_causal=True)` aligns
-them: query i sees keys 0..i.
+Masks are (T, S) or (B, 1, T, S) and broadcast against scores of shape (B, N, T, S). They follow
+`jax.nn.dot_product_attention`'s arguments:
+
+    is_causal=True                 query i sees keys 0..i (aligned top-left)
+    local_window_size=(L, R)       query i sees keys i-L .. i+R (a sliding window)
+    key_value_seq_lengths=[S_b]    in batch b only the first S_b keys are real (padding)
+
+Each function takes an array module `xp` (`jax.numpy` by default, or `numpy`).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import Array
 
 
-def causal(q_len: int, kv_len: int) -> Array:
+def causal(q_len: int, kv_len: int, xp=jnp):
     """(T, S): query i attends to keys j <= i."""
-    return jnp.tril(jnp.ones((q_len, kv_len), dtype=bool))
+    return xp.tril(xp.ones((q_len, kv_len), dtype=bool))
 
 
-def sliding_window(q_len: int, kv_len: int, left: int, right: int = 0) -> Array:
+def sliding_window(q_len: int, kv_len: int, left: int, right: int = 0, xp=jnp):
     """(T, S): query i attends to keys i-left .. i+right (`local_window_size=(left, right)`)."""
-    i = jnp.arange(q_len)[:, None]
-    j = jnp.arange(kv_len)[None, :]
+    i = xp.arange(q_len)[:, None]
+    j = xp.arange(kv_len)[None, :]
     return (j >= i - left) & (j <= i + right)
 
 
-def padding(kv_lengths: Array, q_len: int, kv_len: int) -> Array:
+def padding(kv_lengths, q_len: int, kv_len: int, xp=jnp):
     """(B, 1, T, S): in batch b only the first kv_lengths[b] keys are real (`key_value_seq_lengths`)."""
-    j = jnp.arange(kv_len)[None, None, None, :]
-    valid = j < jnp.asarray(kv_lengths)[:, None, None, None]
-    return jnp.broadcast_to(valid, (valid.shape[0], 1, q_len, kv_len))
+    j = xp.arange(kv_len)[None, None, None, :]
+    valid = j < xp.asarray(kv_lengths)[:, None, None, None]
+    return xp.broadcast_to(valid, (valid.shape[0], 1, q_len, kv_len))
 
 
-def combine(*masks: Array | None) -> Array | None:
+def combine(*masks):
     """Logical AND of the masks given (None ones are skipped); None when there are none."""
     out = None
     for m in masks:
         if m is not None:
             out = m if out is None else out & m
+    return out
+
+
+def allowed(q_len: int, kv_len: int, *, causal: bool = False, window=None, kv_lengths=None, rows=None, xp=jnp):
+    """Every mask a shape asks for, combined; None when nothing is masked.
+
+    `rows` (query positions, default all of 0..T-1) builds the mask for those queries only:
+    the float64 reference checks a few rows of a long sequence without a (T, S) mask in memory.
+    """
+    i = (xp.arange(q_len) if rows is None else xp.asarray(rows))[:, None]  # (t, 1)
+    j = xp.arange(kv_len)[None, :]  # (1, S)
+    out = None
+    if causal:
+        out = j <= i
+    if window is not None:
+        out = combine(out, (j >= i - window[0]) & (j <= i + window[1]))
+    if kv_lengths is not None:
+        valid = j[None, None] < xp.asarray(kv_lengths)[:, None, None, None]  # (B, 1, 1, S)
+        out = valid if out is None else out[None, None] & valid
     return out

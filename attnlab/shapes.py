@@ -17,7 +17,6 @@ widgets, and everything is validated here, so a page or the CLI only ever sees a
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 
@@ -56,6 +55,23 @@ class AttentionShape:
     head_dim: int = 64
     dtype: str = "float32"
     causal: bool = False
+    window: tuple[int, int] | None = None  # (left, right): query i sees keys i-left .. i+right
+    kv_lengths: tuple[int, ...] = ()  # real keys per sequence (padding); one value for all, or one per batch
+
+    # --- masks ---------------------------------------------------------------------------------
+    @property
+    def masked(self) -> bool:
+        return self.causal or self.window is not None or bool(self.kv_lengths)
+
+    def kv_lengths_per_batch(self) -> tuple[int, ...] | None:
+        """kv_lengths with one value per batch element, or None when there is no padding."""
+        if not self.kv_lengths:
+            return None
+        return self.kv_lengths * self.batch if len(self.kv_lengths) == 1 else self.kv_lengths
+
+    def mask_args(self) -> dict:
+        """The masks as keyword arguments of `attention.attention` and the flash code."""
+        return dict(causal=self.causal, window=self.window, kv_lengths=self.kv_lengths_per_batch())
 
     # --- sizes -------------------------------------------------------------------------------
     @property
@@ -98,31 +114,37 @@ class AttentionShape:
         has five matmuls to the forward's two; FlashAttention-2's benchmark convention, arXiv:2307.08691).
         """
         f = 4.0 * self.batch * self.heads * self.q_len * self.kv_len * self.head_dim
-        if self.causal:
+        if self.window is not None or self.kv_lengths:
+            f *= self.visible_fraction()  # a window or padding: count the (query, key) pairs computed
+        elif self.causal:
             f /= 2
         return f * 3.5 if backward else f
 
-    def memory_estimate(self, implementation: str = "sdpa_cudnn") -> int:
-        """Peak bytes one forward call needs, by how the implementation works (an estimate).
+    def visible_fraction(self) -> float:
+        """The fraction of (query, key) pairs the masks let through (1.0 with no mask), counted row by row."""
+        i = np.arange(self.q_len)
+        lo = np.zeros_like(i)
+        hi = np.full_like(i, self.kv_len - 1)
+        if self.causal:
+            hi = np.minimum(hi, i)
+        if self.window is not None:
+            lo = np.maximum(lo, i - self.window[0])
+            hi = np.minimum(hi, i + self.window[1])
+        total = 0
+        for n in self.kv_lengths_per_batch() or (self.kv_len,) * self.batch:
+            total += np.clip(np.minimum(hi, n - 1) - lo + 1, 0, None).sum()
+        return float(total) / (self.batch * self.q_len * self.kv_len)
 
-        Fused kernels (cuDNN, TransformerEngine) stream over S and keep O(T) state; the naive code
-        and XLA's SDPA materialise float32 scores and weights of B·N·T·S elements, O(T·S).
-        """
-        io = self.input_bytes() + self.output_bytes()
-        scores = self.score_elements() * 4  # float32
-        if implementation in ("naive",):
-            return io + 2 * scores
-        if implementation in ("sdpa_auto", "sdpa_xla"):
-            return io + 3 * scores  # logits, mask/softmax and probabilities, measured ~1.5x naive
-        # fused: inputs, output and the float32 log-sum-exp per (B, N, T)
-        return io + self.batch * self.heads * self.q_len * 4
+    def score_bytes(self) -> int:
+        """Bytes of the float32 (B, N, T, S) scores: what naive attention and XLA's path hold, each time."""
+        return self.score_elements() * 4
 
     # --- validation ----------------------------------------------------------------------------
-    def validate(self, implementation: str | None = None, memory_limit: int | None = None) -> list[str]:
+    def validate(self) -> list[str]:
         """Every problem with this shape as a sentence a learner can act on; [] when it is valid.
 
-        With `implementation`, the memory estimate for that implementation is checked against
-        `memory_limit` (default: `default_memory_limit()`); without, the most frugal one (fused).
+        Only the shape itself is checked here; whether a run of it fits in memory depends on the
+        implementation and the device, and is decided by `attnlab.admission`.
         """
         problems: list[str] = []
         for name in INT_FIELDS:
@@ -143,22 +165,29 @@ class AttentionShape:
             problems.append(f"kv_heads ({self.kv_heads}) cannot exceed heads ({self.heads}).")
         elif self.heads % self.kv_heads:
             problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}).")
-        if problems:
-            return problems
-        limit = default_memory_limit() if memory_limit is None else memory_limit
-        need = self.memory_estimate(implementation or "sdpa_cudnn")
-        if need > limit:
-            who = f"{implementation}" if implementation else "even a fused kernel"
-            problems.append(
-                f"This shape needs about {format_bytes(need)} for {who}, over this lab's cap of "
-                f"{format_bytes(limit)}. Make batch, q_len, kv_len or heads smaller."
-            )
+        if self.window is not None:
+            if (len(self.window) != 2 or any(isinstance(w, bool) or not isinstance(w, (int, np.integer))
+                                             or not 0 <= w <= FIELD_MAX["kv_len"] for w in self.window)):
+                problems.append(f"window must be two whole numbers (left, right) from 0 to "
+                                f"{FIELD_MAX['kv_len']:,} (got {self.window!r}).")
+        if self.kv_lengths:
+            if len(self.kv_lengths) not in (1, self.batch):
+                problems.append(f"kv_lengths needs one value, or one per sequence of the batch ({self.batch}); "
+                                f"got {len(self.kv_lengths)}.")
+            elif any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self.kv_len
+                     for n in self.kv_lengths):
+                problems.append(f"each of kv_lengths must be a whole number from 0 to kv_len ({self.kv_len}).")
         return problems
 
     def describe(self) -> str:
         """Short label such as 'B4 T128 S128 N8 K8 H64 float32'."""
         s = f"B{self.batch} T{self.q_len} S{self.kv_len} N{self.heads} K{self.kv_heads} H{self.head_dim} {self.dtype}"
-        return s + (" causal" if self.causal else "")
+        s += " causal" if self.causal else ""
+        if self.window is not None:
+            s += f" window{self.window[0]},{self.window[1]}"
+        if self.kv_lengths:
+            s += f" kv_lengths{','.join(map(str, self.kv_lengths))}"
+        return s
 
     def replace(self, **changes) -> AttentionShape:
         return dataclasses.replace(self, **changes)
@@ -170,8 +199,14 @@ class AttentionShape:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value != getattr(default, f.name):
-                out[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
+            if value == getattr(default, f.name):
+                continue
+            if isinstance(value, bool):
+                out[f.name] = str(value).lower()
+            elif isinstance(value, tuple):
+                out[f.name] = ",".join(map(str, value))
+            else:
+                out[f.name] = str(value)
         return out
 
     @classmethod
@@ -208,6 +243,20 @@ class AttentionShape:
                 values["causal"] = False
             else:
                 problems.append(f"causal must be true or false (got {_quote(raw)}).")
+        for name, count in (("window", 2), ("kv_lengths", None)):
+            if name not in params:
+                continue
+            raw = _first(params[name]).strip().lower()
+            if raw in ("", "none", "off"):
+                values[name] = None if name == "window" else ()
+            elif not re.fullmatch(r"[0-9]{1,9}(\s*,\s*[0-9]{1,9}){0,63}", raw):
+                problems.append(f"{name} must be whole numbers separated by commas (got {_quote(raw)}).")
+            else:
+                numbers = tuple(int(x) for x in raw.split(","))
+                if count and len(numbers) != count:
+                    problems.append(f"{name} needs {count} numbers, left and right (got {_quote(raw)}).")
+                else:
+                    values[name] = numbers
         if problems:
             return None, problems
         shape = dataclasses.replace(base, **values)
@@ -216,37 +265,16 @@ class AttentionShape:
 
 
 def _first(value: object) -> str:
-    """Query params may arrive as a list (repeated keys); take the first, always as a string."""
+    """Query params may arrive as a list (repeated keys); take the last, as `st.query_params` does."""
     if isinstance(value, (list, tuple)):
-        value = value[0] if value else ""
-    return str(value)[:64]
+        value = value[-1] if value else ""
+    return str(value)[:512]
 
 
 def _quote(raw: str) -> str:
     """Show a learner's bad input back to them, shortened and with control characters removed."""
     clean = "".join(ch if ch.isprintable() else "?" for ch in raw)
     return repr(clean[:24] + ("…" if len(clean) > 24 else ""))
-
-
-def default_memory_limit() -> int:
-    """The cap on one call's estimated memory, in bytes.
-
-    `ATTNLAB_MEMORY_LIMIT_GIB` overrides it. Otherwise: half of the accelerator's free memory
-    (the other half is left for XLA's workspace, other learners and cached executables), or 4 GiB
-    on the CPU backend, where a laptop's RAM is shared with everything else.
-    """
-    env = os.environ.get("ATTNLAB_MEMORY_LIMIT_GIB")
-    if env:
-        try:
-            return int(float(env) * GIB)
-        except ValueError:
-            pass
-    from attnlab import device  # late: importing jax backends is slow
-
-    info = device.info()
-    if info.backend != "cpu" and info.memory_free_bytes:
-        return int(info.memory_free_bytes * 0.5)
-    return 4 * GIB
 
 
 def format_bytes(n: float) -> str:

@@ -1,8 +1,8 @@
 """The benchmark suite: the codelab's workload, long context, the GPU's own ceilings, TE and FP8.
 
 `python -m attnlab bench --out results.json` runs it on whatever is here; on a GPU machine its
-JSON is what ships as `attnlab/reference/<gpu>.json`. Every figure is measured by `bench`, the
-one harness; the only other timing here is `bare_loop`, which exists to check the harness.
+JSON is what ships as `attnlab/shipped/<gpu>.json`. Every figure is measured through `runs` and
+`timing`, the one harness; the only other timing here is `bare_loop`, which exists to check the harness.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import bench, fp8, te
+from attnlab import compiled, fp8_study, runs, timing
 from attnlab import device as device_mod
-from attnlab import implementations as impls
+from attnlab.backends import REGISTRY, get
 from attnlab.shapes import AttentionShape
 
 CODELAB = AttentionShape()  # B4 T128 N8 H64 float32
@@ -60,8 +60,8 @@ def environment() -> dict:
 # --------------------------------------------------------------------------------------------
 def _timed(fn, *args, iterations: int = 10) -> float:
     """ms per call of a jitted function: CUPTI kernel time on a GPU, else pipelined wall time."""
-    compiled, compile_ms = bench.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
-    t = bench.time_compiled(compiled, args, compile_ms=compile_ms, repeats=iterations, budget_s=2.0)
+    exe, compile_ms, _ = compiled.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
+    t = timing.time_compiled(exe, args, compile_ms=compile_ms, repeats=iterations, budget_s=2.0)
     return t.device_ms or t.throughput_ms
 
 
@@ -107,11 +107,11 @@ def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> list
     rows = []
     info = device_mod.info()
     for shape in shapes:
-        if not impls.get(name).supports(shape, info).ok:
+        if get(name).unmet(shape, info):
             continue
-        fn, args = impls.get(name).jit(shape), impls.make_inputs(shape)
+        fn, args = get(name).jit(shape), runs.make_inputs(shape)
         before = bare_loop(fn, args)  # bare, harness, bare: neither gets the warmer GPU for free
-        row = bench.run_cell(shape, name, info=info)
+        row = runs.run(shape, [name], accuracy=False, timed=True)[0].row()
         if row["status"] != "ok":
             rows.append(row)
             continue
@@ -131,135 +131,14 @@ def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> list
 
 
 # --------------------------------------------------------------------------------------------
-# FP8: TE autocast around attention, TE's dense layers, JAX's cuDNN FP8 attention
-# --------------------------------------------------------------------------------------------
-def _rel_err(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def _ratio(a, b):
-    return None if a is None or not b else a / b
-
-
-def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
-    """(c): cuDNN FP8 attention against bf16 cuDNN: speed, and the error each scaling choice costs.
-
-    Speed (GPU kernel time): the FP8 kernel alone, FP8 in and out, with 448/amax scales and with
-    unit scales; and end to end (amax reductions, casts of Q, K, V, dequantised O), against bf16
-    cuDNN. Each twice, with the SM clock read: at the boost clock after an idle second, and after
-    1.5 s of back-to-back calls, when the H200 has pulled its clock down by up to 15%.
-    Error, ||fp8 - bf16|| / ||bf16||, for: unit scales; 448/amax scales on Q, K, V; plus 448 on P;
-    plus a calibrated scale on O. And on small-magnitude inputs (x/64): unit scales; Q, K, V and P
-    scaled but O not (measured on the H200: still ~0.5-1.0, the output underflows); and O scaled too.
-    """
-    rows, info = [], device_mod.info()
-    for shape in shapes:
-        base = {"shape": shape.describe(), "q_len": shape.q_len, "head_dim": shape.head_dim, "causal": shape.causal}
-        why = impls.get("cudnn_fp8").requirements(shape, info)
-        if why:
-            rows.append({**base, "status": "unsupported", "reason": why})
-            continue
-        try:
-            c = shape.causal
-            q, k, v = impls.make_inputs(shape)
-            bf16 = impls.get("sdpa_cudnn").jit(shape)
-            ref = bf16(q, k, v).astype(jnp.float32)
-            s_o = fp8.calibrated_output_scale(q, k, v, causal=c)
-            run = lambda q, k, v, c=c, **kw: jax.jit(functools.partial(fp8.cudnn_fp8_attention, causal=c, **kw))(q, k, v)[0]  # noqa: E731
-            err = lambda out, ref=ref: _rel_err(out.astype(jnp.float32), ref)  # noqa: E731
-            row = {**base, "status": "ok", "scale_o": s_o,
-                   "err_unit_scales": err(run(q, k, v, data_scales=False)),
-                   "err_amax_qkv": err(run(q, k, v)),
-                   "err_amax_qkv_p": err(run(q, k, v, scale_s=fp8.P_SCALE)),
-                   "err_amax_all": err(run(q, k, v, scale_s=fp8.P_SCALE, scale_o=s_o))}
-            small = [x / 64 for x in (q, k, v)]  # tiny activations: below FP8's normal range unscaled
-            ref_small = bf16(*small).astype(jnp.float32)
-            row["err_small_inputs_unit_scales"] = err(run(*small, data_scales=False), ref_small)
-            # Q, K, V and P scaled, O left at unit scale: a small O still underflows FP8 (smallest 2^-9)
-            row["err_small_inputs_amax_scales"] = err(run(*small, scale_s=fp8.P_SCALE), ref_small)
-            s_o_small = fp8.calibrated_output_scale(*small, causal=c)
-            row["err_small_inputs_all_scales"] = err(run(*small, scale_s=fp8.P_SCALE, scale_o=s_o_small), ref_small)
-
-            # speed: each at the GPU's boost clock (after idling) and under sustained load, with the clock
-            qkv8, scales = fp8.quantize_inputs(q, k, v)
-            unit8, unit = fp8.quantize_inputs(q, k, v, data_scales=False)
-            variants = {
-                "bf16": (bf16, (q, k, v)),
-                "fp8": (lambda q8, k8, v8, sc=scales, c=c, s_o=s_o: fp8.fp8_kernel(  # noqa: E731
-                    q8, k8, v8, sc, causal=c, scale_s=fp8.P_SCALE, scale_o=s_o)[0], qkv8),
-                "fp8_unit": (lambda q8, k8, v8, sc=unit, c=c: fp8.fp8_kernel(q8, k8, v8, sc, causal=c)[0], unit8),
-                "fp8_e2e": (impls.get("cudnn_fp8").jit(shape), (q, k, v)),
-            }
-            gf = shape.flops() / 1e9
-            for key, (fn, args) in variants.items():
-                compiled, _ = bench.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
-                t = bench.clock_states(compiled, args)
-                row.update({f"{key}_ms": t.sustained_ms, f"{key}_tflops": _ratio(gf, t.sustained_ms),
-                            f"{key}_clock_mhz": t.sustained_clock_mhz, f"{key}_burst_ms": t.burst_ms,
-                            f"{key}_burst_tflops": _ratio(gf, t.burst_ms), f"{key}_burst_clock_mhz": t.burst_clock_mhz,
-                            "max_clock_mhz": t.max_clock_mhz, "timing_note": t.note})
-            row.update(speedup=_ratio(row["bf16_ms"], row["fp8_ms"]),
-                       burst_speedup=_ratio(row["bf16_burst_ms"], row["fp8_burst_ms"]),
-                       e2e_speedup=_ratio(row["bf16_ms"], row["fp8_e2e_ms"]))
-            rows.append(row)
-        except Exception as e:
-            rows.append({**base, "status": "error", "reason": f"{type(e).__name__}: {str(e)[:300]}"})
-    return rows
-
-
-def te_autocast_study(shape: AttentionShape) -> dict:
-    """(a): does te.autocast change DotProductAttention's output, kernels or time?"""
-    if te.import_error():
-        return {"status": "unsupported", "reason": te.import_error()}
-    try:
-        args = impls.make_inputs(shape)
-        out = {}
-        for enabled in (False, True):
-            compiled = te.autocast_runner(shape, enabled, args)
-            t = bench.time_compiled(compiled, args)
-            out[enabled] = (np.asarray(compiled(*args), np.float32), t)
-        (o0, t0), (o1, t1) = out[False], out[True]
-        return {
-            "status": "ok", "shape": shape.describe(),
-            "max_abs_diff_autocast_vs_not": float(np.abs(o0 - o1).max()),
-            "bf16_ms": t0.device_ms or t0.throughput_ms, "autocast_ms": t1.device_ms or t1.throughput_ms,
-            "bf16_kernels": [k for k, _ in t0.kernels], "autocast_kernels": [k for k, _ in t1.kernels],
-        }
-    except Exception as e:
-        return {"status": "error", "reason": f"{type(e).__name__}: {str(e)[:400]}"}
-
-
-def te_block_study(shape: AttentionShape) -> list[dict]:
-    """(b): an attention block of TE layers in bf16 and under FP8 autocast: time, TFLOP/s, error."""
-    if te.import_error():
-        return [{"status": "unsupported", "reason": te.import_error()}]
-    rows = []
-    x = jax.random.normal(jax.random.PRNGKey(3), (shape.batch, shape.q_len, shape.heads * shape.head_dim),
-                          jnp.float32).astype(shape.dtype)
-    ref = None
-    for recipe in (None, "fp8_delayed", "fp8_current"):
-        try:
-            compiled, variables = te.block_runner(shape, recipe, x)
-            y = np.asarray(compiled(variables, x), np.float32)
-            ref = y if recipe is None else ref
-            t = bench.time_compiled(compiled, [variables, x])
-            ms = t.device_ms or t.throughput_ms
-            rows.append({
-                "shape": shape.describe(), "recipe": recipe or "bf16", "status": "ok", "ms": ms,
-                "tflops": te.attention_block_flops(shape) / ms / 1e9,
-                "rel_err_vs_bf16": 0.0 if recipe is None else _rel_err(y, ref),
-                "top_kernels": [(k[:90], round(ms * 1e3, 1)) for k, ms in sorted(t.kernels, key=lambda x: -x[1])[:6]],
-            })
-        except Exception as e:
-            rows.append({"shape": shape.describe(), "recipe": recipe or "bf16", "status": "error",
-                         "reason": f"{type(e).__name__}: {str(e)[:400]}"})
-    return rows
-
-
-# --------------------------------------------------------------------------------------------
 # the suite
 # --------------------------------------------------------------------------------------------
+def _sweep(base: AttentionShape, field: str, values, names, backward: bool = False, **timing_kw):
+    """runs.sweep, timed, as rows (the suite stores plain JSON)."""
+    for r in runs.sweep(base, field, values, names, accuracy=False, timed=True, backward=backward, **timing_kw):
+        yield {"swept": field, "value": getattr(r.shape, field), **r.row()}
+
+
 def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: dict | None = None) -> list[dict]:
     """Gather rows, logging each; with the measured ceilings, add % of the measured bf16 matmul rate."""
     out = []
@@ -281,25 +160,25 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
     log("ceilings ...")
     result["ceilings"] = ceilings()
     tables = result["tables"]
-    all_impls = list(impls.REGISTRY)
+    all_impls = list(REGISTRY)
 
     log("default shape ...")
     rows = []
     for dtype in ("float32", "bfloat16"):
-        rows += [bench.run_cell(CODELAB.replace(dtype=dtype), n) for n in all_impls]
+        rows += [r.row() for r in runs.run(CODELAB.replace(dtype=dtype), all_impls, accuracy=False, timed=True)]
     tables["default"] = _collect(rows, log, result["ceilings"])
 
     seq = [64, 128, 256, 512, 1024] + ([2048, 4096] if gpu else [])
     log("sequence sweep ...")
     tables["seq_sweep"] = _collect(
-        bench.sweep(CODELAB.replace(dtype="bfloat16"), "q_len", seq[: 2 if quick else None], all_impls), log)
+        _sweep(CODELAB.replace(dtype="bfloat16"), "q_len", seq[: 2 if quick else None], all_impls), log)
     log("batch sweep ...")
     tables["batch_sweep"] = _collect(
-        bench.sweep(CODELAB.replace(q_len=256, kv_len=256, dtype="bfloat16"), "batch",
+        _sweep(CODELAB.replace(q_len=256, kv_len=256, dtype="bfloat16"), "batch",
                     [1, 2, 4, 8, 16][: 2 if quick else None], all_impls), log)
     log("TransformerEngine sweep (causal bf16, B4 N8 H64) ...")
     tables["te_sweep"] = _collect(
-        bench.sweep(CODELAB.replace(dtype="bfloat16", causal=True), "q_len",
+        _sweep(CODELAB.replace(dtype="bfloat16", causal=True), "q_len",
                     [128, 256, 512, 1024, 2048][: 2 if quick else None], ["sdpa_xla", "sdpa_cudnn", "te_dpa"]), log)
     if quick:
         return result
@@ -312,7 +191,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
                                                                                "heads": heads, "kv_heads": heads})
             for backward in (False, True):
                 names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
-                long_rows += _collect(bench.sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
+                long_rows += _collect(_sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
                                                   backward=backward, budget_s=0.6), log, result["ceilings"])
     tables["long_context"] = long_rows
 
@@ -325,12 +204,12 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
     fp8_shapes += [AttentionShape(q_len=8192, kv_len=8192, causal=c, batch=4, heads=32, kv_heads=32,
                                   head_dim=64, dtype="bfloat16") for c in (False, True)]
     fp8_shapes += [CODELAB.replace(dtype="bfloat16")]
-    result["fp8_attention"] = fp8_attention_study(fp8_shapes)
+    result["fp8_attention"] = fp8_study.fp8_attention_study(fp8_shapes)
     log("TE autocast and FP8 block ...")
     te_shape = AttentionShape(batch=4, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=64,
                               dtype="bfloat16", causal=True)
-    result["te_autocast"] = te_autocast_study(te_shape)
-    result["te_block"] = te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
+    result["te_autocast"] = fp8_study.te_autocast_study(te_shape)
+    result["te_block"] = fp8_study.te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
     return result
 
 

@@ -18,8 +18,6 @@ import importlib.util
 import jax
 import jax.numpy as jnp
 
-from attnlab import implementations as impls
-from attnlab.device import FUSED_ATTENTION_MIN_CC, DeviceInfo
 from attnlab.shapes import AttentionShape
 
 
@@ -33,21 +31,6 @@ def import_error() -> str | None:
         import transformer_engine.jax.flax  # noqa: F401
     except Exception as e:  # a CPU-only machine, or a wheel built for another CUDA
         return f"TransformerEngine is installed but does not import: {type(e).__name__}: {str(e)[:200]}"
-    return None
-
-
-def _requirements(shape: AttentionShape, device: DeviceInfo) -> str | None:
-    if not device.is_cuda:
-        return f"needs a CUDA GPU of compute capability ≥ {FUSED_ATTENTION_MIN_CC[0]}.0; this backend is {device.backend}"
-    if not device.at_least(FUSED_ATTENTION_MIN_CC):
-        return f"TE's fused attention needs compute capability ≥ 8.0 (this GPU is {device.compute_capability_str})"
-    error = import_error()
-    if error:
-        return error
-    if shape.dtype not in ("bfloat16", "float16"):
-        return f"TE's fused attention needs bfloat16 or float16 inputs (got {shape.dtype})"
-    if shape.head_dim > 256 or shape.head_dim % 8:
-        return f"TE's fused attention needs head_dim ≤ 256 and a multiple of 8 (got {shape.head_dim})"
     return None
 
 
@@ -70,16 +53,6 @@ def te_attention(q, k, v, shape: AttentionShape):
     """(B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H) through TE's DotProductAttention."""
     module = dot_product_attention_module(shape)
     return module.apply({}, q, k, v, deterministic=True)
-
-
-impls.register(impls.Implementation(
-    name="te_dpa",
-    label="TransformerEngine DPA",
-    fn=te_attention,
-    requirements=_requirements,
-    description="transformer_engine.jax.flax.DotProductAttention: TE's fused attention (cuDNN underneath).",
-    memory_kind="fused",
-))
 
 
 # --------------------------------------------------------------------------------------------

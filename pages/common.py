@@ -5,14 +5,15 @@ availability badges, and table + chart + CSV download. No attention math lives h
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import bench, device, reference
-from attnlab import implementations as impls
+from attnlab import device, runs
+from attnlab.backends import REGISTRY
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
 
 SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
@@ -21,8 +22,13 @@ LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "h
 
 
 # --------------------------------------------------------------------------------------------
-# cached calls into attnlab (keyed on shape and implementation; bounded)
+# cached calls into the run layer: a result is computed once per shape and shared by everyone
 # --------------------------------------------------------------------------------------------
+# ATTNLAB_PERSIST_RESULTS=1 (the GKE image sets it) also keeps results on disk across restarts.
+PERSIST = "disk" if os.environ.get("ATTNLAB_PERSIST_RESULTS") == "1" else None
+CACHE = dict(max_entries=1024, show_spinner=False, persist=PERSIST, ttl=None if PERSIST else 12 * 3600)
+
+
 @st.cache_resource(show_spinner=False)
 def device_info_static() -> device.DeviceInfo:
     return device.info()
@@ -33,16 +39,31 @@ def device_info() -> device.DeviceInfo:
     return device.info()
 
 
-@st.cache_data(max_entries=512, ttl=6 * 3600, show_spinner=False)
-def cell(shape: AttentionShape, name: str, backward: bool = False) -> dict:
-    """One timed cell (bench.run_cell), shared by every learner who asks for the same thing."""
-    return bench.run_cell(shape, name, backward=backward)
+@st.cache_data(**CACHE)
+def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
+        program: bool = False, backward: bool = False) -> list[runs.Result]:
+    """runs.run, cached: every learner who asks for the same thing shares one result."""
+    return runs.run(shape, list(names), accuracy=accuracy, timed=timed, program=program, backward=backward)
 
 
-@st.cache_data(max_entries=128, ttl=6 * 3600, show_spinner=False)
-def supports(shape: AttentionShape) -> dict[str, tuple[bool, str]]:
+def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
+    """`run` as a table in the run layer's vocabulary (runs.COLUMNS), minus results that failed to
+    be admitted for a passing reason (a busy GPU is not cached: the next visit tries again)."""
+    results = run(shape, tuple(names), **parts)
+    if any(r.status == runs.BUSY for r in results):
+        run.clear()  # a busy queue is not an answer worth keeping
+    return runs.to_frame(results)
+
+
+@st.cache_data(max_entries=256, ttl=12 * 3600, show_spinner=False)
+def unmet(shape: AttentionShape) -> dict[str, str | None]:
+    """For every backend, None when it can run `shape` here, else why not."""
     info = device.info()
-    return {n: tuple(s) for n, s in impls.available(shape, info).items()}
+    return {n: b.unmet(shape, info) for n, b in REGISTRY.items()}
+
+
+def runnable(shape: AttentionShape, names=None) -> list[str]:
+    return [n for n in (names or REGISTRY) if unmet(shape)[n] is None]
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,10 +73,19 @@ def _url_shape_params() -> dict[str, str]:
     return {k: v for k, v in st.query_params.to_dict().items() if k in SHAPE_KEYS}
 
 
+MASK_KEYS = ("window", "kv_lengths")  # text widgets: "" for none, else numbers separated by commas
+
+
+def _widget_value(key: str, value):
+    if key in MASK_KEYS:
+        return ",".join(map(str, value)) if value else ""
+    return value
+
+
 def _seed_widgets(shape: AttentionShape) -> None:
-    st.session_state["shape_values"] = {k: getattr(shape, k) for k in SHAPE_KEYS}
+    st.session_state["shape_values"] = {k: _widget_value(k, getattr(shape, k)) for k in SHAPE_KEYS}
     for k in SHAPE_KEYS:
-        st.session_state[f"shape_{k}"] = getattr(shape, k)
+        st.session_state[f"shape_{k}"] = _widget_value(k, getattr(shape, k))
 
 
 def _reset() -> None:
@@ -96,18 +126,26 @@ def shape_sidebar() -> AttentionShape | None:
             LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed)
     sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
     sb.toggle("causal", key="shape_causal", on_change=_widgets_changed)
+    with sb.expander("More masks", expanded=bool(ss.get("shape_window") or ss.get("shape_kv_lengths"))):
+        st.text_input("sliding window: left, right", key="shape_window", on_change=_widgets_changed,
+                      placeholder="e.g. 256,0", help="Query i sees keys i-left .. i+right "
+                      "(jax.nn.dot_product_attention's local_window_size). Empty: no window.")
+        st.text_input("padding: real keys per sequence", key="shape_kv_lengths", on_change=_widgets_changed,
+                      placeholder="e.g. 100 or 100,64", help="One number for every sequence, or one per sequence "
+                      "of the batch (key_value_seq_lengths). Empty: no padding.")
     sb.button("Reset to the codelab's shape", use_container_width=True, key="shape_reset", on_click=_reset)
 
     if ss.get("shape_url_problems"):
         for p in ss["shape_url_problems"]:
-            st.error(f"From the URL: {md_escape(p)}")
+            st.error(f"From the URL: {literal(p)}")
         st.info("Fix the values in the sidebar (or use Reset); nothing is computed until the shape is valid.")
         return None
-    shape = AttentionShape(**{k: ss[f"shape_{k}"] for k in SHAPE_KEYS})
-    problems = shape.validate()
+    typed = {k: str(ss[f"shape_{k}"]).lower() if isinstance(ss[f"shape_{k}"], bool) else str(ss[f"shape_{k}"])
+             for k in SHAPE_KEYS}
+    shape, problems = AttentionShape.from_query_params(typed)
     if problems:
         for p in problems:
-            st.error(p)
+            st.error(literal(p))
         return None
     wanted = shape.to_query_params()
     if wanted != url:
@@ -119,9 +157,9 @@ def shape_sidebar() -> AttentionShape | None:
     return shape
 
 
-def md_escape(text: str) -> str:
-    """Text shown literally in Markdown (st.error, st.write): a value from the URL must not become a link."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", text)
+def literal(text: str) -> str:
+    """Text a learner typed (or a link carried), shown as inline code: never Markdown, never a link."""
+    return "`" + text.replace("`", "'").replace("\n", " ") + "`"
 
 
 def device_badge() -> None:
@@ -149,36 +187,16 @@ def require_shape() -> AttentionShape:
 # --------------------------------------------------------------------------------------------
 # small display helpers
 # --------------------------------------------------------------------------------------------
+def requirements_table(shape: AttentionShape, info: device.DeviceInfo, names=None) -> pd.DataFrame:
+    """Every declared requirement of `names` (default: all backends) at `shape` on this device."""
+    return pd.DataFrame([{"implementation": n, "requirement": r.what, "needed": r.needed, "here": r.here,
+                          "met": "yes" if r.met else "no"}
+                         for n in (names or REGISTRY) for r in REGISTRY[n].requirements(shape, info)])
+
+
 def support_table(shape: AttentionShape) -> pd.DataFrame:
-    rows = []
-    for name, (ok, reason) in supports(shape).items():
-        impl = impls.get(name)
-        rows.append({"implementation": name, "label": impl.label, "runs here": "yes" if ok else "no",
-                     "why not": "" if ok else reason})
-    return pd.DataFrame(rows)
-
-
-def queue_notice() -> None:
-    """Say so when another measurement holds the device (ours will wait its turn)."""
-    q = bench.DEVICE_QUEUE
-    if q.running >= q.slots:
-        queue = f" with {q.waiting} more queued" if q.waiting else ""
-        st.info(f"Another measurement is using the device{queue}; this one runs after it, so neither disturbs "
-                "the other's timings.")
-
-
-def run_cells(cells: list[tuple[AttentionShape, str, bool]], label: str) -> list[dict]:
-    """Measure cells (cached), with st.status and a progress bar; failures come back as rows."""
-    rows = []
-    queue_notice()
-    with st.status(label, expanded=False) as status:
-        bar = st.progress(0.0)
-        for i, (shape, name, backward) in enumerate(cells):
-            status.update(label=f"{label}: {name} at {shape.describe()} ({i + 1}/{len(cells)})")
-            rows.append(cell(shape, name, backward))
-            bar.progress((i + 1) / len(cells))
-        status.update(label=f"{label}: done ({len(cells)} cells)", state="complete")
-    return rows
+    return pd.DataFrame([{"implementation": n, "label": REGISTRY[n].label, "runs here": "no" if why else "yes",
+                          "why not": why or ""} for n, why in unmet(shape).items()])
 
 
 # One label, unit and format per measurement column, on every page's tables.
@@ -237,7 +255,7 @@ def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
 def impl_color(df: pd.DataFrame) -> alt.Color:
     """The same colour for an implementation on every chart (registry order); the legend lists those present."""
     names = list(dict.fromkeys(df["implementation"]))
-    order = list(impls.REGISTRY) + [n for n in names if n not in impls.REGISTRY]
+    order = list(REGISTRY) + [n for n in names if n not in REGISTRY]
     return alt.Color("implementation:N", scale=alt.Scale(domain=order),
                      legend=alt.Legend(values=[n for n in order if n in names]))
 
@@ -264,14 +282,6 @@ def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", 
                     color=impl_color(df) if color == "implementation" else f"{color}:N",
                     tooltip=list(dict.fromkeys(tooltip)))
             .interactive())
-
-
-def reference_note(table: str) -> pd.DataFrame:
-    """The shipped H200 table with its label; empty frame if none ships."""
-    df = reference.frame(table)
-    if not df.empty:
-        st.caption(f"📦 {reference.label()}")
-    return df
 
 
 BYTES_LABEL = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '.3~g') + ' GiB' : "

@@ -5,10 +5,10 @@ import streamlit as st
 
 from attnlab import layout
 from attnlab.shapes import AttentionShape
-from pages import common
+from pages import common, sections
 
 
-@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner="Making Q, K and V on the default device ...")
+@st.cache_data(**common.CACHE)
 def placement(shape: AttentionShape) -> pd.DataFrame:
     return layout.placement(shape)
 
@@ -55,11 +55,12 @@ st.write(
     "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
 )
 info = common.device_info()
-df = placement(shape)
-common.table(df, hide_index=True, width="stretch")
-live = df["nbytes"].sum()
-st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
-           f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
+df = sections.guarded(placement, shape, what="Making Q, K and V")
+if df is not None:
+    common.table(df, hide_index=True, width="stretch")
+    live = df["nbytes"].sum()
+    st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
+               f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
 if info.backend != "gpu":
     st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "
             "them in the GPU's memory (HBM), and `devices()` shows `cuda:0`.")

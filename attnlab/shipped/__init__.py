@@ -1,6 +1,6 @@
 """Measurements shipped from a real GPU, for learners who have none.
 
-Each `<name>.json` is the output of `python -m attnlab bench --out ...` on that GPU (see
+Each `<name>.json` in this folder is the output of `python -m attnlab bench --out ...` on that GPU (see
 suite.py), with its environment: device, compute capability, driver, jax/jaxlib/cuDNN/TE
 versions and date. Pages show these beside live numbers, always labelled as measured there.
 """

@@ -1,0 +1,135 @@
+"""What a backend is: a function, what it needs to run (as data), and what it holds in memory.
+
+Each backend in `attnlab.backends` is one `Backend`: a function ``(q, k, v, shape) -> out`` with
+Q (B, T, N, H) and K, V (B, S, K, H) that honours the shape's masks and grouped KV heads, its
+requirements as a list of `Requirement` rows (what is needed, what is here, met or not), and an
+estimate of the device bytes one call holds. Pages render the requirement rows as checklists;
+`Backend.unmet` gives the first one that fails, with the backend's own error where it raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+
+from attnlab.device import DeviceInfo
+from attnlab.shapes import AttentionShape
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    what: str  # "dtype"
+    needed: str  # "bfloat16 or float16"
+    here: str  # "float32"
+    met: bool
+
+    def sentence(self) -> str:
+        return f"needs {self.what}: {self.needed} (here: {self.here})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    label: str
+    fn: Callable  # (q, k, v, shape) -> out
+    requirements: Callable[[AttentionShape, DeviceInfo], list[Requirement]]
+    device_bytes: Callable[[AttentionShape], int]  # what one forward call holds on the device
+    description: str
+    adds: str = ""  # what this rung of the ladder adds over the one below it, in a sentence
+
+    def unmet(self, shape: AttentionShape, device: DeviceInfo) -> str | None:
+        """None when this backend can run `shape` here; else why not, in a sentence."""
+        for r in self.requirements(shape, device):
+            if not r.met:
+                return r.sentence()
+        error = trace_error(self, shape)
+        return f"{self.label} refuses this shape: {error}" if error else None
+
+    def jit(self, shape: AttentionShape):
+        """This backend at `shape`, jitted (the shape is static: masks and grouping are baked in)."""
+        return _jitted(self, shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _jitted(backend: Backend, shape: AttentionShape):
+    return jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
+
+
+def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
+    """Q, K, V as shapes and dtypes only: enough to trace or compile, nothing allocated."""
+    return [jax.ShapeDtypeStruct(s, shape.dtype) for s in (shape.q_shape(), shape.kv_shape(), shape.kv_shape())]
+
+
+@functools.lru_cache(maxsize=512)
+def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
+    """Trace the call for `shape` without running it: the backend's own error text, or None."""
+    try:
+        _jitted(backend, shape).lower(*abstract_inputs(shape))
+    except Exception as e:  # the backend's own words are the lesson here
+        return error_text(e)
+    return None
+
+
+def error_text(e: BaseException, limit: int = 400) -> str:
+    """One wording for every error a learner sees: the type, then the first line of the message."""
+    lines = str(e).strip().splitlines()
+    text = f"{type(e).__name__}: {lines[0] if lines else ''}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# requirements every backend draws from
+# --------------------------------------------------------------------------------------------
+def cuda_gpu(device: DeviceInfo, min_cc: tuple[int, int]) -> list[Requirement]:
+    need = f"{min_cc[0]}.{min_cc[1]} or newer"
+    return [
+        Requirement("a CUDA GPU", "JAX's backend on CUDA", f"{device.backend} ({device.platform})", device.is_cuda),
+        Requirement("compute capability", need, f"{device.device_kind}: {device.compute_capability_str}",
+                    device.at_least(min_cc)),
+    ]
+
+
+def cudnn_loaded(device: DeviceInfo) -> Requirement:
+    return Requirement("cuDNN loaded by JAX", "a cuDNN version", device.cudnn_version or "not loaded",
+                       device.cudnn_version is not None)
+
+
+def dtype_in(shape: AttentionShape, allowed: tuple[str, ...], note: str = "") -> Requirement:
+    return Requirement("dtype", " or ".join(allowed) + note, shape.dtype, shape.dtype in allowed)
+
+
+def head_dim_rule(shape: AttentionShape, max_h: int, multiple: int) -> Requirement:
+    ok = shape.head_dim <= max_h and shape.head_dim % multiple == 0
+    return Requirement("head_dim", f"≤ {max_h} and a multiple of {multiple}", str(shape.head_dim), ok)
+
+
+def masks_taken(shape: AttentionShape, window: bool, padding: bool) -> Requirement:
+    """Which masks the backend takes besides causal (every backend here takes causal)."""
+    takes = ["causal"] + (["sliding window"] if window else []) + (["padding"] if padding else [])
+    asked = [m for m, on in (("sliding window", shape.window is not None), ("padding", bool(shape.kv_lengths))) if on]
+    return Requirement("masks", ", ".join(takes), ", ".join(asked) or "none beyond causal",
+                       all(m in takes for m in asked))
+
+
+def anywhere(shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# device bytes, by how a backend works
+# --------------------------------------------------------------------------------------------
+def io_bytes(shape: AttentionShape) -> int:
+    return shape.input_bytes() + shape.output_bytes()
+
+
+def materialised_bytes(copies: int) -> Callable[[AttentionShape], int]:
+    """Inputs, output and `copies` float32 (B, N, T, S) matrices (scores, weights...): O(T·S)."""
+    return lambda shape: io_bytes(shape) + copies * shape.score_bytes()
+
+
+def streamed_bytes(shape: AttentionShape) -> int:
+    """A fused kernel: inputs, output, the float32 log-sum-exp per (B, N, T) and a small workspace."""
+    return io_bytes(shape) + shape.batch * shape.heads * shape.q_len * 4 + 2**20

@@ -1,0 +1,121 @@
+"""What the compiler made of a call: which kernels (a cuDNN custom call, or XLA's fusions) and how
+much scratch memory, read from the compiled program without running it.
+
+`compiled.memory_analysis()` reports XLA's own buffers: `temp_size_in_bytes` is the scratch a
+call needs beyond its arguments and outputs. A library that XLA hands work to (cuDNN's kernel, or
+a CPU library fusion) may use a workspace of its own that is not counted there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from attnlab.backend import abstract_inputs
+from attnlab.backends import get
+from attnlab.shapes import AttentionShape
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledInfo:
+    temp_bytes: int | None  # scratch XLA allocates beyond inputs and outputs
+    argument_bytes: int | None
+    output_bytes: int | None
+    custom_calls: tuple[str, ...]  # library kernels called from the program, e.g. '__cudnn$fmha...'
+    fusions: int  # XLA fusions (each becomes one or more generated kernels on a GPU)
+    library_fusions: tuple[str, ...] = ()  # fusions XLA hands to a library (kind=kCustom, e.g. ynn_fusion on CPU)
+
+    @property
+    def uses_cudnn_attention(self) -> bool:
+        return any("cudnn$fmha" in c or "fused_attn" in c for c in self.custom_calls)
+
+
+def describe_compiled(compiled) -> CompiledInfo:
+    """Memory from `compiled.memory_analysis()` and the library calls in the optimised HLO."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        m = None
+    try:
+        text = compiled.as_text() or ""
+    except Exception:
+        text = ""
+    calls = tuple(dict.fromkeys(re.findall(r'custom_call_target="([^"]+)"', text)))
+    fusions = len(re.findall(r"^\s*(?:ROOT\s+)?\S+\s*=\s*\S+\s+fusion\(", text, flags=re.MULTILINE))
+    library = tuple(dict.fromkeys(re.sub(r"\.\d+$", "", n) for n in re.findall(
+        r"^\s*(?:ROOT\s+)?%?(\S+)\s*=\s*\S+\s+fusion\(.*kind=kCustom", text, flags=re.MULTILINE)))
+    get = lambda a: int(getattr(m, a)) if m is not None and getattr(m, a, None) is not None else None  # noqa: E731
+    return CompiledInfo(get("temp_size_in_bytes"), get("argument_size_in_bytes"), get("output_size_in_bytes"), calls,
+                        fusions, library)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_backend(name: str, shape: AttentionShape, backward: bool = False):
+    """compile_timed for a backend at a shape; kept (lru), so a page that asks again pays nothing."""
+    fn = get(name).jit(shape)
+    if backward:
+        fn = forward_backward(fn)
+    return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}")
+
+
+_SEEN: dict[int, str] = {}  # hash of a lowered program -> the first call that compiled it in this process
+
+
+def compile_timed(fn, args, who: str = ""):
+    """(compiled, compile_ms, compiled_before): compile_ms is the time of this lower + compile.
+
+    JAX keeps compiled programs in memory (and on disk with a compilation cache), so a program
+    this process compiled before comes back in about a millisecond: `compiled_before` then names
+    who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
+    says so instead of presenting the cache lookup as a compile time.
+    """
+    t0 = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    key = hash(lowered.as_text())
+    compiled = lowered.compile()
+    ms = (time.perf_counter() - t0) * 1e3
+    first = _SEEN.setdefault(key, who)
+    return compiled, ms, (first or "an earlier call") if first != who else None
+
+
+def forward_backward(fn):
+    """The gradient of sum(attention(q, k, v)) with respect to q, k and v: one forward, one backward."""
+    return jax.grad(lambda q, k, v: fn(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+
+
+
+
+def which_kernel(info: CompiledInfo) -> str:
+    """In words, what the compiled program runs: cuDNN's fused attention, or XLA's own fusions."""
+    if info.uses_cudnn_attention:
+        call = next(c for c in info.custom_calls if "cudnn$fmha" in c or "fused_attn" in c)
+        return f"cuDNN fused attention (custom call {call})"
+    others = f"; library calls: {', '.join(info.custom_calls)}" if info.custom_calls else ""
+    if info.library_fusions:
+        others += (f"; handed to a library: {', '.join(info.library_fusions)} (its own scratch is not in XLA's "
+                   "temp bytes)")
+    return f"XLA's own code: {info.fusions} fusion{'s' if info.fusions != 1 else ''}{others}"
+
+
+def growth(df: pd.DataFrame, y: str = "temp_bytes", x: str = "q_len") -> pd.DataFrame:
+    """Per implementation: y at the shortest and longest x measured, their ratio, and the log-log slope
+    (2 for O(T²), 1 for O(T), 0 for a fixed size)."""
+    rows = []
+    if not len(df) or y not in df:
+        return pd.DataFrame(rows)
+    ok = df[(df["status"] == "ok") & (df[y].fillna(0) > 0)]
+    for name, part in ok.groupby("implementation", sort=False):
+        part = part.sort_values(x)
+        if len(part) < 2:
+            continue
+        (x0, y0), (x1, y1) = part[[x, y]].iloc[0], part[[x, y]].iloc[-1]
+        rows.append({"implementation": name, "from": int(x0), "to": int(x1), "ratio": y1 / y0,
+                     "slope": float(np.log(y1 / y0) / np.log(x1 / x0))})
+    return pd.DataFrame(rows)

@@ -1,0 +1,194 @@
+"""One GPU, many learners: admission by memory, and the device to oneself while timing.
+
+Every run asks `DEVICE` for what it will hold (device bytes and host bytes) before it allocates
+anything. Runs that only compute (an output to check, a program to compile) share the device as
+long as their bytes fit the budget together; a timing run waits until it has the device to
+itself, so no learner's timing is disturbed by another's work. Requests are served in order of
+arrival. A request bigger than the whole budget is refused at once with a sentence; one that
+would wait behind too many others, or too long, gets `DeviceBusy`. Both are expected events a
+page shows as a message.
+
+Budgets: `ATTNLAB_MEMORY_LIMIT_GIB` if set; else 80% of the GPU's free memory and half of the
+host's available memory (on the CPU backend, device arrays live in host memory: one budget).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from attnlab.shapes import GIB, format_bytes
+
+
+class DeviceBusy(RuntimeError):
+    """The queue is full or the wait was too long: the learner tries again shortly."""
+
+
+class OverBudget(ValueError):
+    """One run needs more memory than the whole budget: it can never be admitted."""
+
+
+def host_available_bytes() -> int:
+    """Memory this process may still use: the container's limit (cgroup) or MemAvailable, the smaller."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                raw = f.read().strip()
+            if raw.isdigit() and int(raw) < 2**60:
+                used_path = path.replace("memory.max", "memory.current").replace("limit_in_bytes", "usage_in_bytes")
+                with open(used_path) as f:
+                    limit_left = int(raw) - int(f.read().strip())
+                avail = limit_left if avail is None else min(avail, limit_left)
+            break
+        except (OSError, ValueError):
+            continue
+    return avail if avail is not None else 8 * GIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    device_bytes: int
+    host_bytes: int
+    shared: bool  # the CPU backend: device arrays are host memory, so both count against host_bytes
+
+    @classmethod
+    def here(cls) -> Budget:
+        env = os.environ.get("ATTNLAB_MEMORY_LIMIT_GIB")
+        from attnlab import device  # late: reading the device initialises JAX's backend
+
+        info = device.info()
+        shared = info.backend == "cpu" or not info.memory_free_bytes
+        if env:
+            try:
+                cap = int(float(env) * GIB)
+                return cls(cap, cap, shared)
+            except ValueError:
+                pass
+        host = int(host_available_bytes() * 0.5)
+        return cls(host if shared else int(info.memory_free_bytes * 0.8), host, shared)
+
+
+@dataclasses.dataclass
+class Stats:
+    admitted: int = 0
+    waited: int = 0
+    longest_wait_s: float = 0.0
+    peak_device_bytes: int = 0
+    peak_host_bytes: int = 0
+
+
+class DeviceQueue:
+    """Admission by memory, first come first served; `exclusive` runs have the device alone."""
+
+    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0):
+        self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
+        self._cond = threading.Condition()
+        self._queue: deque[object] = deque()
+        self._device = self._host = self._running = 0
+        self._exclusive = False
+        self._held = threading.local()
+        self.stats = Stats()
+
+    @property
+    def budget(self) -> Budget:
+        if self._budget is None:
+            self._budget = Budget.here()
+        return self._budget
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def check(self, device_bytes: int, host_bytes: int) -> str | None:
+        """Why a run of this size can never be admitted here, or None when it can."""
+        b = self.budget
+        host = host_bytes + (device_bytes if b.shared else 0)
+        if not b.shared and device_bytes > b.device_bytes:
+            return (f"needs about {format_bytes(device_bytes)} of GPU memory, over this lab's budget of "
+                    f"{format_bytes(b.device_bytes)}")
+        if host > b.host_bytes:
+            where = "memory" if b.shared else "host memory"
+            return f"needs about {format_bytes(host)} of {where}, over this lab's budget of {format_bytes(b.host_bytes)}"
+        return None
+
+    def _fits(self, device_bytes: int, host: int, exclusive: bool) -> bool:
+        if self._exclusive or (exclusive and self._running):
+            return False
+        b = self.budget
+        return self._host + host <= b.host_bytes and (b.shared or self._device + device_bytes <= b.device_bytes)
+
+    @contextlib.contextmanager
+    def slot(self, device_bytes: int = 0, host_bytes: int = 0, *, exclusive: bool = False,
+             on_wait: Callable[[int], None] | None = None, timeout_s: float | None = None):
+        """Hold `device_bytes` and `host_bytes` of the budget (and the device alone if `exclusive`);
+        yields the seconds spent waiting. A thread that already holds a slot passes straight through."""
+        if getattr(self._held, "depth", 0):
+            self._held.depth += 1
+            try:
+                yield 0.0
+            finally:
+                self._held.depth -= 1
+            return
+        why = self.check(device_bytes, host_bytes)
+        if why:
+            raise OverBudget(why)
+        host = host_bytes + (device_bytes if self.budget.shared else 0)
+        start, ticket = time.perf_counter(), object()
+        with self._cond:
+            if self._queue or not self._fits(device_bytes, host, exclusive):
+                if len(self._queue) >= self.max_waiting:
+                    raise DeviceBusy(f"The GPU is busy: {len(self._queue)} runs are already waiting. Try again shortly.")
+                if on_wait:
+                    on_wait(self._running + len(self._queue))
+                self._queue.append(ticket)
+                self.stats.waited += 1
+                try:
+                    ok = self._cond.wait_for(lambda: self._queue[0] is ticket and self._fits(device_bytes, host, exclusive),
+                                             timeout=self.timeout_s if timeout_s is None else timeout_s)
+                finally:
+                    self._queue.remove(ticket)
+                    self._cond.notify_all()
+                if not ok:
+                    raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
+                                     "Try again shortly.")
+            self._running += 1
+            self._device += device_bytes
+            self._host += host
+            self._exclusive = exclusive
+            waited = time.perf_counter() - start
+            s = self.stats
+            s.admitted += 1
+            s.longest_wait_s = max(s.longest_wait_s, waited)
+            s.peak_device_bytes = max(s.peak_device_bytes, self._device)
+            s.peak_host_bytes = max(s.peak_host_bytes, self._host)
+        self._held.depth = 1
+        try:
+            yield waited
+        finally:
+            self._held.depth = 0
+            with self._cond:
+                self._running -= 1
+                self._device -= device_bytes
+                self._host -= host
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+DEVICE = DeviceQueue()

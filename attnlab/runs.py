@@ -1,0 +1,252 @@
+"""The run layer: implementations run at a shape, each giving one typed `Result`.
+
+    run(shape, ["naive", "sdpa_cudnn"], accuracy=True, timing=True)  ->  [Result, Result]
+
+This is the only place that makes inputs, asks the device queue for memory and time, builds the
+float64 reference, words errors (out of memory, a busy GPU, a backend's refusal) and turns
+results into a table. Every page, the CLI and the studies go through it, so a result means the
+same thing wherever it is shown, and one vocabulary of columns (`COLUMNS`) names it.
+
+A run never raises for a bad cell: a shape that is invalid, a backend that cannot run here, a
+run over the memory budget, a GPU out of memory or a busy queue are each a `Result` whose
+`status` says which and whose `reason` says why in a sentence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from attnlab import checks, compiled, device, kernels, timing
+from attnlab.backend import error_text
+from attnlab.backends import REGISTRY, get
+from attnlab.queue import DEVICE, DeviceBusy, OverBudget
+from attnlab.shapes import AttentionShape
+
+OK, INVALID, UNSUPPORTED, OVER_BUDGET, OOM, BUSY, ERROR = (
+    "ok", "invalid shape", "cannot run here", "over the memory budget", "out of memory", "GPU busy", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One implementation at one shape: what happened, and the parts that were asked for."""
+
+    shape: AttentionShape
+    implementation: str
+    status: str
+    reason: str = ""
+    backward: bool = False
+    accuracy: checks.Accuracy | None = None
+    reference_note: str = ""
+    output_shape: tuple[int, ...] | None = None
+    output_dtype: str | None = None
+    output_slice: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+    program: compiled.CompiledInfo | None = None
+    compile_ms: float | None = None
+    compiled_before: str | None = None  # the compile was a cache lookup: who compiled this program first
+    timing: timing.Timing | None = None
+    timing_note: str = ""
+    peak_tflops: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def row(self) -> dict:
+        """This result in the lab's one vocabulary of columns (`COLUMNS`); absent parts are None."""
+        s, t, a, p = self.shape, self.timing, self.accuracy, self.program
+        flops = s.flops(self.backward)
+        tflops = flops / (t.throughput_ms * 1e-3) / 1e12 if t else None
+        device_tflops = flops / (t.device_ms * 1e-3) / 1e12 if t and t.device_ms else None
+        best = device_tflops or tflops
+        row = {
+            "implementation": self.implementation, "label": get(self.implementation).label,
+            "pass": "forward+backward" if self.backward else "forward", "shape": s.describe(),
+            **{f.name: getattr(s, f.name) for f in dataclasses.fields(s)},
+            "status": self.status, "reason": self.reason,
+            "output_shape": str(self.output_shape) if self.output_shape else None, "output_dtype": self.output_dtype,
+            "max_abs_error": a.max_abs_error if a else None, "relative_error": a.relative_error if a else None,
+            "allclose": a.allclose if a else None, "reference_note": self.reference_note or None,
+            "compile_ms": self.compile_ms, "compiled_before": self.compiled_before,
+            "wall_ms": t.wall_ms if t else None, "wall_ms_iqr": t.wall_ms_iqr if t else None,
+            "throughput_ms": t.throughput_ms if t else None, "device_ms": t.device_ms if t else None,
+            "kernel_count": len(t.kernels) if t and t.kernels else None,
+            "kernels": "; ".join(f"{kernels.describe(n)} {ms * 1e3:.1f}µs" for n, ms in t.kernels) if t else None,
+            "device_note": t.device_note if t else None, "timing_note": self.timing_note or None,
+            "gflop": flops / 1e9, "tflops": tflops, "device_tflops": device_tflops,
+            "pct_of_peak": 100 * best / self.peak_tflops if best and self.peak_tflops else None,
+            "temp_bytes": p.temp_bytes if p else None,
+            "what_ran": compiled.which_kernel(p) if p else None,
+            "custom_calls": ", ".join(p.custom_calls) if p else None,
+            "repeats": t.repeats if t else None, "queue_wait_s": t.queue_wait_s if t else None,
+        }
+        row["window"] = ",".join(map(str, s.window)) if s.window else None
+        row["kv_lengths"] = ",".join(map(str, s.kv_lengths)) if s.kv_lengths else None
+        return row
+
+
+COLUMNS = list(Result(AttentionShape(), "naive", OK).row())
+
+
+def to_frame(results: Iterable[Result], extra: Iterable[dict] | None = None) -> pd.DataFrame:
+    """Results as a DataFrame with every column of `COLUMNS`, in that order (extra keys per row after)."""
+    rows = [r.row() for r in results]
+    if extra is not None:
+        rows = [{**r, **e} for r, e in zip(rows, extra, strict=True)]
+    return pd.DataFrame(rows, columns=list(dict.fromkeys(COLUMNS + [k for r in rows for k in r])))
+
+
+# --------------------------------------------------------------------------------------------
+# inputs and memory
+# --------------------------------------------------------------------------------------------
+def make_inputs(shape: AttentionShape, seed: int = 0):
+    """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype, on the default device.
+
+    Call it inside a queue slot that counted `shape.input_bytes()` (`inputs()` does both)."""
+    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
+    q = jax.random.normal(kq, shape.q_shape(), dtype=jnp.float32).astype(shape.dtype)
+    k = jax.random.normal(kk, shape.kv_shape(), dtype=jnp.float32).astype(shape.dtype)
+    v = jax.random.normal(kv, shape.kv_shape(), dtype=jnp.float32).astype(shape.dtype)
+    return q, k, v
+
+
+@contextlib.contextmanager
+def inputs(shape: AttentionShape, seed: int = 0, *, device_bytes: int = 0, host_bytes: int = 0):
+    """Hold a queue slot sized for Q, K and V (and their float32 draws) plus what the caller will
+    compute from them (`device_bytes`, `host_bytes`); yield Q, K, V. Raises OverBudget or DeviceBusy."""
+    with DEVICE.slot(shape.input_bytes() * (1 + 4 // shape.itemsize) + device_bytes, host_bytes):
+        yield make_inputs(shape, seed)
+
+
+def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool, backward: bool) -> tuple[int, int]:
+    """(device bytes, host bytes) a run of `names` at `shape` holds at its peak: the largest
+    implementation's estimate (they run one after another) plus the float32 draws of the inputs;
+    on the host, the float64 reference and the output slices copied back to check."""
+    dev = max((get(n).device_bytes(shape) for n in names), default=0) * (3 if backward else 1)
+    dev += shape.input_bytes() * (4 // shape.itemsize)
+    host = 0
+    if accuracy:
+        sl = checks.choose_slice(shape)
+        host = sl.host_bytes(shape) + 8 * len(names) * sl.batch * len(sl.rows) * sl.kv_heads * sl.heads_per_group \
+            * shape.head_dim
+    return dev, host
+
+
+def failure(e: BaseException) -> tuple[str, str]:
+    """(status, reason) for an exception out of a run: the one wording for every page."""
+    text = f"{type(e).__name__} {e}"
+    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
+        return OOM, "the device ran out of memory: " + error_text(e, 300)
+    if isinstance(e, DeviceBusy):
+        return BUSY, str(e)
+    if isinstance(e, OverBudget):
+        return OVER_BUDGET, str(e)
+    return ERROR, error_text(e)
+
+
+# --------------------------------------------------------------------------------------------
+# running
+# --------------------------------------------------------------------------------------------
+def run(
+    shape: AttentionShape,
+    names: Sequence[str] | None = None,
+    *,
+    accuracy: bool = True,
+    timed: bool = False,
+    program: bool = False,
+    backward: bool = False,
+    seed: int = 0,
+    on_wait: Callable[[int], None] | None = None,
+    **timing_kw,
+) -> list[Result]:
+    """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
+
+    accuracy: the output against the float64 reference; timed: the four timings (the device is
+    held alone while timing); program: what the compiler made (kernels, scratch bytes).
+    """
+    names = list(names or REGISTRY)
+    problems = shape.validate()
+    if problems:
+        return [Result(shape, n, INVALID, " ".join(problems), backward) for n in names]
+    info = device.info()
+    results: dict[str, Result] = {}
+    runnable = []
+    allocates = accuracy or timed  # compiling a program allocates nothing on the device
+    for n in names:
+        why = get(n).unmet(shape, info)
+        if why:
+            results[n] = Result(shape, n, UNSUPPORTED, why, backward)
+            continue
+        dev, host = memory_needed(shape, [n], accuracy=accuracy, backward=backward)
+        why = DEVICE.check(dev, host) if allocates else None
+        if why:
+            results[n] = Result(shape, n, OVER_BUDGET, why, backward)
+        else:
+            runnable.append(n)
+    if runnable:
+        dev, host = memory_needed(shape, runnable, accuracy=accuracy, backward=backward) if allocates else (0, 0)
+        try:
+            with DEVICE.slot(dev, host, exclusive=timed, on_wait=on_wait) as waited:
+                results.update(_run_held(shape, runnable, info, accuracy, timed, program, backward, seed, waited,
+                                         timing_kw))
+        except Exception as e:  # busy queue, or the inputs/reference did not fit after all
+            status, reason = failure(e)
+            results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
+    return [results[n] for n in names]
+
+
+def _run_held(shape, names, info, accuracy, timed, program, backward, seed, waited, timing_kw) -> dict:
+    q, k, v = make_inputs(shape, seed) if accuracy or timed else (None, None, None)
+    ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
+    waiting = DEVICE.waiting
+    if waiting and timed:  # others are queued behind this run: measure briefly and say so
+        timing_kw = {"budget_s": 0.3, "repeats": 10, **timing_kw}
+    out = {}
+    for n in names:
+        parts: dict = {}
+        try:
+            if accuracy and not backward:
+                y = get(n).jit(shape)(q, k, v)
+                parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
+                             reference_note=ref.note, output_slice=ref.take(y))
+                del y
+            if timed or program:
+                exe, ms, before = compiled.compile_backend(n, shape, backward)
+                parts.update(compile_ms=ms, compiled_before=before, program=compiled.describe_compiled(exe))
+            if timed:
+                t = timing.time_compiled(exe, (q, k, v), compile_ms=ms, **timing_kw)
+                parts.update(timing=dataclasses.replace(t, queue_wait_s=waited),
+                             peak_tflops=timing.peak_tflops(shape.dtype, info),
+                             timing_note=f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting"
+                             if waiting else "")
+            out[n] = Result(shape, n, OK, "", backward, **parts)
+        except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
+            status, reason = failure(e)
+            out[n] = Result(shape, n, status, reason, backward, **parts)
+    return out
+
+
+def sweep(base: AttentionShape, field: str, values: Iterable, names: Sequence[str], **run_kw) -> Iterator[Result]:
+    """One Result per (value, implementation), yielded as each value is done, so a UI can show progress.
+
+    Sweeping q_len on a shape with q_len == kv_len moves both (a sequence-length sweep)."""
+    if field not in {f.name for f in dataclasses.fields(AttentionShape)}:
+        raise ValueError(f"cannot sweep over {field!r}: not a field of AttentionShape")
+    for value in values:
+        shape = base.replace(**{field: value})
+        if field == "q_len" and base.q_len == base.kv_len:
+            shape = shape.replace(kv_len=value)
+        yield from run(shape, names, **run_kw)
+
+
+def max_difference(a: Result, b: Result) -> float | None:
+    """max |a − b| over the part of the outputs both checked against float64 (None if either lacks it)."""
+    if a.output_slice is None or b.output_slice is None or a.output_slice.shape != b.output_slice.shape:
+        return None
+    return float(np.abs(a.output_slice - b.output_slice).max())

@@ -1,0 +1,191 @@
+"""The one timing harness: what a call costs, measured four ways, each named for what it measures.
+
+    compile_ms     first call: tracing, lowering and XLA compilation (paid once per shape and
+                   process; a program already compiled by an earlier page or learner costs ~0)
+    wall_ms        median of perf_counter() around one call + block_until_ready(): the codelab's
+                   method. At small shapes this is mostly Python dispatch and synchronisation.
+    throughput_ms  many calls dispatched, one wait at the end, divided by the count: dispatch
+                   overlaps the device's work, as in a training loop.
+    device_ms      the GPU's own kernel time per call, read through CUPTI (NVIDIA's profiling
+                   interface) with `jax.experimental.mosaic.gpu.profiler.measure`; None on CPU.
+
+JAX dispatches asynchronously: a call returns as soon as the work is queued, so a timer must wait
+for the result (`block_until_ready`) or it measures only the queueing. Every measurement holds
+the device to itself (`queue.DEVICE`, exclusive), so learners' timings never overlap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+
+import jax
+
+from attnlab import device
+from attnlab.queue import DEVICE
+
+
+def _log_timing(start: float, end: float) -> None:
+    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid' (perf_counter seconds) for each
+    measurement, so a load test can check from outside that no two measurements overlapped."""
+    path = os.environ.get("ATTNLAB_TIMING_LOG")
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()}\n")
+        except OSError:
+            pass  # a diagnostic only: never fail a measurement over it
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    compile_ms: float
+    wall_ms: float
+    wall_ms_iqr: float  # spread: 75th minus 25th percentile of the wall-time samples
+    throughput_ms: float
+    device_ms: float | None
+    kernels: tuple[tuple[str, float], ...]  # (kernel name, ms) for one call, in launch order
+    device_note: str  # how device_ms was read, or why it could not be
+    repeats: int
+    queue_wait_s: float = 0.0
+
+
+def kernel_times(compiled, args, iterations: int = 10) -> tuple[float | None, tuple, str]:
+    """(device_ms per call, kernels of the median call, note) via CUPTI; (None, (), why) without."""
+    if jax.default_backend() != "gpu":
+        return None, (), f"no device time on {jax.default_backend()}: CUPTI reads NVIDIA GPU kernels only"
+    try:
+        from jax.experimental.mosaic.gpu import profiler
+
+        _, per_iter = profiler.measure(compiled, aggregate=False, iterations=iterations)(*args)
+    except Exception as e:
+        return None, (), f"CUPTI unavailable: {type(e).__name__}: {str(e)[:200]}"
+    if per_iter is None:
+        return None, (), "CUPTI saw no kernel launches"
+    if iterations == 1:
+        per_iter = [per_iter]
+    totals = [sum(ms for _, ms in it) for it in per_iter]
+    median_i = sorted(range(len(totals)), key=totals.__getitem__)[len(totals) // 2]
+    kernels = tuple((str(n), float(ms)) for n, ms in per_iter[median_i])
+    return statistics.median(totals), kernels, f"CUPTI, median of {iterations} calls"
+
+
+def time_compiled(
+    compiled,
+    args: Sequence,
+    *,
+    compile_ms: float = float("nan"),
+    repeats: int = 30,
+    warmup: int = 3,
+    warmup_s: float | None = None,
+    budget_s: float = 1.5,
+    device_time: bool = True,
+) -> Timing:
+    """Time an already-compiled executable on its inputs, all four ways, holding the device slot."""
+    with DEVICE.slot(exclusive=True) as waited:
+        measured_from = time.perf_counter()
+        # warm up by count and by time: after a compile the GPU has idled and its clocks have
+        # dropped; ~0.2 s of work brings them back before anything is recorded
+        if warmup_s is None:
+            warmup_s = 0.2 if jax.default_backend() == "gpu" else 0.0
+        t_end, i = time.perf_counter() + warmup_s, 0
+        while i < warmup or time.perf_counter() < t_end:
+            jax.block_until_ready(compiled(*args))
+            i += 1
+        # fit the repeats to the budget: a 1 s CPU call is timed 3 times, a 10 µs GPU call 30
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        one = max(time.perf_counter() - t0, 1e-6)
+        n = int(max(3, min(repeats, budget_s / 2 / one)))
+
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            samples.append((time.perf_counter() - t0) * 1e3)
+
+        rounds = []
+        for _ in range(3):  # dispatch n calls, one wait; median of three rounds
+            t0 = time.perf_counter()
+            outs = [compiled(*args) for _ in range(n)]
+            jax.block_until_ready(outs)
+            rounds.append((time.perf_counter() - t0) * 1e3 / n)
+            del outs
+
+        if device_time:
+            device_ms, kernels, note = kernel_times(compiled, args, iterations=min(n, 10))
+        else:
+            device_ms, kernels, note = None, (), "device time not asked for"
+        _log_timing(measured_from, time.perf_counter())
+    q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
+    return Timing(
+        compile_ms=compile_ms,
+        wall_ms=statistics.median(samples),
+        wall_ms_iqr=q[2] - q[0],
+        throughput_ms=statistics.median(rounds),
+        device_ms=device_ms,
+        kernels=kernels,
+        device_note=note,
+        repeats=n,
+        queue_wait_s=waited,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockStates:
+    """GPU kernel time per call in two states of the GPU, each with the SM clock it ran at.
+
+    burst: after the GPU has idled (cool, at its boost clock), a few calls.
+    sustained: after `sustain_s` of back-to-back calls, when power and heat have pulled the
+    clock down (on the H200, flash attention at ~600 W: 1980 MHz fell to 1680-1890).
+    """
+
+    burst_ms: float | None
+    burst_clock_mhz: int | None
+    sustained_ms: float | None
+    sustained_clock_mhz: int | None
+    max_clock_mhz: int | None
+    note: str
+
+
+def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: float = 1.5,
+                 iterations: int = 10) -> ClockStates:
+    """Kernel time (CUPTI) of a compiled call at the GPU's boost clock and under sustained load."""
+    if jax.default_backend() != "gpu":
+        return ClockStates(None, None, None, None, None, kernel_times(compiled, args)[2])
+    with DEVICE.slot(exclusive=True):
+        measured_from = time.perf_counter()
+        time.sleep(idle_s)  # let the GPU cool and its clock come back up
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        one = max(time.perf_counter() - t0, 1e-6)
+        burst_ms, _, note = kernel_times(compiled, args, iterations=iterations)
+        clock = device.sm_clock_mhz()
+        burst_clock = clock[0] if clock else None
+        t_end = time.perf_counter() + sustain_s
+        while time.perf_counter() < t_end:
+            jax.block_until_ready([compiled(*args) for _ in range(max(1, int(0.05 / one)))])
+        # read the clock while the GPU is still busy: queue ~0.3 s of calls, ask, then wait
+        outs = [compiled(*args) for _ in range(max(1, int(0.3 / one)))]
+        clock = device.sm_clock_mhz()
+        jax.block_until_ready(outs)
+        del outs
+        sustained_ms, _, _ = kernel_times(compiled, args, iterations=iterations)
+        _log_timing(measured_from, time.perf_counter())
+    return ClockStates(burst_ms=burst_ms, burst_clock_mhz=burst_clock, sustained_ms=sustained_ms,
+                       sustained_clock_mhz=clock[0] if clock else None, max_clock_mhz=clock[1] if clock else None,
+                       note=note)
+
+
+def peak_tflops(dtype: str, info: device.DeviceInfo) -> float | None:
+    """The datasheet peak that applies to this dtype on this device (None when unknown)."""
+    if info.peak is None:
+        return None
+    if dtype == "float32":  # JAX's default precision lets XLA use TF32 tensor cores on NVIDIA GPUs
+        return info.peak.tf32_tflops
+    return info.peak.bf16_tflops

@@ -1,0 +1,119 @@
+"""The building blocks pages are made of: each a section a learner recognises from page to page.
+
+    on_demand         heavy work runs on a button (small shapes run at once); the result belongs to
+                      the shape and settings it was asked for, and only those (one staleness rule)
+    guarded           a computation whose failure (memory budget, busy GPU, out of memory) is a
+                      message on the page, never an exception
+    results           a run-layer table: what ran, and what did not with its reason
+    shipped           the measurement from a real GPU, labelled with where and when it was made
+    sweep             a sweep with progress, chart, table and CSV download
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pandas as pd
+import streamlit as st
+
+from attnlab import runs, shipped
+from attnlab.backends.naive import NAIVE
+from attnlab.queue import DeviceBusy, OverBudget
+from attnlab.shapes import AttentionShape
+from pages import common
+
+AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
+AUTO_BYTES = 256 * 2**20
+
+
+def small(shape: AttentionShape) -> bool:
+    """Cheap enough to compute on page load, for every learner, without asking."""
+    return shape.flops() / 1e9 <= AUTO_GFLOP and NAIVE.device_bytes(shape) <= AUTO_BYTES
+
+
+def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | None = None) -> bool:
+    """True when the learner asked for this computation with exactly these `params` (or `auto`).
+
+    The answer is remembered per key: change the shape or a setting and the button comes back,
+    so a result is never shown for parameters it was not computed with.
+    """
+    asked = st.session_state.get(f"asked_{key}")
+    if auto or asked == params:
+        return True
+    if st.button(label, key=f"btn_{key}", type="primary", help=help):
+        st.session_state[f"asked_{key}"] = params
+        return True
+    return False
+
+
+def guarded(fn: Callable, *args, what: str = "This computation", **kwargs):
+    """fn(*args, **kwargs), or None with a message on the page when it cannot be done now."""
+    try:
+        return fn(*args, **kwargs)
+    except OverBudget as e:
+        st.warning(f"{what} is too big for this server: it {e}. Choose a smaller shape in the sidebar.")
+    except DeviceBusy as e:
+        st.info(f"{e} Other learners' runs are queued ahead of this one.")
+    except Exception as e:  # out of memory, or a backend's error: a message, and the app keeps serving
+        status, reason = runs.failure(e)
+        st.error(f"{what} failed ({status}): {common.literal(reason)}")
+    return None
+
+
+def queue_notice() -> None:
+    """Say so when other learners' runs hold or wait for the GPU (this one takes its turn)."""
+    from attnlab.queue import DEVICE
+
+    if DEVICE.running or DEVICE.waiting:
+        st.info(f"{DEVICE.running} run(s) on the device, {DEVICE.waiting} waiting: this one takes its turn, and "
+                "timings are taken with the device to themselves (briefer while others wait; the table says so).")
+
+
+def results(df: pd.DataFrame, columns: Sequence[str], *, failed: bool = True) -> None:
+    """The rows that ran, with `columns`; then each row that did not, with its status and reason."""
+    ok = df[df["status"] == runs.OK]
+    if not ok.empty:
+        common.table(ok[list(columns)])
+    if failed:
+        not_run(df)
+
+
+def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None:
+    bad = df[df["status"] != runs.OK]
+    if not bad.empty:
+        st.markdown("**Not run here**")
+        common.table(bad[[*keys, "status", "reason"]].drop_duplicates())
+
+
+def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:
+    """A table of the shipped H200 measurements, captioned with where and when they were made."""
+    df = shipped.frame(table)
+    if caption and not df.empty:
+        st.caption(f"📦 {shipped.label()}. Shipped with the lab, not measured on this machine.")
+    return df
+
+
+def sweep(key: str, shapes: Sequence[AttentionShape], names: Sequence[str], label: str, **parts) -> pd.DataFrame:
+    """Run every (shape, implementation) with a progress bar; one table (cached per shape)."""
+    queue_notice()
+    frames = []
+    with st.status(label, expanded=False) as status:
+        bar = st.progress(0.0)
+        for i, s in enumerate(shapes):
+            status.update(label=f"{label}: {s.describe()} ({i + 1}/{len(shapes)})")
+            frames.append(common.frame(s, names, **parts))
+            bar.progress((i + 1) / len(shapes))
+        status.update(label=f"{label}: done ({len(shapes) * len(names)} cells)", state="complete")
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=runs.COLUMNS)
+
+
+def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "throughput_ms", "device_ms", "tflops",
+                                                            "device_tflops")) -> None:
+    """A line per implementation (one colour each, everywhere), the y axis of the learner's choice."""
+    good = df[df["status"] == runs.OK]
+    present = [c for c in options if good[c].notna().any()] if not good.empty else []
+    if not present:
+        st.warning("No cell of this sweep could run here; the reasons are below.")
+        return
+    y = st.selectbox("y axis", present, key=f"{key}_y", format_func=common.label)
+    st.altair_chart(common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")
