@@ -1,13 +1,25 @@
-"""Opening one page of the app the way a learner's browser does: app.py first, then the page."""
+"""Shared AppTest helpers: open a page the way a learner's browser does, and read what it shows.
+
+Every page test uses these (tests/pages/test_p*.py); `fake_shipped()` is a small stand-in for the
+shipped H200 measurements (attnlab/shipped/h200.json), with the structure `suite.run()` writes.
+"""
 
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
 from streamlit.testing.v1 import AppTest
 
+from attnlab.shapes import AttentionShape
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
+CUSTOM = {"batch": "2", "q_len": "32", "kv_len": "48", "heads": "4", "kv_heads": "2", "head_dim": "16", "causal": "true"}
+CUSTOM_SHAPE = AttentionShape(batch=2, q_len=32, kv_len=48, heads=4, kv_heads=2, head_dim=16, causal=True)
+SMALL = {"batch": "1", "q_len": "32", "kv_len": "32", "heads": "4", "kv_heads": "2", "head_dim": "16"}
+HOSTILE = {"batch": "__import__('os')", "dtype": "<script>"}
 
 
-def open_page(page: str, params: dict[str, str] | None = None) -> AppTest:
+def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = True) -> AppTest:
     """Run app.py with the URL's query parameters, switch to `page`, run it; no exception allowed."""
     at = AppTest.from_file(APP, default_timeout=300)
     for k, v in (params or {}).items():
@@ -15,5 +27,100 @@ def open_page(page: str, params: dict[str, str] | None = None) -> AppTest:
     at.run()  # AppTest needs one run of the entry point before switch_page
     at.switch_page(page)
     at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    if check:
+        assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def frames(at: AppTest, column: str | None = None) -> list[pd.DataFrame]:
+    """The tables on the page (those with `column`, if given)."""
+    return [d.value for d in at.dataframe if column is None or column in d.value.columns]
+
+
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    found = frames(at, column)
+    assert found, f"no table with a {column!r} column"
+    return found[0]
+
+
+def chart_data(at: AppTest) -> list[pd.DataFrame]:
+    """The data behind each Altair chart on the page (Streamlit ships it as Arrow)."""
+    out = []
+    for chart in at.get("vega_lite_chart"):
+        for d in chart.proto.datasets:
+            out.append(pa.ipc.open_stream(d.data.data).read_all().to_pandas())
+    return out
+
+
+def charts(at: AppTest) -> list[str]:
+    """Each chart's Vega-Lite spec, as JSON text."""
+    return [e.proto.spec for e in at.get("vega_lite_chart")]
+
+
+def metric(at: AppTest, label_start: str) -> str:
+    found = [m.value for m in at.metric if m.label.startswith(label_start)]
+    assert found, f"no metric starting {label_start!r}: {[m.label for m in at.metric]}"
+    return found[0]
+
+
+def texts(at: AppTest, *kinds: str) -> str:
+    """Everything written on the page in these element kinds (default: text, captions and boxes)."""
+    kinds = kinds or ("markdown", "caption", "info", "success", "error", "warning")
+    return "\n".join(str(e.value) for kind in kinds for e in getattr(at, kind))
+
+
+def button(at: AppTest, key: str):
+    return next(b for b in at.button if b.key == key)
+
+
+def _row(impl: str, q_len: int = 128, batch: int = 4, pass_: str = "forward", causal: bool = False,
+         head_dim: int = 64, heads: int = 8, dtype: str = "bfloat16", ok: bool = True) -> dict:
+    shape = AttentionShape(batch=batch, q_len=q_len, kv_len=q_len, heads=heads, kv_heads=heads, head_dim=head_dim,
+                           dtype=dtype, causal=causal)
+    row = {"implementation": impl, "label": impl, "pass": pass_, **shape.__dict__, "shape": shape.describe(),
+           "status": "ok" if ok else "unsupported", "reason": "" if ok else "test reason: does not fit"}
+    if ok:
+        row.update(compile_ms=100.0, wall_ms=0.05, wall_ms_iqr=0.001, throughput_ms=0.02, device_ms=0.01,
+                   kernel_count=1, kernels="test_kernel 10.0µs", device_note="test", gflop=1.0, tflops=50.0,
+                   device_tflops=100.0, pct_of_peak=10.0, temp_bytes=1024, custom_calls="", repeats=30)
+    return row
+
+
+def fake_shipped() -> dict:
+    env = {"date": "2000-01-01", "device": "NVIDIA H200", "backend": "gpu", "compute_capability": "9.0",
+           "driver": "test", "jax": "test", "cudnn": "test", "transformer_engine": "test",
+           "peak": {"bf16_tflops": 989.5, "memory_tb_s": 4.8, "source": "test datasheet"}}
+    impls_ = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"]
+    fp8_row = {"shape": "B4 T2048 S2048 N16 K16 H128 bfloat16", "q_len": 2048, "head_dim": 128, "causal": False,
+               "status": "ok", "scale_o": 1.0, "err_unit_scales": 0.1, "err_amax_qkv": 0.05, "err_amax_qkv_p": 0.03,
+               "err_amax_all": 0.02, "err_small_inputs_unit_scales": 0.5, "err_small_inputs_amax_scales": 0.02,
+               "bf16_ms": 1.0, "bf16_tflops": 400.0, "fp8_ms": 0.6, "fp8_tflops": 600.0, "speedup": 1.5,
+               "fp8_e2e_ms": 0.8, "fp8_e2e_tflops": 500.0, "e2e_speedup": 1.25,
+               "bf16_burst_tflops": 440.0, "fp8_burst_tflops": 1010.0, "burst_speedup": 2.3, "fp8_unit_tflops": 590.0,
+               "bf16_burst_clock_mhz": 1980, "bf16_clock_mhz": 1755, "fp8_burst_clock_mhz": 1980, "fp8_clock_mhz": 1700,
+               "max_clock_mhz": 1980}
+    return {
+        "environment": env,
+        "ceilings": {"matmul_bf16_tflops": 700.0, "matmul_n": 8192, "copy_tb_s": 4.0, "copy_bytes": 2**31},
+        "tables": {
+            "default": [_row(n, dtype=d, ok=n != "te_dpa" or d == "bfloat16") for d in ("float32", "bfloat16")
+                        for n in impls_],
+            "seq_sweep": [_row(n, q_len=t) for t in (64, 128) for n in impls_],
+            "batch_sweep": [_row(n, q_len=256, batch=b) for b in (1, 2) for n in impls_],
+            "te_sweep": [_row(n, q_len=t, causal=True) for t in (128, 256) for n in ("sdpa_xla", "sdpa_cudnn", "te_dpa")],
+            "long_context": [_row(n, q_len=t, pass_=p, causal=c, head_dim=128, heads=16, ok=not (n == "naive" and t > 2048))
+                             for t in (2048, 4096) for c in (False, True) for p in ("forward", "forward+backward")
+                             for n in impls_],
+        },
+        "fidelity": [{"shape": "B4 T8192", "implementation": "sdpa_cudnn", "harness_tflops": 500.0,
+                      "bare_tflops": 500.0, "harness_over_bare": 1.0}],
+        "fp8_attention": [fp8_row, {"shape": "B4 T128 S128 N8 K8 H64 bfloat16", "causal": False,
+                                    "status": "error", "reason": "test reason"}],
+        "te_autocast": {"status": "ok", "shape": "B4 T2048", "max_abs_diff_autocast_vs_not": 0.0, "bf16_ms": 0.2,
+                        "autocast_ms": 0.2, "bf16_kernels": ["cudnn_fmha_test"], "autocast_kernels": ["cudnn_fmha_test"]},
+        "te_block": [{"shape": "B4 T4096", "recipe": r, "status": "ok", "ms": 1.0, "tflops": 300.0,
+                      "rel_err_vs_bf16": 0.0 if r == "bf16" else 0.03, "top_kernels": [["gemm_test", 12.5]]}
+                     for r in ("bf16", "fp8_delayed", "fp8_current")],
+    }
+
+

@@ -34,3 +34,24 @@ def pytest_collection_modifyitems(config, items):
 def small_memory_cap(monkeypatch):
     """A 64 MiB cap, so that 'over the cap' is reachable with small shapes."""
     monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", str(64 / 1024))
+
+
+@pytest.fixture
+def with_shipped(monkeypatch):
+    """Pages see the small stand-in for the shipped H200 measurements."""
+    import json
+
+    from attnlab import shipped
+    from tests.apptest_util import fake_shipped
+
+    data = json.loads(json.dumps(fake_shipped()))  # as it comes back from a JSON file
+    monkeypatch.setattr(shipped, "load", lambda name="h200": data)
+    return data
+
+
+@pytest.fixture
+def without_shipped(monkeypatch):
+    """Pages see no shipped measurements at all."""
+    from attnlab import shipped
+
+    monkeypatch.setattr(shipped, "load", lambda name="h200": None)
