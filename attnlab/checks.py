@@ -50,8 +50,10 @@ class Slice:
         return 8 * (inputs + 3 * b * n * t * S + 2 * b * t * n * H) + b * t * S  # + the boolean mask
 
 
-def choose_slice(shape: AttentionShape, max_bytes: int = REFERENCE_MAX_BYTES) -> Slice:
-    """The largest slice (whole shape first, then fewer batch entries, heads, rows) under max_bytes."""
+def choose_slice(shape: AttentionShape, max_bytes: int | None = None) -> Slice:
+    """The largest slice (whole shape first, then fewer batch entries, heads, rows) under max_bytes
+    (default REFERENCE_MAX_BYTES)."""
+    max_bytes = REFERENCE_MAX_BYTES if max_bytes is None else max_bytes
     full = Slice(shape.batch, shape.kv_heads, shape.group_size, tuple(range(shape.q_len)))
     if full.host_bytes(shape) <= max_bytes:
         return full
@@ -130,7 +132,7 @@ class Reference:
         )
 
 
-def float64_reference(shape: AttentionShape, q, k, v, max_bytes: int = REFERENCE_MAX_BYTES) -> Reference:
+def float64_reference(shape: AttentionShape, q, k, v, max_bytes: int | None = None) -> Reference:
     """attention.attention in float64 NumPy on the slice `choose_slice` picks for inputs q, k, v."""
     s = choose_slice(shape, max_bytes)
     rows = np.asarray(s.rows)

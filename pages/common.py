@@ -13,7 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import device, runs
+from attnlab.backend import streamed_bytes
 from attnlab.backends import REGISTRY
+from attnlab.queue import DEVICE
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
 
 SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
@@ -146,6 +148,10 @@ def shape_sidebar() -> AttentionShape | None:
     if problems:
         for p in problems:
             st.error(literal(p))
+        return None
+    too_big = DEVICE.check(streamed_bytes(shape), 0)
+    if too_big:
+        st.error(f"Even a fused kernel at {shape.describe()} {too_big}. Make batch, q_len, kv_len or heads smaller.")
         return None
     wanted = shape.to_query_params()
     if wanted != url:

@@ -22,13 +22,13 @@ def test_compare_prints_errors_against_the_reference_and_passes(capsys):
 
 
 def test_compare_checks_a_slice_when_the_float64_reference_would_be_too_big(capsys, monkeypatch):
-    from attnlab import implementations as impls
+    from attnlab import checks
 
-    monkeypatch.setattr(impls, "REFERENCE_MAX_SCORES", 64 * 64 * 2)  # one KV head's group of query heads
+    monkeypatch.setattr(checks, "REFERENCE_MAX_BYTES", 2**20)
     rc = main(["compare", "--batch", "2", "--q-len", "64", "--kv-len", "64", "--heads", "4", "--kv-heads", "2",
                "--head-dim", "16", "--impl", "naive", "sdpa_xla"])
     out = capsys.readouterr().out
-    assert rc == 0 and "float64 reference: checked on batch 0..0 and query heads 0..1" in out
+    assert rc == 0 and "float64 reference: checked on 1 of 2 sequences" in out
 
 
 def test_sweep_writes_csv_and_json(tmp_path, capsys):
@@ -37,7 +37,7 @@ def test_sweep_writes_csv_and_json(tmp_path, capsys):
                "--head-dim", "16", "--impl", "naive", "sdpa_cudnn", "--csv", str(csv), "--json", str(js)])
     assert rc == 0
     df = pd.read_csv(csv)
-    assert list(df["value"]) == [16, 16, 32, 32] and set(df["implementation"]) == {"naive", "sdpa_cudnn"}
+    assert list(df["q_len"]) == [16, 16, 32, 32] and set(df["implementation"]) == {"naive", "sdpa_cudnn"}
     assert len(json.loads(js.read_text())) == 4
     assert "wall_ms" in capsys.readouterr().out
 
@@ -48,7 +48,7 @@ def test_bad_arguments_are_refused_with_a_message(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "--over", "q_len", "--values", "16", "--impl", "flash9"])
     assert "unknown implementation 'flash9'" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="whole numbers"):
+    with pytest.raises(SystemExit, match="not a whole number"):
         main(["sweep", "--over", "batch", "--values", "two"])
 
 
@@ -59,3 +59,30 @@ def test_bench_quick_runs_the_suite_subset(tmp_path, capsys):
     assert {"environment", "ceilings", "tables"} <= set(r)
     assert {"default", "seq_sweep", "batch_sweep", "te_sweep"} <= set(r["tables"])
     assert "ceilings: bf16 matmul" in capsys.readouterr().out
+
+
+def test_compare_of_a_backend_that_cannot_run_here_says_why_without_a_traceback(capsys):
+    rc = main(["compare", "--impl", "sdpa_cudnn", "--dtype", "bfloat16"])
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "sdpa_cudnn" in out
+    assert rc in (0, 1)
+
+
+def test_masks_from_the_command_line(capsys):
+    rc = main(["compare", "--batch", "2", "--q-len", "32", "--kv-len", "32", "--heads", "2", "--kv-heads", "1",
+               "--head-dim", "8", "--window", "4", "0", "--kv-lengths", "30", "12", "--impl", "naive", "sdpa_xla"])
+    assert rc == 0 and "True" in capsys.readouterr().out
+
+
+def test_an_unwritable_output_path_is_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["sweep", "--over", "q_len", "--values", "16", "--csv", str(tmp_path / "no" / "x.csv")])
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["bench", "--quick", "--out", str(tmp_path / "no" / "r.json")])
+
+
+def test_sweep_values_that_are_all_invalid_exit_non_zero(capsys):
+    with pytest.raises(SystemExit, match="invalid sweep values"):
+        main(["sweep", "--over", "kv_heads", "--values", "3", "5"])
+    with pytest.raises(SystemExit, match="invalid sweep values"):
+        main(["sweep", "--over", "q_len", "--values", "0"])

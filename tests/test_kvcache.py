@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import implementations as impls
-from attnlab import kvcache
+from attnlab import checks, kvcache, runs
 from attnlab.shapes import AttentionShape
 
 
@@ -58,33 +57,33 @@ def test_cache_table_gqa_and_mqa_are_fractions_of_mha():
     assert df.loc["MQA", "cache_bytes_for_batch"] == df.loc["MQA", "cache_bytes_per_sequence"] * 4
 
 
-def test_output_check_of_a_large_shape_checks_a_slice_of_the_real_output_and_says_so(monkeypatch):
+def test_output_checks_of_a_large_shape_check_a_slice_of_the_real_output_and_say_so(monkeypatch):
     shape = AttentionShape(batch=2, q_len=32, kv_len=32, heads=4, kv_heads=2, head_dim=8)
-    monkeypatch.setattr(impls, "REFERENCE_MAX_SCORES", 32 * 32 * 2)  # one KV head's group of query heads
-    row = kvcache.output_check(shape, "naive")
-    assert row["output shape"] == "(2, 32, 4, 8)" and row["matches reference"], row
-    assert "checked on batch 0..0 and query heads 0..1" in row["reference note"]
+    monkeypatch.setattr(checks, "REFERENCE_MAX_BYTES", checks.Slice(1, 1, 1, (0,)).host_bytes(shape) * 40)
+    df = kvcache.output_checks(shape, ["naive"])
+    assert list(df["variant"]) == ["MHA", "GQA", "MQA"]
+    assert (df["output_shape"] == "(2, 32, 4, 8)").all() and df["allclose"].all(), df
+    assert df["reference_note"].str.contains("checked on 1 of 2 sequences").all()
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
 def test_gqa_output_has_the_mha_shape_and_matches_reference(kv_heads):
     shape = AttentionShape(batch=1, q_len=16, kv_len=24, heads=4, kv_heads=kv_heads, head_dim=8)
-    for name in ("naive", "sdpa_xla"):
-        row = kvcache.output_check(shape, name)
-        assert row["status"] == "ok", row
-        assert row["output shape"] == "(1, 16, 4, 8)"
-        assert row["k, v shape"] == f"(1, 24, {kv_heads}, 8)"
-        assert row["matches reference"]
+    for r in runs.run(shape, ["naive", "sdpa_xla"]):
+        assert r.ok, r
+        assert r.output_shape == (1, 16, 4, 8) and r.accuracy.allclose
+    df = kvcache.output_checks(shape, ["naive"])
+    assert f"(1, 24, {kv_heads}, 8)" in set(df["k, v shape"])
 
 
-def test_output_check_of_an_unsupported_implementation_says_why():
+def test_output_checks_of_an_unsupported_implementation_say_why():
     import jax
 
     if jax.default_backend() == "gpu":
         pytest.skip("cuDNN is available here")
-    row = kvcache.output_check(AttentionShape(batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=8), "sdpa_cudnn")
-    assert row["status"] == "unsupported"
-    assert "CUDA GPU" in row["reason"]
+    df = kvcache.output_checks(AttentionShape(batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=8),
+                               ["sdpa_cudnn"])
+    assert (df["status"] == runs.UNSUPPORTED).all() and df["reason"].str.contains("CUDA GPU").all()
 
 
 def test_decode_shape_is_one_query_over_the_whole_cache_without_a_causal_mask():
@@ -92,11 +91,14 @@ def test_decode_shape_is_one_query_over_the_whole_cache_without_a_causal_mask():
     assert (d.q_len, d.kv_len, d.causal) == (1, 4096, False)
 
 
-def test_decode_row_adds_kv_bytes_read_and_bandwidth():
+def test_decode_table_adds_kv_bytes_read_and_bandwidth():
     shape = kvcache.decode_shape(AttentionShape(kv_heads=2), kv_len=1000)
-    row = {**shape.__dict__, "status": "ok", "device_ms": None, "throughput_ms": 0.5}
-    out = kvcache.decode_row(row)
-    assert out["variant"] == "GQA"
-    assert out["kv_read_bytes"] == 2 * 4 * 1000 * 2 * 64 * 4
-    assert out["kv_read_gb_per_s"] == pytest.approx(out["kv_read_bytes"] / 0.5e-3 / 1e9)
-    assert kvcache.decode_row({**row, "status": "unsupported", "throughput_ms": None})["kv_read_gb_per_s"] is None
+    results = runs.run(shape, ["naive", "sdpa_cudnn"], accuracy=False, timed=True)
+    df = kvcache.decode_table(results).set_index("implementation")
+    assert df.loc["naive", "variant"] == "GQA"
+    assert df.loc["naive", "kv_read_bytes"] == 2 * 4 * 1000 * 2 * 64 * 4
+    ms = df.loc["naive", "device_ms"] or df.loc["naive", "throughput_ms"]
+    assert df.loc["naive", "kv_read_gb_per_s"] == pytest.approx(df.loc["naive", "kv_read_bytes"] / (ms * 1e-3) / 1e9)
+    if df.loc["sdpa_cudnn", "status"] != runs.OK:
+        assert df.loc["sdpa_cudnn", "kv_read_gb_per_s"] is None or df.loc["sdpa_cudnn", "kv_read_gb_per_s"] != df.loc[
+            "sdpa_cudnn", "kv_read_gb_per_s"]

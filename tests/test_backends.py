@@ -1,0 +1,110 @@
+"""The registry: every backend matches float64 where it runs, and says why where it cannot."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from attnlab import checks, device, runs
+from attnlab.backend import Requirement
+from attnlab.backends import REGISTRY, get
+from attnlab.shapes import AttentionShape
+
+RANDOM_SHAPES = [
+    AttentionShape(batch=2, q_len=48, kv_len=80, heads=4, kv_heads=4, head_dim=32),  # T != S
+    AttentionShape(batch=1, q_len=64, kv_len=64, heads=8, kv_heads=2, head_dim=16, causal=True),  # GQA causal
+    AttentionShape(batch=3, q_len=33, kv_len=17, heads=6, kv_heads=1, head_dim=8),  # MQA, odd lengths
+    AttentionShape(batch=2, q_len=40, kv_len=72, heads=4, kv_heads=2, head_dim=64, causal=True),  # T < S causal
+    AttentionShape(batch=2, q_len=40, kv_len=72, heads=4, kv_heads=2, head_dim=16, window=(8, 2), kv_lengths=(70, 33)),
+]
+DTYPES = ["float32", "bfloat16", "float16"]
+
+
+def _runnable(shape):
+    info = device.info()
+    return [n for n, b in REGISTRY.items() if b.unmet(shape, info) is None]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", RANDOM_SHAPES, ids=lambda s: s.describe())
+def test_every_runnable_backend_matches_the_float64_reference(shape, dtype):
+    shape = shape.replace(dtype=dtype)
+    names = _runnable(shape)
+    assert "naive" in names  # the from-scratch version runs every shape, to check the others
+    if not (dtype == "float16" and device.info().backend == "cpu"):
+        assert "sdpa_xla" in names
+    for seed in (0, 1):  # fresh inputs: the same function on any valid input
+        q, k, v = runs.make_inputs(shape, seed=seed)
+        ref = checks.float64_reference(shape, q, k, v)
+        for name in names:
+            if name == "cudnn_fp8":
+                continue  # FP8 has its own, looser check (GPU tests)
+            out = get(name).jit(shape)(q, k, v)
+            assert out.shape == shape.q_shape() and str(out.dtype) == dtype
+            acc = ref.check(out)
+            assert acc.allclose, (name, acc)
+            assert acc.relative_error < {"float32": 1e-3, "bfloat16": 1e-2, "float16": 3e-3}[dtype], (name, acc)
+
+
+def test_registry_lists_each_backend_once_with_labels_and_requirements_as_data():
+    assert list(REGISTRY)[:4] == ["naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn"]
+    assert {"te_dpa", "cudnn_fp8"} <= set(REGISTRY)
+    info = device.info()
+    for b in REGISTRY.values():
+        assert b.label and b.description and b.adds
+        assert all(isinstance(r, Requirement) for r in b.requirements(AttentionShape(), info))
+        assert b.device_bytes(AttentionShape()) > AttentionShape().input_bytes()
+
+
+@pytest.mark.skipif(device.info().backend != "cpu", reason="the CPU's reasons")
+def test_on_cpu_each_gpu_backend_says_what_it_needs():
+    info = device.info()
+    shape = AttentionShape(dtype="bfloat16")
+    why = get("sdpa_cudnn").unmet(shape, info)
+    assert "a CUDA GPU" in why and "here: cpu" in why
+    assert "a CUDA GPU" in get("cudnn_fp8").unmet(shape, info) and "a CUDA GPU" in get("te_dpa").unmet(shape, info)
+    assert get("naive").unmet(shape, info) is None
+
+
+def _gpu(**changes) -> device.DeviceInfo:
+    base = device.DeviceInfo("gpu", "cuda 12080", "NVIDIA Test", 1, (9, 0), None, None, "x", "x", "9.1.0", None, None)
+    return dataclasses.replace(base, **changes)
+
+
+def _first_unmet(name, shape, info):
+    return next((r for r in get(name).requirements(shape, info) if not r.met), None)
+
+
+def test_cudnn_requirements_by_capability_dtype_and_head_dim():
+    ok = AttentionShape(dtype="bfloat16")
+    assert _first_unmet("sdpa_cudnn", ok, _gpu()) is None
+    assert _first_unmet("sdpa_cudnn", ok, _gpu(compute_capability=(7, 5))).what == "compute capability"
+    assert _first_unmet("sdpa_cudnn", ok.replace(dtype="float32"), _gpu()).what == "dtype"
+    assert _first_unmet("sdpa_cudnn", ok.replace(head_dim=160), _gpu(compute_capability=(8, 0))).what == "head_dim"
+    assert _first_unmet("sdpa_cudnn", ok.replace(head_dim=160), _gpu()) is None  # 256 on Hopper
+    assert _first_unmet("sdpa_cudnn", ok, _gpu(cudnn_version=None)).what == "cuDNN loaded by JAX"
+    assert _first_unmet("cudnn_fp8", ok, _gpu(compute_capability=(8, 9))).what == "compute capability"
+    assert _first_unmet("cudnn_fp8", ok.replace(kv_heads=2), _gpu()).what == "head layout"
+    assert _first_unmet("te_dpa", ok.replace(window=(4, 0)), _gpu()).what in ("TransformerEngine", "masks")
+
+
+def test_unknown_backend_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown implementation 'flash9'"):
+        get("flash9")
+
+
+@pytest.mark.skipif(device.info().backend != "cpu", reason="a CPU backend limitation")
+def test_xla_sdpa_in_float16_on_cpu_is_refused_with_the_backends_own_words():
+    why = get("sdpa_xla").unmet(AttentionShape(dtype="float16"), device.info())
+    if why is None:
+        pytest.skip("this jaxlib's CPU backend takes float16 SDPA")
+    assert "refuses this shape" in why and "not supported" in why
+
+
+def test_memory_estimates_grow_as_t_squared_when_materialised_and_as_t_when_streamed():
+    a, b = AttentionShape(q_len=1024, kv_len=1024), AttentionShape(q_len=2048, kv_len=2048)
+    ratio = lambda n: get(n).device_bytes(b) / get(n).device_bytes(a)  # noqa: E731
+    assert 3.5 < ratio("naive") <= 4.0 and 3.5 < ratio("sdpa_xla") <= 4.0
+    assert 1.5 < ratio("sdpa_cudnn") <= 2.0
+    np.testing.assert_equal(get("naive").device_bytes(AttentionShape(kv_heads=1)) <
+                            get("naive").device_bytes(AttentionShape()), True)  # no K/V copies for MQA

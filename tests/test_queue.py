@@ -1,0 +1,106 @@
+"""One GPU, many learners: memory admission, the exclusive timing slot, fairness and refusals."""
+
+import threading
+import time
+
+import pytest
+
+from attnlab.queue import Budget, DeviceBusy, DeviceQueue, OverBudget
+
+MIB = 2**20
+
+
+def _queue(device=100 * MIB, host=100 * MIB, shared=False, **kw):
+    return DeviceQueue(Budget(device, host, shared), **kw)
+
+
+def _concurrency(q, n, **slot_kw):
+    inside, peak, waits, lock = [0], [0], [], threading.Lock()
+
+    def job():
+        with q.slot(on_wait=waits.append, **slot_kw):
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.03)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=job) for _ in range(n)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return peak[0], waits
+
+
+def test_timing_runs_have_the_device_to_themselves():
+    peak, waits = _concurrency(_queue(), 6, exclusive=True)
+    assert peak == 1 and waits
+
+
+def test_runs_that_fit_the_budget_together_share_the_device():
+    peak, _ = _concurrency(_queue(), 6, device_bytes=10 * MIB)
+    assert peak > 1
+
+
+def test_the_sum_of_admitted_runs_stays_under_the_budget():
+    q = _queue(device=100 * MIB)
+    peak, waits = _concurrency(q, 6, device_bytes=40 * MIB)
+    assert peak <= 2 and waits
+    assert q.stats.peak_device_bytes <= 100 * MIB
+
+
+def test_on_the_cpu_backend_device_bytes_count_against_host_memory():
+    q = _queue(device=100 * MIB, host=50 * MIB, shared=True)
+    assert "memory" in q.check(60 * MIB, 0)
+    with pytest.raises(OverBudget):
+        with q.slot(device_bytes=30 * MIB, host_bytes=30 * MIB):
+            pass
+
+
+def test_a_run_bigger_than_the_whole_budget_is_refused_at_once_with_a_sentence():
+    q = _queue(device=10 * MIB)
+    with pytest.raises(OverBudget, match="GPU memory, over this lab's budget of 10.00 MiB"):
+        with q.slot(device_bytes=11 * MIB):
+            pass
+
+
+def test_reentrant_on_one_thread_and_bounded_waiting():
+    q = _queue(max_waiting=0)
+    with q.slot(exclusive=True):
+        with q.slot(exclusive=True):  # a sweep calling a timing on the same thread
+            pass
+        errors = []
+
+        def other():
+            try:
+                with q.slot(timeout_s=0.1):
+                    errors.append(None)
+            except DeviceBusy as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert isinstance(errors[0], DeviceBusy) and "already waiting" in str(errors[0])
+
+
+def test_a_wait_that_times_out_says_so():
+    q = _queue()
+    out = []
+    with q.slot(exclusive=True):
+        t = threading.Thread(target=lambda: out.append(pytest.raises(DeviceBusy, _enter, q)))
+        t.start()
+        t.join()
+    assert "without getting it" in str(out[0].value)
+    assert q.stats.waited == 1
+
+
+def _enter(q):
+    with q.slot(timeout_s=0.05):
+        pass
+
+
+def test_budget_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", "0.5")
+    b = Budget.here()
+    assert b.host_bytes == 2**29

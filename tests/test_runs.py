@@ -1,0 +1,111 @@
+"""The run layer: typed results, one vocabulary of columns, failures as results, never exceptions."""
+
+import jax
+import pytest
+
+from attnlab import runs
+from attnlab.queue import DEVICE, Budget, DeviceQueue
+from attnlab.shapes import AttentionShape
+
+TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16)
+
+
+def test_a_timed_run_reports_every_timing_named_for_what_it_measures():
+    r = runs.run(TINY, ["naive"], timed=True)[0]
+    assert r.ok and r.accuracy.allclose
+    row = r.row()
+    for key in ("compile_ms", "wall_ms", "throughput_ms", "wall_ms_iqr", "tflops", "gflop", "temp_bytes"):
+        assert row[key] is not None and row[key] >= 0, key
+    assert row["gflop"] == pytest.approx(TINY.flops() / 1e9)
+    assert row["tflops"] == pytest.approx(TINY.flops() / (row["throughput_ms"] * 1e-3) / 1e12)
+    if jax.default_backend() != "gpu":
+        assert row["device_ms"] is None and "CUPTI" in row["device_note"]
+
+
+def test_every_row_has_every_column_in_one_order():
+    df = runs.to_frame(runs.run(TINY, ["naive", "sdpa_cudnn"]))
+    assert list(df.columns) == runs.COLUMNS
+    df = runs.to_frame(runs.run(TINY.replace(heads=3, kv_heads=2)))
+    assert list(df.columns) == runs.COLUMNS and (df.status == runs.INVALID).all()
+    assert df.reason.str.contains("heads \\(3\\) must be a multiple of kv_heads \\(2\\)").all()
+
+
+def test_forward_backward_counts_three_and_a_half_forwards():
+    r = runs.run(TINY, ["sdpa_xla"], accuracy=False, timed=True, backward=True)[0]
+    assert r.ok and r.row()["pass"] == "forward+backward"
+    assert r.row()["gflop"] == pytest.approx(3.5 * TINY.flops() / 1e9)
+
+
+def test_a_program_only_run_compiles_and_allocates_nothing():
+    before = DEVICE.stats.admitted
+    r = runs.run(TINY.replace(q_len=4096, kv_len=4096), ["naive"], accuracy=False, program=True)[0]
+    assert r.ok and r.program.temp_bytes and r.timing is None and r.accuracy is None
+    assert DEVICE.stats.admitted == before + 1 and DEVICE.stats.peak_device_bytes >= 0
+
+
+def test_a_second_compile_of_the_same_program_says_it_came_from_the_cache():
+    shape = TINY.replace(q_len=40, kv_len=40)
+    auto, xla = runs.run(shape, ["sdpa_auto", "sdpa_xla"], accuracy=False, program=True)
+    assert auto.compiled_before is None
+    assert xla.compiled_before and "sdpa_auto" in xla.compiled_before  # one program under two names
+
+
+def test_sweep_yields_one_result_per_value_and_backend_with_failures_as_results():
+    results = list(runs.sweep(TINY, "q_len", [16, 32], ["naive", "sdpa_xla", "sdpa_cudnn"], accuracy=False,
+                              timed=True))
+    assert [(r.shape.q_len, r.implementation) for r in results] == [
+        (16, "naive"), (16, "sdpa_xla"), (16, "sdpa_cudnn"), (32, "naive"), (32, "sdpa_xla"), (32, "sdpa_cudnn")]
+    assert all(r.shape.q_len == r.shape.kv_len for r in results)  # a sequence sweep moves both
+    if jax.default_backend() != "gpu":
+        cudnn = [r for r in results if r.implementation == "sdpa_cudnn"]
+        assert all(r.status == runs.UNSUPPORTED and "CUDA GPU" in r.reason for r in cudnn)
+
+
+def test_sweep_refuses_an_unknown_field():
+    with pytest.raises(ValueError, match="cannot sweep over 'colour'"):
+        list(runs.sweep(TINY, "colour", [1], ["naive"]))
+
+
+def test_over_the_memory_budget_is_a_result_with_a_reason(monkeypatch):
+    monkeypatch.setattr(runs, "DEVICE", DeviceQueue(Budget(2**20, 2**20, True)))
+    r = runs.run(TINY.replace(q_len=512, kv_len=512), ["naive", "sdpa_xla"])
+    assert all(x.status == runs.OVER_BUDGET and "over this lab's budget" in x.reason for x in r)
+
+
+def test_out_of_memory_and_backend_errors_become_results(monkeypatch):
+    from attnlab import compiled
+
+    def boom(*a, **k):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 99.00GiB.")
+
+    monkeypatch.setattr(compiled, "compile_backend", boom)
+    r = runs.run(TINY.replace(q_len=64), ["naive"], timed=True)[0]
+    assert r.status == runs.OOM and "RESOURCE_EXHAUSTED" in r.reason
+    monkeypatch.setattr(compiled, "compile_backend", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad")))
+    r = runs.run(TINY.replace(q_len=48), ["naive"], timed=True)[0]
+    assert r.status == runs.ERROR and "ValueError: bad" in r.reason
+
+
+def test_host_memory_error_in_the_reference_is_a_result(monkeypatch):
+    from attnlab import checks
+
+    monkeypatch.setattr(checks, "float64_reference", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
+    r = runs.run(TINY.replace(q_len=24), ["naive"])
+    assert r[0].status == runs.OOM
+
+
+def test_a_busy_queue_is_a_result(monkeypatch):
+    from attnlab.queue import DeviceBusy
+
+    class Full(DeviceQueue):
+        def slot(self, *a, **k):
+            raise DeviceBusy("The GPU is busy: 64 runs are already waiting. Try again shortly.")
+
+    monkeypatch.setattr(runs, "DEVICE", Full(Budget(2**30, 2**30, True)))
+    r = runs.run(TINY, ["naive"])[0]
+    assert r.status == runs.BUSY and "busy" in r.reason
+
+
+def test_max_difference_compares_the_checked_slices():
+    a, b = runs.run(TINY, ["naive", "sdpa_xla"])
+    assert runs.max_difference(a, b) is not None and runs.max_difference(a, b) < 1e-5

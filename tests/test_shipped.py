@@ -1,0 +1,32 @@
+from attnlab import shipped
+
+
+def test_h200_measurements_ship_with_their_environment():
+    r = shipped.load("h200")
+    assert r is not None
+    e = r["environment"]
+    assert e["device"] == "NVIDIA H200" and e["compute_capability"] == "9.0"
+    for key in ("jax", "jaxlib", "cudnn", "driver", "date"):
+        assert e.get(key), key
+    label = shipped.label()
+    assert "NVIDIA H200" in label and e["date"] in label
+
+
+def test_h200_measurements_have_every_table_the_pages_show():
+    for table in ("default", "seq_sweep", "batch_sweep", "te_sweep", "long_context"):
+        df = shipped.frame(table)
+        assert not df.empty, table
+        assert {"implementation", "status"} <= set(df.columns)
+    assert not shipped.frame("fidelity").empty and not shipped.frame("fp8_attention").empty
+
+
+def test_an_unknown_gpu_is_an_explained_absence():
+    assert shipped.load("no-such-gpu") is None
+    assert "no reference results" in shipped.label("no-such-gpu")
+    assert shipped.frame("default", "no-such-gpu").empty
+
+
+def test_kernel_names_read_in_words_like_live_rows():
+    df = shipped.frame("default")
+    cudnn = df[(df.implementation == "sdpa_cudnn") & (df.status == "ok")]
+    assert cudnn["kernels"].str.contains("cuDNN flash attention, forward").any()
