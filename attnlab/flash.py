@@ -111,13 +111,13 @@ def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | 
 
     # Backward recomputes S_ij and P~_ij of one query block at a time instead of storing all tiles.
     one_query_block = jax.checkpoint(one_query_block)
-    O, L = lax.map(lambda args: one_query_block(*args), (jnp.arange(Tr), q_blocks))
-    # O (Tr, B, K, G, Br, H) -> (B, T, N, H); L (Tr, B, K, G, Br) -> (B, N, T)
-    O = O.transpose(1, 0, 4, 2, 3, 5).reshape(B, Tr * block_q, N, H)[:, :T]
+    out, lse = lax.map(lambda args: one_query_block(*args), (jnp.arange(Tr), q_blocks))
+    # out: the O_i (Tr, B, K, G, Br, H) -> (B, T, N, H); lse: the L_i (Tr, B, K, G, Br) -> (B, N, T)
+    out = out.transpose(1, 0, 4, 2, 3, 5).reshape(B, Tr * block_q, N, H)[:, :T]
     if not return_lse:
-        return O
-    L = L.transpose(1, 2, 3, 0, 4).reshape(B, N, Tr * block_q)[:, :, :T]
-    return O, L
+        return out
+    lse = lse.transpose(1, 2, 3, 0, 4).reshape(B, N, Tr * block_q)[:, :, :T]
+    return out, lse
 
 
 # What the backward pass keeps and what it recomputes (Dao 2023, Sec. 3.1.2 and Algorithm 2).

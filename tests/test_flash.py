@@ -35,10 +35,10 @@ def reference(q, k, v, *, causal=False, window=None, kv_lengths=None):
     s = np.where(allowed, np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(H), -np.inf)  # (B, N, T, S)
     m = s.max(-1, keepdims=True)
     p = np.exp(s - np.where(np.isneginf(m), 0, m))
-    l = p.sum(-1, keepdims=True)
-    out = np.einsum("bnts,bsnh->btnh", p / np.where(l == 0, 1, l), v)
+    row_sum = p.sum(-1, keepdims=True)
+    out = np.einsum("bnts,bsnh->btnh", p / np.where(row_sum == 0, 1, row_sum), v)
     with np.errstate(divide="ignore"):
-        lse = (m + np.log(l))[..., 0]
+        lse = (m + np.log(row_sum))[..., 0]
     return out, lse
 
 
@@ -136,10 +136,12 @@ def test_gradients_match_naive_float32():
     def loss(f):
         return lambda q, k, v: jnp.sum(jnp.sin(f(q, k, v)))
 
-    flash = lambda q, k, v: flash_attention(q, k, v, causal=True, kv_lengths=lengths, block_q=8, block_k=8)
+    def flash(q, k, v):
+        return flash_attention(q, k, v, causal=True, kv_lengths=lengths, block_q=8, block_k=8)
+
     got = jax.grad(loss(flash), argnums=(0, 1, 2))(q, k, v)
     want = jax.grad(loss(naive), argnums=(0, 1, 2))(q, k, v)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
