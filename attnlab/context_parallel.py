@@ -146,7 +146,7 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
         o, lse = merge(o, lse, *_attend(q, *kv, me, owner, causal=causal, layout=layout, block=block))
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
-            kv_next = lax.ppermute(jax.tree.map(lambda x: x + after.astype(x.dtype), kv), axis, right)
+            kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
         if not last:
             kv = kv_next
     return o.astype(q.dtype)
