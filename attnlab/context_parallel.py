@@ -136,14 +136,14 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
-    o, lse = _nothing(q)  # (B, T/P, N, H), (B, T/P, N)
-    kv = (k, v)
+    kv, o, lse = (k, v), None, None  # o: (B, T/P, N, H) float32, lse: (B, T/P, N) once the first block is in
     for step in range(devices):
         owner = me if step == 0 else (me - step) % devices
         last = step == devices - 1
         if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
             kv_next = lax.ppermute(kv, axis, right)
-        o, lse = merge(o, lse, *_attend(q, *kv, me, owner, causal=causal, layout=layout, block=block))
+        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block)
+        o, lse = part if o is None else merge(o, lse, *part)
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
             kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
@@ -160,10 +160,11 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
         o, _ = block(q, k_all, v_all, False)
         return o.astype(q.dtype)
     me, s = lax.axis_index(axis), k.shape[1]
-    o, lse = _nothing(q)
+    o, lse = None, None
     for owner in range(devices):
         k_j, v_j = k_all[:, owner * s:(owner + 1) * s], v_all[:, owner * s:(owner + 1) * s]
-        o, lse = merge(o, lse, *_attend(q, k_j, v_j, me, owner, causal=causal, layout=layout, block=block))
+        part = _attend(q, k_j, v_j, me, owner, causal=causal, layout=layout, block=block)
+        o, lse = part if o is None else merge(o, lse, *part)
     return o.astype(q.dtype)
 
 
