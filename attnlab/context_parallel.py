@@ -1,0 +1,230 @@
+"""Attention across GPUs, split along the sequence: ring attention and its all-gather sibling.
+
+Every device holds T/P queries and S/P keys and values (one 1-D mesh axis, 'seq'). Attention over all
+keys is assembled from attention over one block of keys at a time: each block returns its output o_b
+and its log-sum-exp lse_b = log Σ_j exp(q·k_j / sqrt(H)), and two partial results merge exactly,
+
+    lse = log(e^lse_a + e^lse_b),     o = e^(lse_a - lse)·o_a + e^(lse_b - lse)·o_b
+
+(Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, Dao 2023, section 3.1.1). The ring passes
+K/V blocks to the next device with `ppermute` while the current block is computed (Liu et al. 2023,
+arXiv:2310.01889); the all-gather variant fetches every block first (Llama 3, Dubey et al. 2024, 3.3.2).
+`ring_schedule` holds the same schedule as plain data.
+
+Q is (B, T, N, H); K and V are (B, S, K, H) with N a multiple of K; causal is aligned top-left (query i
+sees keys 0..i, in the original order), so for causal attention T = S.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.sharding import Mesh, PartitionSpec
+
+try:  # jax >= 0.7 has shard_map at the top level (replication check: check_vma)
+    from jax import shard_map as _shard_map
+
+    _NO_CHECK = {"check_vma": False}
+except ImportError:  # older jax
+    from jax.experimental.shard_map import shard_map as _shard_map
+
+    _NO_CHECK = {"check_rep": False}
+
+# A block: (q (B, T, N, H), k, v (B, S, K, H), causal) -> (out (B, T, N, H), lse (B, T, N) float32, natural log)
+Block = Callable[[Array, Array, Array, bool], tuple[Array, Array]]
+
+
+# --------------------------------------------------------------------------------------------
+# one block of keys: attention that also returns its log-sum-exp
+# --------------------------------------------------------------------------------------------
+def xla_block(q: Array, k: Array, v: Array, causal: bool) -> tuple[Array, Array]:
+    """softmax(Q·Kᵀ/sqrt(H))·V over this block of keys, and the log-sum-exp of each query's scores.
+
+    Plain JAX, float32 scores; runs anywhere. Causal is top-left: query i sees keys 0..i of the block.
+    """
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    qg = q.reshape(B, T, K, N // K, H)  # (B, T, K, G, H): the G query heads that share one KV head
+    scores = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) / math.sqrt(H)
+    if causal:
+        scores = jnp.where(jnp.tril(jnp.ones((T, S), dtype=bool)), scores, -jnp.inf)
+    lse = jax.nn.logsumexp(scores, axis=-1)  # (B, K, G, T)
+    weights = jnp.exp(scores - lse[..., None])  # (B, K, G, T, S), rows sum to 1
+    out = jnp.einsum("bkgts,bskh->btkgh", weights, v.astype(jnp.float32))  # (B, T, K, G, H)
+    return out.reshape(B, T, N, H), lse.transpose(0, 3, 1, 2).reshape(B, T, N)
+
+
+def cudnn_block(q: Array, k: Array, v: Array, causal: bool) -> tuple[Array, Array]:
+    """cuDNN's fused flash attention, one kernel, with its softmax statistics as the log-sum-exp.
+
+    `return_residual=True` returns the natural-log log-sum-exp, (B, T, N) whatever the layout; jax <= 0.10
+    casts it to the output dtype (bf16), which costs the merge up to ~0.03 in lse near 10.
+    """
+    out, lse = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="cudnn",
+                                            return_residual=True)
+    return out, lse.astype(jnp.float32)
+
+
+def default_block() -> Block:
+    """cuDNN on an NVIDIA GPU when this jax can return the log-sum-exp, else the plain-JAX block."""
+    has_residual = "return_residual" in inspect.signature(jax.nn.dot_product_attention).parameters
+    return cudnn_block if jax.default_backend() == "gpu" and has_residual else xla_block
+
+
+def merge(o_a: Array, lse_a: Array, o_b: Array, lse_b: Array) -> tuple[Array, Array]:
+    """Combine attention over two disjoint key sets, in float32. o: (B, T, N, H), lse: (B, T, N)."""
+    lse = jnp.logaddexp(lse_a, lse_b)
+    safe = jnp.where(jnp.isfinite(lse), lse, 0.0)  # a row with no keys yet stays o = 0, lse = -inf
+    w_a, w_b = jnp.exp(lse_a - safe)[..., None], jnp.exp(lse_b - safe)[..., None]
+    return w_a * o_a.astype(jnp.float32) + w_b * o_b.astype(jnp.float32), lse
+
+
+def _nothing(q: Array) -> tuple[Array, Array]:
+    """The result of attending to no keys: o = 0, lse = -inf (the identity of `merge`)."""
+    return jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# which part of a visiting block my queries may see (causal); `ring_schedule.block_kind` on paper
+# --------------------------------------------------------------------------------------------
+def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block) -> tuple[Array, Array]:
+    """My queries against the K/V block of device `owner`; skipped parts are not computed.
+
+    `owner is me` says statically that it is my own block (the ring's first step).
+    """
+    def run(q, k, v, c):
+        o, lse = block(q, k, v, c)
+        return o.astype(jnp.float32), lse
+
+    if not causal:
+        return run(q, k, v, False)
+    if layout == "contiguous":  # one chunk each: earlier devices' keys are all visible, later ones none
+        branches = [lambda q, k, v: run(q, k, v, False), lambda q, k, v: run(q, k, v, True),
+                    lambda q, k, v: _nothing(q)]
+    else:  # zig-zag: I hold chunks (me, 2P-1-me), the owner (j, 2P-1-j)
+        c = q.shape[1] // 2
+
+        def earlier(q, k, v):  # j < me: both my chunks see its early chunk, neither sees its late one
+            return run(q, k[:, :c], v[:, :c], False)
+
+        def own(q, k, v):  # j = me: my early chunk sees its own triangle, my late one sees all then a triangle
+            return run(q, k, v, True)  # which is top-left causal on the pair, as if they were adjacent
+
+        def later(q, k, v):  # j > me: only my late chunk sees it, and all of it
+            o, lse = run(q[:, c:], k, v, False)
+            o0, lse0 = _nothing(q[:, :c])
+            return jnp.concatenate([o0, o], axis=1), jnp.concatenate([lse0, lse], axis=1)
+
+        branches = [earlier, own, later]
+    if owner is me:
+        return branches[1](q, k, v)
+    # lax.switch runs only the branch taken on this device: masked blocks cost no FLOPs
+    return lax.switch(jnp.sign(owner - me) + 1, branches, q, k, v)
+
+
+# --------------------------------------------------------------------------------------------
+# the ring and the all-gather, per device (inside shard_map)
+# --------------------------------------------------------------------------------------------
+def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block):
+    """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step."""
+    me = lax.axis_index(axis)
+    right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
+    kv, o, lse = (k, v), None, None  # o: (B, T/P, N, H) float32, lse: (B, T/P, N) once the first block is in
+    for step in range(devices):
+        owner = me if step == 0 else (me - step) % devices
+        last = step == devices - 1
+        if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
+            kv_next = lax.ppermute(kv, axis, right)
+        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block)
+        o, lse = part if o is None else merge(o, lse, *part)
+        if not overlap and not last:  # the send reads this step's result, so it cannot start before it
+            after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
+            kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
+        if not last:
+            kv = kv_next
+    return o.astype(q.dtype)
+
+
+def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, block: Block):
+    """Gather every device's K/V once (B, S, K, H), then attend locally, skipping masked blocks."""
+    k_all = lax.all_gather(k, axis, axis=1, tiled=True)  # (B, S, K, H), device j's block at j·S/P
+    v_all = lax.all_gather(v, axis, axis=1, tiled=True)
+    if not causal:
+        o, _ = block(q, k_all, v_all, False)
+        return o.astype(q.dtype)
+    me, s = lax.axis_index(axis), k.shape[1]
+    o, lse = None, None
+    for owner in range(devices):
+        k_j, v_j = k_all[:, owner * s:(owner + 1) * s], v_all[:, owner * s:(owner + 1) * s]
+        part = _attend(q, k_j, v_j, me, owner, causal=causal, layout=layout, block=block)
+        o, lse = part if o is None else merge(o, lse, *part)
+    return o.astype(q.dtype)
+
+
+def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, causal: bool = False,
+                               layout: str = "zigzag", method: str = "ring", overlap: bool = True,
+                               block: Block | None = None, axis: str = "seq") -> Array:
+    """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
+
+    q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order
+    (`to_zigzag` for 'zigzag'; the output comes back in the same order). method: 'ring' or 'all_gather';
+    overlap: issue each ring transfer before the step's compute (True) or after it (False).
+    block: the per-block attention, `default_block()` if None.
+    """
+    devices = mesh.shape[axis]
+    chunks = 2 * devices if causal and layout == "zigzag" else devices
+    for name, length in (("q_len", q.shape[1]), ("kv_len", k.shape[1])):
+        if length % chunks:
+            raise ValueError(f"{name} ({length}) must be a multiple of {chunks} for {devices} devices")
+    if q.shape[2] % k.shape[2]:
+        raise ValueError(f"heads ({q.shape[2]}) must be a multiple of kv_heads ({k.shape[2]})")
+    if causal and q.shape[1] != k.shape[1]:
+        raise ValueError(f"causal attention here needs q_len ({q.shape[1]}) == kv_len ({k.shape[1]})")
+    if layout not in ("zigzag", "contiguous"):
+        raise ValueError(f"layout must be 'zigzag' or 'contiguous', not {layout!r}")
+    common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block())
+    if method == "ring":
+        per_device = partial(_ring, overlap=overlap, **common)
+    elif method == "all_gather":
+        per_device = partial(_all_gather, **common)
+    else:
+        raise ValueError(f"method must be 'ring' or 'all_gather', not {method!r}")
+    spec = PartitionSpec(None, axis, None, None)  # split the sequence axis over the devices
+    return _shard_map(per_device, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, **_NO_CHECK)(q, k, v)
+
+
+# --------------------------------------------------------------------------------------------
+# the zig-zag layout: device d holds chunks d and 2P-1-d of the sequence
+# --------------------------------------------------------------------------------------------
+def zigzag_order(seq_len: int, devices: int) -> np.ndarray:
+    """Positions in zig-zag order: [chunk 0, chunk 2P-1, chunk 1, chunk 2P-2, ...] (seq_len,)."""
+    if seq_len % (2 * devices):
+        raise ValueError(f"seq_len ({seq_len}) must be a multiple of 2 x devices ({2 * devices})")
+    chunk = np.arange(seq_len).reshape(2 * devices, seq_len // (2 * devices))
+    return np.concatenate([np.concatenate([chunk[d], chunk[2 * devices - 1 - d]]) for d in range(devices)])
+
+
+def to_zigzag(x: Array, devices: int, axis: int = 1) -> Array:
+    """Reorder the sequence axis into the zig-zag layout (then split evenly over the devices)."""
+    return jnp.take(x, zigzag_order(x.shape[axis], devices), axis=axis)
+
+
+def from_zigzag(x: Array, devices: int, axis: int = 1) -> Array:
+    """Undo `to_zigzag`: back to the original sequence order."""
+    return jnp.take(x, np.argsort(zigzag_order(x.shape[axis], devices)), axis=axis)
+
+
+def sequence_mesh(devices: int | None = None, axis: str = "seq") -> Mesh:
+    """A 1-D mesh over the first `devices` devices (all if None), its axis named `axis`."""
+    available = jax.devices()
+    devices = len(available) if devices is None else devices
+    if devices > len(available):
+        raise ValueError(f"asked for {devices} devices but jax sees {len(available)}")
+    return Mesh(np.array(available[:devices]), (axis,))

@@ -1,0 +1,109 @@
+"""Ring attention on paper: who holds which K/V block at each step, what it computes, what it sends.
+
+Pure Python, no JAX: the page draws these tables, and `context_parallel` follows the same schedule.
+
+With P devices on a ring, each holds a slice of Q, K and V along the sequence. At every step a device
+attends its queries to the K/V block it holds and passes that block to its right-hand neighbour, so after
+P steps every query has met every key (Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise
+Transformers", arXiv:2310.01889). Device d holds the block of device (d - step) mod P.
+
+Causal attention leaves blocks above the diagonal empty. With contiguous slices device 0 then skips
+every visiting block while device P-1 computes all of them; the zig-zag layout (the sequence cut into
+2P chunks, device d holding chunks d and 2P-1-d; Llama 3 paper, Dubey et al. 2024, section 3.3.2) gives
+every device the same work.
+"""
+
+from __future__ import annotations
+
+import math
+
+FULL, DIAGONAL, SKIPPED = "full", "diagonal", "skipped"
+
+
+def chunks_of(device: int, devices: int, layout: str) -> tuple[int, ...]:
+    """The sequence chunks a device holds: (d,) of P chunks, or (d, 2P-1-d) of 2P in the zig-zag layout."""
+    if layout == "contiguous":
+        return (device,)
+    if layout == "zigzag":
+        return (device, 2 * devices - 1 - device)
+    raise ValueError(f"layout must be 'zigzag' or 'contiguous', not {layout!r}")
+
+
+def block_kind(q_chunk: int, kv_chunk: int, causal: bool) -> str:
+    """Query chunk against key chunk: all visible (full), the causal triangle (diagonal), or none (skipped)."""
+    if not causal or q_chunk > kv_chunk:
+        return FULL
+    return DIAGONAL if q_chunk == kv_chunk else SKIPPED
+
+
+def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list[dict]:
+    """One row per (step, device): the K/V block held, the chunk pairs computed, the work, the send.
+
+    `work` is the fraction of one full (T/P x S/P) block computed at that step: 1 for a full block,
+    1/2 for a causal diagonal block, 0 when everything is masked (and skipped).
+    """
+    rows = []
+    for step in range(devices):
+        for device in range(devices):
+            owner = (device - step) % devices  # the ring passes blocks rightwards, one hop a step
+            mine, theirs = chunks_of(device, devices, layout), chunks_of(owner, devices, layout)
+            blocks = [(qc, kc, block_kind(qc, kc, causal)) for qc in mine for kc in theirs]
+            area = 1 / (len(mine) * len(theirs))  # one chunk pair's share of the device's block
+            work = sum(area * {FULL: 1.0, DIAGONAL: 0.5, SKIPPED: 0.0}[kind] for _, _, kind in blocks)
+            kinds = {kind for _, _, kind in blocks}
+            compute = (
+                kinds.pop() if len(kinds) == 1 else DIAGONAL if DIAGONAL in kinds else "partly skipped"
+            )
+            last = step == devices - 1
+            rows.append(
+                {
+                    "step": step,
+                    "device": device,
+                    "kv_from_device": owner,
+                    "q_chunks": mine,
+                    "kv_chunks": theirs,
+                    "blocks": blocks,
+                    "compute": compute,
+                    "work": work,
+                    "sends_to": None if last else (device + 1) % devices,
+                    "sends_kv_of_device": None if last else owner,
+                }
+            )
+    return rows
+
+
+def work_per_device(schedule: list[dict]) -> list[float]:
+    """Total work of each device over the whole ring, in full-block units (P for non-causal)."""
+    devices = 1 + max(row["device"] for row in schedule)
+    return [sum(r["work"] for r in schedule if r["device"] == d) for d in range(devices)]
+
+
+def ring_time_in_steps(schedule: list[dict]) -> float:
+    """Each step waits for its busiest device, so the ring takes the sum over steps of the largest work."""
+    steps = 1 + max(row["step"] for row in schedule)
+    return sum(max(r["work"] for r in schedule if r["step"] == s) for s in range(steps))
+
+
+def bytes_per_step(batch: int, kv_len: int, kv_heads: int, head_dim: int, devices: int, itemsize: int) -> int:
+    """Bytes each device sends per ring step: its K and V blocks, 2·B·(S/P)·K·H·itemsize."""
+    return 2 * batch * (kv_len // devices) * kv_heads * head_dim * itemsize
+
+
+def block_flops(batch: int, q_len: int, kv_len: int, heads: int, head_dim: int, devices: int,
+                kind: str = FULL) -> float:
+    """FLOPs of one device's step: 4·B·(T/P)·(S/P)·N·H (Q·Kᵀ and P·V, 2 FLOPs a multiply-add).
+
+    Halved for a causal diagonal block, zero for a skipped one.
+    """
+    full = 4 * batch * (q_len // devices) * (kv_len // devices) * heads * head_dim
+    return full * {FULL: 1.0, DIAGONAL: 0.5, SKIPPED: 0.0}[kind]
+
+
+def overlap_threshold_tokens(flops_per_s: float, bytes_per_s: float, heads: int, kv_heads: int,
+                             itemsize: int) -> int:
+    """Shortest local length T/P at which one step's compute hides its transfer (non-causal, S = T).
+
+    Compute 4·B·c²·N·H / F >= transfer 2·B·c·K·H·b / W  gives  c >= K·b·F / (2·N·W): the same
+    condition as Liu et al. 2023, section 3 (block size >= FLOPs / bandwidth).
+    """
+    return math.ceil(kv_heads * itemsize * flops_per_s / (2 * heads * bytes_per_s))

@@ -1,0 +1,255 @@
+"""Ring attention vs one GPU: speed-up, efficiency, crossover length, bytes per step, per-step timeline.
+
+    PYTHONPATH=. python3 scripts/ring_bench.py --out DIR                    # all visible GPUs
+    PYTHONPATH=. python3 scripts/ring_bench.py --out DIR --devices 4
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \\
+        PYTHONPATH=. python3 scripts/ring_bench.py --smoke --out /tmp/x    # tiny shapes on CPU
+
+Writes DIR/ring_h200x{P}.json (environment, tables) and prints a short table last. The ring overlaps a
+step's K/V transfer with its attention only if XLA schedules the collective-permute asynchronously around
+the cuDNN call; the latency-hiding scheduler does that, so its flag is set before jax is imported (each flag
+is first tried in a subprocess, since an unknown XLA flag aborts the process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+XLA_OVERLAP_FLAGS = ["--xla_gpu_enable_latency_hiding_scheduler=true"]
+
+
+def _accepted(flag: str) -> bool:
+    """Whether this jaxlib knows an XLA flag (an unknown one kills the process that parses it)."""
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True)
+    return probe.returncode == 0
+
+
+def set_xla_flags() -> list[str]:
+    flags = [f for f in XLA_OVERLAP_FLAGS if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _accepted(f)]
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast on shared hosts
+    return flags
+
+
+if __name__ == "__main__":
+    FLAGS_SET = set_xla_flags()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+from attnlab import context_parallel as cp  # noqa: E402
+from attnlab import ring_schedule as rs  # noqa: E402
+
+T0 = time.perf_counter()
+
+
+def clock_ms(f, *args, budget_s: float = 2.0, rounds: int = 5) -> float:
+    """Median per-call device time: calls queued back to back, one block at the end of each round."""
+    jax.block_until_ready(f(*args))  # compile
+    start = time.perf_counter()
+    jax.block_until_ready(f(*args))  # warm
+    calls = max(1, min(50, int(0.02 / max(time.perf_counter() - start, 1e-6))))  # ~20 ms a round
+    if jax.default_backend() == "cpu":  # queued collectives can deadlock the CPU runtime's thread pool
+        calls = 1
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < rounds and (len(times) < 2 or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        out = [f(*args) for _ in range(calls)]
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / calls)
+    return 1e3 * statistics.median(times)
+
+
+def one_device_attention(gpu: bool):
+    impl = "cudnn" if gpu else "xla"
+    return lambda causal: jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal,
+                                                                               implementation=impl))
+
+
+def random_qkv(shape_q, shape_kv, dtype, sharding, seed=0):
+    make = jax.jit(lambda key, shape: jax.random.normal(key, shape, dtype), static_argnums=1,
+                   out_shardings=sharding)
+    keys = jax.random.split(jax.random.key(seed), 3)
+    return make(keys[0], shape_q), make(keys[1], shape_kv), make(keys[2], shape_kv)
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--devices", type=int, default=None, help="ring size P (default: all visible)")
+    parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes, for CPU virtual devices")
+    parser.add_argument("--lengths", type=int, nargs="*", default=None)
+    parser.add_argument("--budget-s", type=float, default=200.0, help="stop starting new lengths after this")
+    args = parser.parse_args()
+
+    mesh = cp.sequence_mesh(args.devices)
+    P = mesh.shape["seq"]
+    gpu = jax.default_backend() == "gpu"
+    block = cp.default_block()
+    if args.smoke:
+        B, N, K, H, dtype, lengths = 1, 4, 4, 16, jnp.float32, args.lengths or [16 * P, 64 * P]
+    else:
+        B, N, K, H, dtype, lengths = 1, 16, 16, 128, jnp.bfloat16, args.lengths or [4096, 8192, 16384, 32768, 65536]
+    itemsize = jnp.dtype(dtype).itemsize
+    one = one_device_attention(gpu)
+    seq = NamedSharding(mesh, PartitionSpec(None, "seq", None, None))
+    dev0 = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    env = {"device_kind": jax.devices()[0].device_kind, "device_count": P, "backend": jax.default_backend(),
+           "jax_version": jax.__version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+           "xla_flags": os.environ.get("XLA_FLAGS", ""), "flags_set_by_bench": FLAGS_SET,
+           "block": block.__name__, "shape": {"B": B, "N": N, "K": K, "H": H, "dtype": jnp.dtype(dtype).name}}
+
+    def ring(causal, layout="zigzag", method="ring", overlap=True):
+        return jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, causal=causal, layout=layout,
+                                                                     method=method, overlap=overlap, block=block))
+
+    # ---- correctness at one shape: ring vs one device (relative error), and the block's lse vs float32 XLA
+    T = lengths[0]
+    q, k, v = random_qkv((B, T, N, H), (B, T, K, H), dtype, dev0, seed=1)
+    correctness = {"T": T}
+    for causal in (False, True):
+        ref = one(causal)(q, k, v)
+        arranged = [cp.to_zigzag(x, P) if causal else x for x in (q, k, v)]
+        out = ring(causal)(*(jax.device_put(x, seq) for x in arranged))
+        out = cp.from_zigzag(out, P) if causal else out
+        correctness["causal" if causal else "non_causal"] = rel_err(out, ref)
+    small = [x[:, : min(T, 1024)] for x in (q, k, v)]
+    lse_block = jax.jit(block, static_argnums=3)(*small, True)[1]
+    lse_f32 = cp.xla_block(*(x.astype(jnp.float32) for x in small), True)[1]
+    correctness["block_lse_max_abs_err_vs_f32"] = float(jnp.max(jnp.abs(lse_block - lse_f32)))
+    del q, k, v
+
+    # ---- speed: one device vs ring (overlap, no overlap) vs all-gather
+    rows = []
+    for T in lengths:
+        if time.perf_counter() - T0 > args.budget_s:
+            rows.append({"T": T, "skipped": "time budget"})
+            continue
+        q1, k1, v1 = random_qkv((B, T, N, H), (B, T, K, H), dtype, dev0)
+        qs, ks, vs = random_qkv((B, T, N, H), (B, T, K, H), dtype, seq)
+        row = {"T": T, "bytes_per_step": rs.bytes_per_step(B, T, K, H, P, itemsize)}
+        for name, causal, variants in [
+            ("non_causal", False, {"ring": ring(False), "ring_no_overlap": ring(False, overlap=False),
+                                   "all_gather": ring(False, method="all_gather")}),
+            ("causal", True, {"ring": ring(True), "ring_no_overlap": ring(True, overlap=False),
+                              "all_gather": ring(True, method="all_gather"),
+                              "ring_unbalanced": ring(True, layout="contiguous")}),
+        ]:
+            base = clock_ms(one(causal), q1, k1, v1)
+            row[f"{name}_one_device_ms"] = base
+            for label, f in variants.items():
+                ms = clock_ms(f, qs, ks, vs)
+                row[f"{name}_{label}_ms"] = ms
+                row[f"{name}_{label}_speedup"] = base / ms
+                row[f"{name}_{label}_efficiency"] = base / ms / P
+        rows.append(row)
+        del q1, k1, v1, qs, ks, vs
+
+    measured = [r for r in rows if "skipped" not in r]
+    crossover = {}
+    for key in ("non_causal_ring", "causal_ring", "causal_ring_unbalanced", "non_causal_all_gather"):
+        beats = [r["T"] for r in measured if r[f"{key}_speedup"] > 1]
+        crossover[key] = min(beats) if beats else None
+
+    # ---- per-step timeline at the longest measured length: one step's compute, one send, the whole ring
+    T = max(r["T"] for r in measured)
+    timeline = step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured)
+
+    result = {"environment": env, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
+              "timeline": timeline, "kernels": kernel_profile(ring(False), T, B, N, K, H, dtype, seq) if gpu else None,
+              "wall_s": time.perf_counter() - T0}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"ring_h200x{P}.json"
+    path.write_text(json.dumps(result, indent=2, default=str))
+
+    print(f"{env['device_kind']} x{P}, jax {env['jax_version']}, block {env['block']}, flags {env['xla_flags']!r}")
+    print(f"correctness (relative error vs one device at T={correctness['T']}): non-causal "
+          f"{correctness['non_causal']:.1e}, causal {correctness['causal']:.1e}; block lse vs f32 "
+          f"{correctness['block_lse_max_abs_err_vs_f32']:.1e}")
+    for name, t in timeline.items():
+        print(f"timeline {name} T={T}: step compute {t['step_compute_ms']}, send {t['send_ms']:.3f} ms "
+              f"({t['send_GBps']:.0f} GB/s), ring {t['ring_ms']:.3f} vs no-overlap {t['ring_no_overlap_ms']:.3f} ms, "
+              f"transfer hidden {t['transfer_hidden']:.0%}")
+    print(f"crossover T (shortest where ring beats one device): {crossover}")
+    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'no-ovl':>6} {'allgat':>6} | "
+          f"{'causal: 1dev ms':>15} {'ring':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}  (speed-ups)")
+    for r in measured:
+        nc = [r[f"non_causal_{v}_speedup"] for v in ("ring", "ring_no_overlap", "all_gather")]
+        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_no_overlap", "all_gather", "ring_unbalanced")]
+        print(f"{r['T']:>7} {r['bytes_per_step'] / 2**20:>8.1f} | {r['non_causal_one_device_ms']:>19.3f} "
+              + " ".join(f"{s:>5.2f}x" for s in nc) + f" | {r['causal_one_device_ms']:>15.3f} "
+              + " ".join(f"{s:>5.2f}x" for s in c))
+    print(f"wrote {path} in {result['wall_s']:.0f} s")
+
+
+def step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured) -> dict:
+    """One ring step's pieces timed alone (compute on one device, one send over the ring), vs the whole ring."""
+    row = next(r for r in measured if r["T"] == T)
+    c = T // P  # tokens per device
+    send = jax.jit(cp._shard_map(lambda k, v: jax.lax.ppermute((k, v), "seq", [(i, (i + 1) % P) for i in range(P)]),
+                                 mesh=mesh, in_specs=(seq.spec, seq.spec), out_specs=(seq.spec, seq.spec),
+                                 **cp._NO_CHECK))
+    _, ks, vs = random_qkv((B, P, N, H), (B, T, K, H), dtype, seq)
+    send_ms = clock_ms(send, ks, vs)
+    q, k, v = random_qkv((B, c, N, H), (B, c, K, H), dtype, dev0)
+    full = jax.jit(lambda q, k, v: block(q, k, v, False))
+    diag = jax.jit(lambda q, k, v: block(q, k, v, True))
+    half_q = jax.jit(lambda q, k, v: block(q[:, : c // 2], k, v, False))  # zig-zag: late chunk vs both
+    o, lse = full(q, k, v)
+    merge = jax.jit(cp.merge)
+    merge_ms = clock_ms(merge, o.astype(jnp.float32), lse, o.astype(jnp.float32), lse)
+    steps = {"non_causal": [clock_ms(full, q, k, v)] * P,
+             "causal": [clock_ms(diag, q, k, v)] + [clock_ms(half_q, q, k, v)] * (P - 1)}
+    out = {}
+    for name, compute in steps.items():
+        ring_ms, serial_ms = row[f"{name}_ring_ms"], row[f"{name}_ring_no_overlap_ms"]
+        transfer_total = (P - 1) * send_ms
+        out[name] = {
+            "step_compute_ms": [round(x, 3) for x in compute], "merge_ms": merge_ms, "send_ms": send_ms,
+            "send_GBps": rs.bytes_per_step(B, T, K, H, P, jnp.dtype(dtype).itemsize) / send_ms / 1e6,
+            "steps": [{"step": s, "compute_ms": compute[s], "transfer_ms": send_ms if s < P - 1 else 0.0}
+                      for s in range(P)],
+            "sum_of_parts_serial_ms": sum(compute) + P * merge_ms + transfer_total,
+            "ideal_overlap_ms": sum(compute) + P * merge_ms,
+            "ring_ms": ring_ms, "ring_no_overlap_ms": serial_ms,
+            "transfer_hidden": max(0.0, min(1.0, (serial_ms - ring_ms) / transfer_total)) if transfer_total else 1.0,
+        }
+    return out
+
+
+def kernel_profile(f, T, B, N, K, H, dtype, seq) -> dict | None:
+    """CUPTI kernel list of one ring call (all devices): compute vs NCCL kernel time. Best effort."""
+    try:
+        from jax.experimental.mosaic.gpu import profiler
+
+        q, k, v = random_qkv((B, T, N, H), (B, T, K, H), dtype, seq)
+        _, kernels = profiler.measure(f, aggregate=False)(q, k, v)
+    except Exception as err:  # noqa: BLE001 - a profiler that is missing must not cost the whole benchmark
+        return {"error": repr(err)[:300]}
+    if not kernels:
+        return None
+    nccl = sum(ms for name, ms in kernels if "nccl" in name.lower())
+    return {"kernels": [(name[:120], ms) for name, ms in kernels], "nccl_ms": nccl,
+            "compute_ms": sum(ms for _, ms in kernels) - nccl,
+            "note": "summed over all devices; NCCL kernels include time spent waiting for the peer"}
+
+
+if __name__ == "__main__":
+    main()
