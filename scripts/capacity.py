@@ -406,7 +406,7 @@ def gpu_peak_text(r: dict[str, Any]) -> str:
 
 def summary_line(r: dict[str, Any]) -> str:
     return (f"N={r['sessions']} {r['mode']}: {r['pages_served']}/{r['pages_planned']} pages served in "
-            f"{r['elapsed_s']:.0f} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
+            f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
             f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}")
 
@@ -418,8 +418,10 @@ def table(results: list[dict[str, Any]], cold: bool) -> str:
              _s(r["p95_page_s"]), _s(r["worst_page_s"]), _s(r["longest_queue_wait_s"], 3), gpu_peak_text(r),
              _mb(r["peak_rss_bytes"]), str(r["errors"])] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
-    fmt = lambda cells: "  ".join(c.rjust(w) if i not in (1,) else c.ljust(w) for i, (c, w) in  # noqa: E731
-                                  enumerate(zip(cells, widths)))
+
+    def fmt(cells: list[str]) -> str:  # the mode left-aligned, numbers right-aligned
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
     lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
     for r in results:
         for m in r["error_messages"][:3]:
@@ -466,6 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    os.chdir(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # attnlab and pages/ as app.py finds them
+    if args.in_process:  # AppTest.from_file in a thread of ours logs "missing ScriptRunContext" (harmless)
+        import streamlit.testing.v1  # noqa: F401  (streamlit sets its loggers' levels on import)
+        from streamlit.logger import get_logger
+
+        get_logger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel("ERROR")
     if min(args.sessions) < 1:
         ap.error("--sessions must be at least 1")
 
@@ -482,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             r = _child(n, args)
         results.append(r)
-        print(summary_line(r) if "elapsed_s" in r and r.get("pages_planned") else r["error_messages"][0], flush=True)
+        if not args.quiet:
+            print(summary_line(r) if "elapsed_s" in r and r.get("pages_planned") else r["error_messages"][0], flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=str))
