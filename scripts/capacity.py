@@ -33,6 +33,10 @@ pages served/planned, median / 95th-percentile / worst page time, longest queue 
 peak (jax memory_stats peak_bytes_in_use, on a GPU), process peak RSS, and errors (count and the
 first three messages). A page is served when its run finished without an exception.
 
+AppTest is meant for one test at a time; `server_like_apptest()` patches it in this process so
+that sessions in threads share one Runtime and one ScriptCache, as a server's sessions do (without
+it, sessions break each other: see its docstring). `--raw-apptest` leaves AppTest as it is.
+
 Longest queue wait: read from the lab if it exposes one (`attnlab.queue`, or attributes of
 `attnlab.bench.DEVICE_QUEUE` such as `longest_wait_s`, or a `stats()` mapping); failing that, the
 device queue's `slot()` context manager is wrapped in this process and the wait it yields (else the
@@ -120,6 +124,7 @@ def discover_pages(app: Path = APP) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # the longest queue wait: read from the lab if it says, else wrap the device queue's slot()
 # --------------------------------------------------------------------------------------------
+_PATCHED: list[str] | None = None  # what server_like_apptest() did, once per process
 WAIT_ATTRS = ("longest_wait_s", "max_wait_s", "longest_wait", "max_wait", "peak_wait_s")
 
 
@@ -213,6 +218,51 @@ class QueueProbe:
 
 
 # --------------------------------------------------------------------------------------------
+# AppTest in threads, made to share what one server shares
+# --------------------------------------------------------------------------------------------
+def server_like_apptest() -> list[str]:
+    """Patch AppTest (this process only) so that N of them in threads behave like one server.
+
+    AppTest is written for one test at a time. Each run sets the global `Runtime._instance` to a
+    mock of its own and back to None when it ends, so with sessions in threads another session's
+    script finds no Runtime halfway through ("Runtime hasn't been created!", and widgets and
+    st.dataframe taking their no-runtime paths). Each run also compiles the page afresh in a new
+    ScriptCache; compile() in many threads at once trips CPython 3.11's "AST constructor recursion
+    depth mismatch" SystemError. A server has one Runtime and one ScriptCache: so here a Runtime
+    mock stands in whenever none is set, and all runs share one ScriptCache. Returns what was done.
+    """
+    done = []
+    from unittest.mock import MagicMock
+
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+    from streamlit.testing.v1 import app_test
+
+    shared = ScriptCache()
+    if hasattr(app_test, "ScriptCache"):
+        app_test.ScriptCache = lambda: shared
+        done.append("one ScriptCache for every run")
+    fallback = MagicMock(spec=Runtime)
+    with contextlib.suppress(Exception):
+        from streamlit.runtime.caching.storage.dummy_cache_storage import MemoryCacheStorageManager
+        from streamlit.runtime.dataframe_source_manager import DataframeSourceManager
+        from streamlit.runtime.media_file_manager import MediaFileManager
+        from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+        fallback.media_file_mgr = MediaFileManager(MemoryMediaFileStorage("/mock/media"))
+        fallback.dataframe_source_mgr = DataframeSourceManager()
+        fallback.cache_storage_manager = MemoryCacheStorageManager()
+    with contextlib.suppress(Exception):
+        from streamlit.components.v2.component_manager import BidiComponentManager
+
+        fallback.bidi_component_registry = BidiComponentManager()
+    Runtime.instance = classmethod(lambda cls: cls._instance if cls._instance is not None else fallback)
+    Runtime.exists = classmethod(lambda cls: True)
+    done.append("a Runtime always present")
+    return done
+
+
+# --------------------------------------------------------------------------------------------
 # one N: sessions in threads
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass
@@ -224,6 +274,7 @@ class Visit:
     exceptions: list[str]
     error_boxes: list[str]
     failure: str | None = None
+    traces: list[str] = dataclasses.field(default_factory=list)  # the exceptions' stack traces
     presses: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
@@ -238,7 +289,8 @@ def _visit(at: Any, session: int, page: str | None, timeout: float, press: bool)
         failure = f"{type(e).__name__}: {e}"
     wall = time.perf_counter() - start
     exceptions, boxes = _problems(at)
-    visit = Visit(session, page or "entry", wall, failure is None and not exceptions, exceptions, boxes, failure)
+    visit = Visit(session, page or "entry", wall, failure is None and not exceptions, exceptions, boxes, failure,
+                  _traces(at) if exceptions else [])
     if press and visit.ok:
         for key in _buttons_to_press(at):
             t0 = time.perf_counter()
@@ -262,6 +314,12 @@ def _problems(at: Any) -> tuple[list[str], list[str]]:
     except Exception as e:  # no element tree (the run failed early)
         return [], [f"(could not read the page: {type(e).__name__}: {e})"]
     return exceptions, boxes
+
+
+def _traces(at: Any) -> list[str]:
+    with contextlib.suppress(Exception):
+        return ["\n".join(e.stack_trace) for e in at.exception]
+    return []
 
 
 def _buttons_to_press(at: Any) -> list[str]:
@@ -320,11 +378,14 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queue: bool = True,
-            probe: QueueProbe | None = None) -> dict[str, Any]:
+            probe: QueueProbe | None = None, raw_apptest: bool = False) -> dict[str, Any]:
     """N sessions at once in this process; the figures as a dict (JSON-ready)."""
     os.chdir(ROOT)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    global _PATCHED
+    if not raw_apptest and _PATCHED is None:
+        _PATCHED = server_like_apptest()
     pages = discover_pages()
     rng = random.Random(seed + n)
     shapes = session_shapes(mode, n, rng)
@@ -373,6 +434,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "error_messages": messages,
         "per_page": _per_page(page_visits, pages),
         "shapes": shapes, "first_pages": [pages[f] for f in firsts],
+        "apptest_patches": _PATCHED if not raw_apptest else [],
         "visits": [dataclasses.asdict(v) for v in done],
     }
     return result
@@ -445,6 +507,7 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
                "--quiet"]
         cmd += ["--press-buttons"] if args.press_buttons else []
         cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
+        cmd += ["--raw-apptest"] if args.raw_apptest else []
         proc = subprocess.run(cmd, cwd=ROOT)
         if out.is_file():
             return json.loads(out.read_text())[0]
@@ -465,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true",
                     help="run the N values in this process, one after another (caches kept), not a fresh process each")
     ap.add_argument("--no-queue-wrap", action="store_true", help="do not wrap the device queue to measure waits")
+    ap.add_argument("--raw-apptest", action="store_true",
+                    help="leave AppTest as it is (no shared Runtime / ScriptCache): shows its artefacts under threads")
     ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -485,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.in_process:
             probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
             try:
-                r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe)
+                r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe,
+                            raw_apptest=args.raw_apptest)
             except Exception:
                 traceback.print_exc()
                 raise
