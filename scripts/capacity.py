@@ -289,6 +289,8 @@ def _visit(at: Any, session: int, page: str | None, timeout: float, press: bool)
         failure = f"{type(e).__name__}: {e}"
     wall = time.perf_counter() - start
     exceptions, boxes = _problems(at)
+    if failure is None and not exceptions and not _main_elements(at):
+        failure = "the page came back empty (its script did not run)"
     visit = Visit(session, page or "entry", wall, failure is None and not exceptions, exceptions, boxes, failure,
                   _traces(at) if exceptions else [])
     if press and visit.ok:
@@ -314,6 +316,12 @@ def _problems(at: Any) -> tuple[list[str], list[str]]:
     except Exception as e:  # no element tree (the run failed early)
         return [], [f"(could not read the page: {type(e).__name__}: {e})"]
     return exceptions, boxes
+
+
+def _main_elements(at: Any) -> int:
+    with contextlib.suppress(Exception):
+        return len(at.main.children)
+    return 0
 
 
 def _traces(at: Any) -> list[str]:
