@@ -1,0 +1,585 @@
+#!/usr/bin/env python
+"""Class capacity (issue 11): N learner sessions at once against one process, every page each.
+
+    python scripts/capacity.py                                  # 20 sessions, shapes shared as in a class
+    python scripts/capacity.py --sessions 10 20 40 --mode own   # every session its own small shape
+    python scripts/capacity.py --sessions 2 --json artifacts/capacity.json --press-buttons
+
+Each session is one `streamlit.testing.v1.AppTest` of app.py, run in its own thread of this one
+process. AppTest runs the page scripts in-process, so st.cache_data / st.cache_resource and the
+device queue are shared by all sessions, as on a real server (what AppTest does not have: the
+websocket, the browser, rerun-on-interrupt; scripts/load_test.py covers those with Chromium).
+
+A session sets its shape through the URL's query parameters (`at.query_params`), runs the entry
+point once (Streamlit serves the default page there: recorded as the session's "entry" run, not as
+one of its pages), then visits every page named by app.py's `st.Page("pages/...py", ...)` entries,
+in app.py's order, starting at a random one. Pages are found by reading app.py, so pages added
+later are visited too. All sessions start together (a barrier).
+
+Shapes (`--mode`):
+  shared  five shapes shared among the sessions, as in a class working through the codelab: the
+          default (B4 T128 N8 H64 float32) and four small variants, one a bf16 causal GQA.
+  own     every session its own distinct small shape (q_len = kv_len from a spread of values,
+          heads / kv_heads / head_dim / dtype / causal varied too): nothing is shared in caches.
+
+Each N of `--sessions` runs in a fresh subprocess by default, so every N is a cold start (empty
+caches, nothing compiled, GPU memory peak counted from zero). `--in-process` runs the N values one
+after another in this process instead: later N then find the caches warm, as a server that has
+been up a while would.
+
+Recorded per page visit: wall seconds, exceptions (at.exception), error boxes (st.error), and any
+failure of the run itself (a timeout). Printed per N: one summary line; at the end a table of
+pages served/planned, median / 95th-percentile / worst page time, longest queue wait, GPU memory
+peak (jax memory_stats peak_bytes_in_use, on a GPU), process peak RSS, and errors (count and the
+first three messages). A page is served when its run finished without an exception.
+
+AppTest is meant for one test at a time; `server_like_apptest()` patches it in this process so
+that sessions in threads share one Runtime and one ScriptCache, as a server's sessions do (without
+it, sessions break each other: see its docstring). `--raw-apptest` leaves AppTest as it is.
+
+Longest queue wait: read from the lab if it exposes one (`attnlab.queue`, or attributes of
+`attnlab.bench.DEVICE_QUEUE` such as `longest_wait_s`, or a `stats()` mapping); failing that, the
+device queue's `slot()` context manager is wrapped in this process and the wait it yields (else the
+time to enter it) is recorded. `--no-queue-wrap` turns the wrapping off; with neither, "n/a".
+
+Exit status: 0 when every planned page was served with no errors, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import importlib
+import json
+import math
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app.py"
+
+# The codelab's shape (no query parameters) and four small variants, one a bf16 causal GQA.
+SHARED_SHAPES: list[dict[str, str]] = [
+    {},
+    {"batch": "1", "heads": "1", "kv_heads": "1"},
+    {"batch": "2", "q_len": "64", "kv_len": "64"},
+    {"batch": "1", "q_len": "96", "kv_len": "96", "heads": "4", "kv_heads": "2", "head_dim": "32"},
+    {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "8", "kv_heads": "2", "dtype": "bfloat16", "causal": "true"},
+]
+# Buttons pressed with --press-buttons: main-area buttons of type primary, or keyed "..._time".
+PRESS_KEY_SUFFIXES = ("_time",)
+
+
+def own_shape(i: int) -> dict[str, str]:
+    """Session i's own shape: q_len = kv_len = 24 + 8 i (distinct for every i), other fields varied."""
+    t = 24 + 8 * i
+    heads, kv_heads = [(4, 4), (4, 2), (8, 2), (2, 1)][i % 4]
+    return {"batch": str(1 + i % 2), "q_len": str(t), "kv_len": str(t), "heads": str(heads),
+            "kv_heads": str(kv_heads), "head_dim": str((32, 64, 16)[i % 3]),
+            "dtype": ("float32", "bfloat16")[(i // 2) % 2], "causal": ("false", "true")[(i // 3) % 2]}
+
+
+def session_shapes(mode: str, n: int, rng: random.Random) -> list[dict[str, str]]:
+    if mode == "shared":
+        return [dict(SHARED_SHAPES[i % len(SHARED_SHAPES)]) for i in range(n)]
+    if mode == "own":
+        return [own_shape(i) for i in range(n)]
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def discover_pages(app: Path = APP) -> list[str]:
+    """The page files of app.py's st.Page("pages/....py", ...) entries, in order, without running it."""
+    tree = ast.parse(app.read_text(), filename=str(app))
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name != "Page":
+            continue
+        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "page"), None)
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.endswith(".py"):
+            found.append((node.lineno, node.col_offset, arg.value))
+    pages, seen = [], set()
+    for _, _, path in sorted(found):
+        if path not in seen and (app.parent / path).is_file():
+            seen.add(path)
+            pages.append(path)
+    return pages
+
+
+# --------------------------------------------------------------------------------------------
+# the longest queue wait: read from the lab if it says, else wrap the device queue's slot()
+# --------------------------------------------------------------------------------------------
+_PATCHED: list[str] | None = None  # what server_like_apptest() did, once per process
+WAIT_ATTRS = ("longest_wait_s", "max_wait_s", "longest_wait", "max_wait", "peak_wait_s")
+
+
+def _wait_from(obj: Any) -> float | None:
+    for attr in WAIT_ATTRS:
+        value = getattr(obj, attr, None)
+        if callable(value):
+            with contextlib.suppress(Exception):
+                value = value()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    stats = getattr(obj, "stats", None)
+    if callable(stats):
+        with contextlib.suppress(Exception):
+            stats = stats()
+    if isinstance(stats, dict):
+        for attr in WAIT_ATTRS:
+            if isinstance(stats.get(attr), (int, float)):
+                return float(stats[attr])
+    elif stats is not None and stats is not obj:
+        return _wait_from(stats)
+    return None
+
+
+class QueueProbe:
+    """Where the longest queue wait comes from; `read()` gives seconds or None."""
+
+    def __init__(self, wrap: bool = True):
+        self.source = "n/a"
+        self._objects: list[tuple[str, Any]] = []
+        self._wrapped_max: float | None = None
+        self.waits = 0
+        self._lock = threading.Lock()
+        for modname in ("attnlab.queue", "attnlab.bench"):
+            try:
+                mod = importlib.import_module(modname)
+            except Exception:
+                continue
+            self._objects.append((modname, mod))
+            for name in dir(mod):
+                if name.isupper() and not name.startswith("_"):
+                    self._objects.append((f"{modname}.{name}", getattr(mod, name)))
+        for name, obj in self._objects:
+            if _wait_from(obj) is not None:
+                self.source = name
+                return
+        if wrap:
+            self._wrap()
+
+    def _wrap(self) -> None:
+        try:
+            from attnlab import bench
+        except Exception:
+            return
+        queue = getattr(bench, "DEVICE_QUEUE", None)
+        original = getattr(queue, "slot", None)
+        if queue is None or not callable(original):
+            return
+        probe = self
+
+        @contextlib.contextmanager
+        def slot(*args: Any, **kwargs: Any):
+            start = time.perf_counter()
+            with original(*args, **kwargs) as waited:
+                wait = waited if isinstance(waited, (int, float)) and not isinstance(waited, bool) \
+                    else time.perf_counter() - start
+                with probe._lock:
+                    probe.waits += 1
+                    probe._wrapped_max = max(probe._wrapped_max or 0.0, float(wait))
+                yield waited
+
+        try:
+            queue.slot = slot  # an instance attribute: every `DEVICE_QUEUE.slot()` call finds it
+        except Exception:
+            return
+        self.source = "wrapped attnlab.bench.DEVICE_QUEUE.slot"
+        self._wrapped_max = 0.0
+
+    def reset(self) -> None:
+        """Start counting afresh (only the wrapped measurement can be reset)."""
+        with self._lock:
+            self.waits = 0
+            if self._wrapped_max is not None:
+                self._wrapped_max = 0.0
+
+    def read(self) -> float | None:
+        for name, obj in self._objects:
+            if name == self.source:
+                return _wait_from(obj)
+        return self._wrapped_max
+
+
+# --------------------------------------------------------------------------------------------
+# AppTest in threads, made to share what one server shares
+# --------------------------------------------------------------------------------------------
+def server_like_apptest() -> list[str]:
+    """Patch AppTest (this process only) so that N of them in threads behave like one server.
+
+    AppTest is written for one test at a time. Each run sets the global `Runtime._instance` to a
+    mock of its own and back to None when it ends, so with sessions in threads another session's
+    script finds no Runtime halfway through ("Runtime hasn't been created!", and widgets and
+    st.dataframe taking their no-runtime paths). Each run also compiles the page afresh in a new
+    ScriptCache; compile() in many threads at once trips CPython 3.11's "AST constructor recursion
+    depth mismatch" SystemError. A server has one Runtime and one ScriptCache: so here a Runtime
+    mock stands in whenever none is set, and all runs share one ScriptCache. Returns what was done.
+    """
+    done = []
+    from unittest.mock import MagicMock
+
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+    from streamlit.testing.v1 import app_test
+
+    shared = ScriptCache()
+    if hasattr(app_test, "ScriptCache"):
+        app_test.ScriptCache = lambda: shared
+        done.append("one ScriptCache for every run")
+    fallback = MagicMock(spec=Runtime)
+    with contextlib.suppress(Exception):
+        from streamlit.runtime.caching.storage.dummy_cache_storage import MemoryCacheStorageManager
+        from streamlit.runtime.dataframe_source_manager import DataframeSourceManager
+        from streamlit.runtime.media_file_manager import MediaFileManager
+        from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+        fallback.media_file_mgr = MediaFileManager(MemoryMediaFileStorage("/mock/media"))
+        fallback.dataframe_source_mgr = DataframeSourceManager()
+        fallback.cache_storage_manager = MemoryCacheStorageManager()
+    with contextlib.suppress(Exception):
+        from streamlit.components.v2.component_manager import BidiComponentManager
+
+        fallback.bidi_component_registry = BidiComponentManager()
+    Runtime.instance = classmethod(lambda cls: cls._instance if cls._instance is not None else fallback)
+    Runtime.exists = classmethod(lambda cls: True)
+    done.append("a Runtime always present")
+    return done
+
+
+# --------------------------------------------------------------------------------------------
+# one N: sessions in threads
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Visit:
+    session: int
+    page: str  # a page file, or "entry" for the session's first run of app.py
+    wall_s: float
+    ok: bool
+    exceptions: list[str]
+    error_boxes: list[str]
+    failure: str | None = None
+    traces: list[str] = dataclasses.field(default_factory=list)  # the exceptions' stack traces
+    presses: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+
+def _visit(at: Any, session: int, page: str | None, timeout: float, press: bool) -> Visit:
+    start = time.perf_counter()
+    failure = None
+    try:
+        if page is not None:
+            at.switch_page(page)
+        at.run(timeout=timeout)
+    except Exception as e:  # a timeout, or AppTest failing to run the page
+        failure = f"{type(e).__name__}: {e}"
+    wall = time.perf_counter() - start
+    exceptions, boxes = _problems(at)
+    if failure is None and not exceptions and not _main_elements(at):
+        failure = "the page came back empty (its script did not run)"
+    visit = Visit(session, page or "entry", wall, failure is None and not exceptions, exceptions, boxes, failure,
+                  _traces(at) if exceptions else [])
+    if press and visit.ok:
+        for key in _buttons_to_press(at):
+            t0 = time.perf_counter()
+            try:
+                at.button(key=key).click()
+                at.run(timeout=timeout)
+            except Exception as e:
+                visit.failure = visit.failure or f"pressing {key}: {type(e).__name__}: {e}"
+            visit.presses.append((key, time.perf_counter() - t0))
+            exc, box = _problems(at)
+            visit.exceptions += [f"after {key}: {m}" for m in exc]
+            visit.error_boxes += [f"after {key}: {m}" for m in box]
+        visit.ok = visit.failure is None and not visit.exceptions
+    return visit
+
+
+def _problems(at: Any) -> tuple[list[str], list[str]]:
+    try:
+        exceptions = [str(e.value) for e in at.exception]
+        boxes = [str(e.value) for e in at.error]
+    except Exception as e:  # no element tree (the run failed early)
+        return [], [f"(could not read the page: {type(e).__name__}: {e})"]
+    return exceptions, boxes
+
+
+def _main_elements(at: Any) -> int:
+    with contextlib.suppress(Exception):
+        return len(at.main.children)
+    return 0
+
+
+def _traces(at: Any) -> list[str]:
+    with contextlib.suppress(Exception):
+        return ["\n".join(e.stack_trace) for e in at.exception]
+    return []
+
+
+def _buttons_to_press(at: Any) -> list[str]:
+    keys = []
+    with contextlib.suppress(Exception):
+        for b in at.main.get("button"):
+            proto = b.proto
+            if b.key and not proto.disabled and (proto.type == "primary" or b.key.endswith(PRESS_KEY_SUFFIXES)):
+                keys.append(b.key)
+    return keys
+
+
+def _session(i: int, params: dict[str, str], pages: list[str], first: int, timeout: float, press: bool,
+             barrier: threading.Barrier, out: list[Visit]) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    try:
+        at = AppTest.from_file(str(APP), default_timeout=timeout)
+        for k, v in params.items():
+            at.query_params[k] = v
+    except Exception as e:
+        barrier.wait()
+        out.append(Visit(i, "entry", 0.0, False, [], [], f"{type(e).__name__}: {e}"))
+        return
+    barrier.wait()
+    out.append(_visit(at, i, None, timeout, press=False))
+    for page in pages[first:] + pages[:first]:
+        out.append(_visit(at, i, page, timeout, press))
+
+
+def gpu_memory() -> dict[str, Any]:
+    try:
+        import jax
+
+        dev = jax.devices()[0]
+        if dev.platform != "gpu":
+            return {"backend": dev.platform}
+        stats = dev.memory_stats() or {}
+        return {"backend": "gpu", "device": dev.device_kind, "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+                "bytes_limit": stats.get("bytes_limit")}
+    except Exception as e:
+        return {"backend": "unknown", "error": f"{type(e).__name__}: {e}"}
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queue: bool = True,
+            probe: QueueProbe | None = None, raw_apptest: bool = False) -> dict[str, Any]:
+    """N sessions at once in this process; the figures as a dict (JSON-ready)."""
+    os.chdir(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    global _PATCHED
+    if not raw_apptest and _PATCHED is None:
+        _PATCHED = server_like_apptest()
+    pages = discover_pages()
+    rng = random.Random(seed + n)
+    shapes = session_shapes(mode, n, rng)
+    firsts = [rng.randrange(len(pages)) for _ in range(n)]
+    probe = probe or QueueProbe(wrap=wrap_queue)
+    probe.reset()
+    visits: list[Visit] = []
+    barrier = threading.Barrier(n)
+    threads = [threading.Thread(target=_session, name=f"learner-{i}", daemon=True,
+                                args=(i, shapes[i], pages, firsts[i], timeout, press, barrier, visits))
+               for i in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    # each visit is bounded by the timeout; leave room for all of them and the entry run
+    deadline = start + (len(pages) + 1) * timeout * (4 if press else 1) + 60
+    for t in threads:
+        t.join(timeout=max(1.0, deadline - time.perf_counter()))
+    elapsed = time.perf_counter() - start
+    stuck = [t.name for t in threads if t.is_alive()]
+    done = list(visits)
+    page_visits = [v for v in done if v.page != "entry"]
+    times = [v.wall_s for v in page_visits if v.ok]
+    entry = [v.wall_s for v in done if v.page == "entry" and v.ok]
+    messages: list[str] = []
+    for v in done:
+        tag = f"[s{v.session} {Path(v.page).stem}]"
+        if v.failure:
+            messages.append(f"{tag} run failed: {v.failure}")
+        messages += [f"{tag} exception: {m}" for m in v.exceptions]
+        messages += [f"{tag} error box: {m}" for m in v.error_boxes]
+    messages += [f"[{name}] still running after {elapsed:.0f} s" for name in stuck]
+    presses = [s for v in done for _, s in v.presses]
+    wait = probe.read()
+    result = {
+        "sessions": n, "mode": mode, "seed": seed, "timeout_s": timeout, "press_buttons": press,
+        "pages": pages, "pages_planned": n * len(pages), "pages_served": sum(v.ok for v in page_visits),
+        "entry_runs_ok": len(entry), "entry_median_s": statistics.median(entry) if entry else None,
+        "median_page_s": statistics.median(times) if times else None,
+        "p95_page_s": percentile(times, 95), "worst_page_s": max(times) if times else None,
+        "button_presses": len(presses), "median_press_s": statistics.median(presses) if presses else None,
+        "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
+        "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed,
+        "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
+        "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),
+        "error_messages": messages,
+        "per_page": _per_page(page_visits, pages),
+        "shapes": shapes, "first_pages": [pages[f] for f in firsts],
+        "apptest_patches": _PATCHED if not raw_apptest else [],
+        "visits": [dataclasses.asdict(v) for v in done],
+    }
+    return result
+
+
+def _per_page(visits: list[Visit], pages: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for p in pages:
+        t = [v.wall_s for v in visits if v.page == p and v.ok]
+        out[p] = {"served": len(t), "median_s": statistics.median(t) if t else None, "worst_s": max(t) if t else None}
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# reporting
+# --------------------------------------------------------------------------------------------
+def _s(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _mb(x: int | None) -> str:
+    return "n/a" if x is None else f"{x / 2**20:,.0f} MB"
+
+
+def gpu_peak_text(r: dict[str, Any]) -> str:
+    gpu = r.get("gpu") or {}
+    if gpu.get("backend") == "gpu":
+        return _mb(gpu.get("peak_bytes_in_use"))
+    return f"n/a ({gpu.get('backend', '?')})"
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    return (f"N={r['sessions']} {r['mode']}: {r['pages_served']}/{r['pages_planned']} pages served in "
+            f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
+            f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
+            f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}")
+
+
+def table(results: list[dict[str, Any]], cold: bool) -> str:
+    head = ["sessions", "mode", "served/planned", "median s", "p95 s", "worst s", "queue wait s",
+            "GPU mem peak", "RSS peak", "errors"]
+    rows = [[str(r["sessions"]), r["mode"], f"{r['pages_served']}/{r['pages_planned']}", _s(r["median_page_s"]),
+             _s(r["p95_page_s"]), _s(r["worst_page_s"]), _s(r["longest_queue_wait_s"], 3), gpu_peak_text(r),
+             _mb(r["peak_rss_bytes"]), str(r["errors"])] for r in results]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+
+    def fmt(cells: list[str]) -> str:  # the mode left-aligned, numbers right-aligned
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in rows]
+    for r in results:
+        for m in r["error_messages"][:3]:
+            lines.append(f"  N={r['sessions']}: {m[:300]}")
+        if r["errors"] > 3:
+            lines.append(f"  N={r['sessions']}: ... and {r['errors'] - 3} more")
+    sources = sorted({r["queue_wait_source"] for r in results})
+    lines.append(f"queue wait from: {', '.join(sources)}")
+    lines.append("each N ran in a fresh process (cold start: empty caches, nothing compiled)" if cold else
+                 "the N values ran one after another in one process (caches kept between them)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one N in a fresh Python process; its figures back through a temporary JSON file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--sessions", str(n), "--mode", args.mode,
+               "--timeout", str(args.timeout), "--seed", str(args.seed), "--in-process", "--json", str(out),
+               "--quiet"]
+        cmd += ["--press-buttons"] if args.press_buttons else []
+        cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
+        cmd += ["--raw-apptest"] if args.raw_apptest else []
+        proc = subprocess.run(cmd, cwd=ROOT)
+        if out.is_file():
+            return json.loads(out.read_text())[0]
+        return {"sessions": n, "mode": args.mode, "pages_planned": None, "pages_served": 0, "median_page_s": None,
+                "p95_page_s": None, "worst_page_s": None, "longest_queue_wait_s": None, "queue_wait_source": "n/a",
+                "gpu": {}, "peak_rss_bytes": None, "elapsed_s": 0.0, "errors": 1,
+                "error_messages": [f"the subprocess for N={n} exited {proc.returncode} without figures"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, nargs="+", default=[20], help="N concurrent sessions (several: one run each)")
+    ap.add_argument("--mode", choices=["shared", "own"], default="shared")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page run")
+    ap.add_argument("--json", type=Path, help="write every figure and visit here")
+    ap.add_argument("--press-buttons", action="store_true",
+                    help="on each page, press its primary measurement buttons (type primary, or keyed *_time)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the N values in this process, one after another (caches kept), not a fresh process each")
+    ap.add_argument("--no-queue-wrap", action="store_true", help="do not wrap the device queue to measure waits")
+    ap.add_argument("--raw-apptest", action="store_true",
+                    help="leave AppTest as it is (no shared Runtime / ScriptCache): shows its artefacts under threads")
+    ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
+    ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    os.chdir(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # attnlab and pages/ as app.py finds them
+    if args.in_process:  # AppTest.from_file in a thread of ours logs "missing ScriptRunContext" (harmless)
+        import streamlit.testing.v1  # noqa: F401  (streamlit sets its loggers' levels on import)
+        from streamlit.logger import get_logger
+
+        get_logger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel("ERROR")
+    if min(args.sessions) < 1:
+        ap.error("--sessions must be at least 1")
+
+    results = []
+    probe = None
+    for n in args.sessions:
+        if args.in_process:
+            probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
+            try:
+                r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe,
+                            raw_apptest=args.raw_apptest)
+            except Exception:
+                traceback.print_exc()
+                raise
+        else:
+            r = _child(n, args)
+        results.append(r)
+        if not args.quiet:
+            print(summary_line(r) if "elapsed_s" in r and r.get("pages_planned") else r["error_messages"][0], flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    if not args.quiet:
+        print()
+        print(table(results, cold=not args.in_process))
+    ok = all(r["errors"] == 0 and r["pages_served"] == r["pages_planned"] for r in results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # AppTest script threads still running after a timeout must not hold the exit
