@@ -579,7 +579,11 @@ def test_readme_documents_every_accelerator_the_manifests_mention():
         assert accelerator in readme, accelerator
     for command in (
         "kubectl apply -k deploy/k8s",
-        "docker build -f deploy/Dockerfile",
+        "docker build --platform=linux/amd64 -f deploy/Dockerfile",
+        "scripts/capacity.py on the H200",
+        "GPUs (all regions)",
+        "bash deploy/teardown.sh",
+        "Not run here",
         "gpu-driver-version=latest",
     ):
         assert command in readme, command
