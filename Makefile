@@ -1,17 +1,29 @@
 # Two commands for a fresh machine (see README):
-#   make run    set up .venv from requirements.txt and serve the app on http://localhost:8501 (CPU)
+#   make run    set up .venv from requirements.lock and serve the app on http://localhost:8501 (CPU)
 #   make test   set up .venv, Debian's Chromium for the browser tests, and run every test
+# requirements.txt says what we need (lower bounds); requirements.lock pins every package for
+# Python 3.11 on Linux x86_64 and is what gets installed. After editing requirements.txt:
+#   make lock   re-resolve the lock with uv (keeps existing pins where they still fit;
+#               UPGRADE=1 moves everything to the newest allowed versions)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
 
-$(VENV)/.installed: requirements.txt
+UV_VERSION := 0.13.9
+LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
+
+$(VENV)/.installed: requirements.lock
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-.PHONY: run test browser lint gpucheck load
+.PHONY: run test browser lint gpucheck load lock
+lock:
+	python3 -m venv $(VENV)/uv
+	$(VENV)/uv/bin/python -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/uv/bin/uv pip compile requirements.txt $(LOCK_FLAGS) $(if $(UPGRADE),--upgrade) -o requirements.lock
+
 run: $(VENV)/.installed
 	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(VENV)/bin/streamlit run app.py --server.port $(PORT)
 

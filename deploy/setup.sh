@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# From nothing to a class-only HTTPS address, in one command (NOT RUN in CI or by the authors'
+# tooling: it needs a Google Cloud project; the pieces it uses are validated offline by
+# tests/test_deploy.py). Guide: deploy/README.md.
+#
+#   cp deploy/terraform/terraform.tfvars.example deploy/terraform/terraform.tfvars   # then edit it
+#   DOMAIN=attnlab.example.edu bash deploy/setup.sh
+#
+# DOMAIN: a DNS name you can point at the static IP (the certificate and IAP need one).
+# DOOR=campus: the Cloud Armor campus allowlist instead of IAP (set campus_cidrs in tfvars).
+# TAG: image tag (default v1). Re-running is safe: each step picks up where things are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+: "${DOMAIN:?set DOMAIN, the DNS name learners will open (e.g. attnlab.example.edu)}"
+TAG=${TAG:-v1}
+DOOR=${DOOR:-iap}
+TF=(terraform -chdir=deploy/terraform)
+step() { printf '\n== %s\n' "$*"; }
+
+[ -f deploy/terraform/terraform.tfvars ] || {
+  echo "copy deploy/terraform/terraform.tfvars.example to terraform.tfvars and edit it first" >&2
+  exit 2
+}
+
+step "1/5 Infrastructure: cluster, GPU pool at 0 nodes (no GPU bills yet), repository, bucket, IP"
+"${TF[@]}" init -input=false
+"${TF[@]}" apply -input=false -auto-approve
+out() { "${TF[@]}" output -raw "$1"; }
+PROJECT=$(out project_id)
+ZONE=$(out zone)
+CLUSTER=$(out cluster)
+IMAGE_NAME=$(out image)
+ACCELERATOR=$(out gpu_accelerator)
+BUCKET=$(out build_bucket)
+IP=$(out static_ip)
+
+step "2/5 Image, with Cloud Build (15-30 min; still no GPU billing)"
+gcloud builds submit --project="$PROJECT" --config=deploy/cloudbuild.yaml \
+  --gcs-source-staging-dir="gs://$BUCKET/source" \
+  --substitutions="_IMAGE=$IMAGE_NAME:$TAG" .
+
+step "3/5 This class's manifests: deploy/k8s-local (git-ignored; deploy/k8s stays untouched)"
+base=../k8s
+[ "$DOOR" = campus ] && base=../k8s-campus
+mkdir -p deploy/k8s-local
+cat > deploy/k8s-local/kustomization.yaml <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $base
+images:
+  - name: REGION-docker.pkg.dev/PROJECT/attnlab/attnlab
+    newName: $IMAGE_NAME
+    newTag: $TAG
+patches:
+  - target: {kind: ManagedCertificate, name: attnlab-cert}
+    patch: |-
+      - {op: replace, path: /spec/domains, value: ["$DOMAIN"]}
+  - target: {kind: Deployment, name: attnlab}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector/cloud.google.com~1gke-accelerator, value: "$ACCELERATOR"}
+YAML
+
+step "4/5 One GPU node, then the app (the pod refuses to start unless JAX sees the GPU)"
+gcloud container clusters get-credentials "$CLUSTER" --location="$ZONE" --project="$PROJECT"
+gcloud container clusters resize "$CLUSTER" --node-pool=gpu-pool --num-nodes=1 \
+  --location="$ZONE" --project="$PROJECT" --quiet
+kubectl apply -k deploy/k8s-local
+kubectl -n attnlab rollout status deployment/attnlab --timeout=30m || {
+  kubectl -n attnlab logs deployment/attnlab --tail=30 || true
+  exit 1
+}
+kubectl -n attnlab exec deployment/attnlab -- nvidia-smi --query-gpu=name,driver_version --format=csv
+
+step "5/5 The door"
+echo "Point a DNS A record for $DOMAIN at $IP (if you have not yet)."
+echo "The certificate turns Active up to an hour after that:"
+echo "  kubectl -n attnlab get managedcertificate attnlab-cert"
+echo "Then open https://$DOMAIN/ (learners sign in with a Google account of the class group)."
+echo "After class: scale to zero (deploy/README.md, 'Class day'); to remove everything: bash deploy/teardown.sh"

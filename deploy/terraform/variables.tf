@@ -1,0 +1,73 @@
+variable "project_id" {
+  description = "Google Cloud project ID (billing enabled)."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the image repository and the build bucket; pick one with GPU quota."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "zone" {
+  description = "Zone of the cluster; it must offer the GPU (L4: us-central1-a, -b or -c)."
+  type        = string
+  default     = "us-central1-a"
+}
+
+variable "cluster_name" {
+  description = "GKE cluster name; also the prefix of the network, service account and bucket."
+  type        = string
+  default     = "attnlab"
+}
+
+variable "gpu" {
+  description = "Which GPU: l4 (default, g2-standard-8), h100 (a3-highgpu-1g) or h200 (a3-ultragpu-8g, 8 GPUs per node)."
+  type        = string
+  default     = "l4"
+
+  validation {
+    condition     = contains(["l4", "h100", "h200"], var.gpu)
+    error_message = "gpu must be one of l4, h100, h200."
+  }
+}
+
+variable "gpu_spot" {
+  description = "Run the GPU node as a Spot VM (much cheaper, can be reclaimed; often the only way to get an H100)."
+  type        = bool
+  default     = false
+}
+
+variable "class_group" {
+  description = "Google group of the class, e.g. attnlab-fall@example.edu: its members (and only they) pass Identity-Aware Proxy. Empty: grant access by hand."
+  type        = string
+  default     = ""
+}
+
+variable "campus_cidrs" {
+  description = "The cheap alternative to IAP: campus network ranges for a Cloud Armor allowlist (policy attnlab-campus, used by deploy/k8s-campus). Empty: no policy."
+  type        = list(string)
+  default     = []
+}
+
+variable "class_hours" {
+  description = "Maintenance exclusions (no upgrades) over class days, RFC 3339 times, e.g. [{name = \"week-1\", start = \"2026-01-12T08:00:00Z\", end = \"2026-01-16T18:00:00Z\"}]."
+  type = list(object({
+    name  = string
+    start = string
+    end   = string
+  }))
+  default = []
+}
+
+variable "billing_account" {
+  description = "Billing account ID (XXXXXX-XXXXXX-XXXXXX) for a budget alert; empty: no budget (set one in the console)."
+  type        = string
+  default     = ""
+}
+
+variable "monthly_budget_usd" {
+  description = "Monthly budget; e-mails go to the billing admins at 50%, 90% and 100%."
+  type        = number
+  default     = 100
+}
