@@ -23,21 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-
-def allowed(q_index, k_index, *, causal: bool, window: tuple[int, int] | None, kv_length):
-    """True where query q_index may attend to key k_index (jax.nn convention); works on NumPy and JAX.
-
-    q_index (..., Br, 1) and k_index (..., 1, Bc) broadcast; kv_length is a number or an array that
-    broadcasts against them. Causal is top-left aligned (query i sees keys 0..i); window=(left, right)
-    lets query i see keys i-left .. i+right; keys at or past kv_length are padding.
-    """
-    ok = k_index < kv_length
-    if causal:
-        ok = ok & (k_index <= q_index)
-    if window is not None:
-        left, right = window
-        ok = ok & (k_index >= q_index - left) & (k_index <= q_index + right)
-    return ok
+from attnlab import attention
+from attnlab.masks import visible as allowed
 
 
 def _pad_to(x: Array, length: int, axis: int) -> Array:
@@ -217,11 +204,7 @@ def step_through(q, k, v, *, block_q: int, block_k: int, causal: bool = False,
 
 
 def _exact_attention(q, k, v, *, causal, window, kv_length) -> np.ndarray:
-    """softmax(Q·Kᵀ/sqrt(H))·V for one head in float64, 0 for a query with no key: (T, H)."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    mask = allowed(np.arange(len(q))[:, None], np.arange(len(k))[None, :],
-                   causal=causal, window=window, kv_length=kv_length)
-    s = np.where(mask, q @ k.T / math.sqrt(q.shape[1]), -np.inf)  # (T, S)
-    m = s.max(axis=1, keepdims=True)
-    p = np.exp(s - np.where(np.isneginf(m), 0.0, m))
-    return (p @ v) / np.where(p.sum(axis=1, keepdims=True) == 0, 1.0, p.sum(axis=1, keepdims=True))
+    """softmax(Q·Kᵀ/sqrt(H))·V for one head in float64 (attnlab.attention in NumPy), 0 for a query with no key."""
+    one = lambda x: np.asarray(x, np.float64)[None, :, None, :]  # (T, H) -> (1, T, 1, H)  # noqa: E731
+    return attention.attention(one(q), one(k), one(v), causal=causal, window=window, kv_lengths=[kv_length],
+                               xp=np)[0, :, 0]

@@ -43,20 +43,32 @@ def combine(*masks):
     return out
 
 
+def visible(q_index, k_index, *, causal: bool = False, window=None, kv_length=None):
+    """True where query q_index may attend to key k_index: the one mask rule of the lab.
+
+    Works on NumPy and JAX arrays that broadcast, (..., t, 1) against (..., 1, s), so a tile of a
+    flash kernel and a whole (T, S) matrix are masked by the same lines. kv_length: keys at or past
+    it are padding (a number, or an array that broadcasts).
+    """
+    ok = None
+    if causal:
+        ok = k_index <= q_index  # top-left aligned, as jax.nn's is_causal
+    if window is not None:
+        near = (k_index >= q_index - window[0]) & (k_index <= q_index + window[1])
+        ok = near if ok is None else ok & near
+    if kv_length is not None:
+        real = k_index < kv_length
+        ok = real if ok is None else ok & real
+    return ok
+
+
 def allowed(q_len: int, kv_len: int, *, causal: bool = False, window=None, kv_lengths=None, rows=None, xp=jnp):
-    """Every mask a shape asks for, combined; None when nothing is masked.
+    """Every mask a shape asks for, as (T, S) or (B, 1, T, S); None when nothing is masked.
 
     `rows` (query positions, default all of 0..T-1) builds the mask for those queries only:
     the float64 reference checks a few rows of a long sequence without a (T, S) mask in memory.
     """
     i = (xp.arange(q_len) if rows is None else xp.asarray(rows))[:, None]  # (t, 1)
     j = xp.arange(kv_len)[None, :]  # (1, S)
-    out = None
-    if causal:
-        out = j <= i
-    if window is not None:
-        out = combine(out, (j >= i - window[0]) & (j <= i + window[1]))
-    if kv_lengths is not None:
-        valid = j[None, None] < xp.asarray(kv_lengths)[:, None, None, None]  # (B, 1, 1, S)
-        out = valid if out is None else out[None, None] & valid
-    return out
+    length = None if kv_lengths is None else xp.asarray(kv_lengths)[:, None, None, None]  # (B, 1, 1, 1)
+    return visible(i, j, causal=causal, window=window, kv_length=length)
