@@ -34,6 +34,8 @@ st.caption("Q: queries (T × d), K: keys (S × d), V: values (S × d), d = head_
            "Vaswani et al. 2017, *Attention Is All You Need*, eq. 1.")
 
 st.subheader(f"The four stages on a tiny example (T = S = {EXAMPLE_LEN}, one head)")
+st.caption("A float32 example of its own, small enough to read every number; the sidebar's shape is used "
+           "from page 3 on.")
 c1, c2, c3, c4 = st.columns(4)
 head_dim = c1.select_slider("head_dim d of the example", options=[4, 16, 64, 256], value=4, key="p1_head_dim")
 seed = c2.number_input("random seed for Q, K, V", min_value=0, max_value=10_000, value=0, step=1, key="p1_seed")
@@ -101,7 +103,7 @@ common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "sp
 st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
 
 x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
-color = alt.Color("scaling:N", title="scaling")
+color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
 tooltip = ["head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f")]
 c1, c2 = st.columns(2)
 c1.altair_chart(alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)

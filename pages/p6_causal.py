@@ -50,8 +50,6 @@ clamp("p6_batch", view.batch - 1)
 clamp("p6_head", shape.heads - 1)
 b = c1.selectbox("batch element", list(range(view.batch)), key="p6_batch")
 h = c2.selectbox(f"head (of {shape.heads})", list(range(shape.heads)), key="p6_head")
-if shape.group_size > 1:
-    c2.caption(f"{shape.variant}: query head {h} reads key/value head {h // shape.group_size}.")
 if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sections.small(view)):
     pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
     if None not in pair:
@@ -62,6 +60,8 @@ if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sect
                         width="content")
         st.caption("Grey cells are masked (weight exactly 0). Both maps share one colour scale, and each row sums to "
                    "1 in both: the causal rows share their weight among fewer keys, so their cells are darker.")
+if shape.group_size > 1:
+    st.caption(f"{shape.variant}: query head {h} reads key/value head {h // shape.group_size}.")
 
 st.subheader("First position against last")
 st.write(
