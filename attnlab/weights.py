@@ -90,18 +90,32 @@ def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
         return np.asarray(attention.weights(q, k, **shape.mask_args()), np.float32)
 
 
+def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:
+    """(T, S) bool: which keys each query of sequence `batch_index` may see under the shape's masks.
+
+    A heatmap greys out exactly these cells, rather than guessing masked ones from a weight of 0.
+    """
+    lengths = shape.kv_lengths_per_batch()
+    m = masks.allowed(shape.q_len, shape.kv_len, causal=shape.causal, window=shape.window,
+                      kv_lengths=None if lengths is None else lengths[batch_index: batch_index + 1], xp=np)
+    full = np.ones((shape.q_len, shape.kv_len), bool)
+    return full if m is None else np.broadcast_to(m, (1, 1, shape.q_len, shape.kv_len))[0, 0].copy()
+
+
 def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     """The codelab's table: how much causal masking changes each query position's output.
 
     Position 0 may see only key 0 under the mask, so its output changes most; the last position
-    sees every key either way (when T == S), so its output does not change at all.
+    sees every key either way (when T == S), so its output does not change at all. The comparison
+    is causal against no mask at all: a sliding window or padding on `shape` is left out, so that
+    "keys seen" counts exactly what the causal mask alone lets through.
     """
-    full_shape = shape.replace(causal=False)
+    full_shape = shape.replace(causal=False, window=None, kv_lengths=())
     with runs.inputs(full_shape, seed, device_bytes=2 * NAIVE.device_bytes(full_shape)) as (q, k, v):
         full = attention.attention(q, k, v, **full_shape.mask_args())
         causal = attention.attention(q, k, v, **full_shape.replace(causal=True).mask_args())
         diff = np.asarray(jnp.abs(full.astype(jnp.float32) - causal.astype(jnp.float32)).max(axis=(0, 2, 3)))
-    T, S = shape.q_len, shape.kv_len
+    T, S = full_shape.q_len, full_shape.kv_len
     picks = sorted({0, min(1, T - 1), T // 2, T - 1})  # T may be 1
     return pd.DataFrame({
         "position": picks,

@@ -1,12 +1,14 @@
 """Lab step 1: the formula, its four stages on a tiny live example, and what 1/sqrt(d) is for."""
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from attnlab import weights
 from attnlab.shapes import AttentionShape
-from pages import common
+from pages import common, sections
+from pages.weights_ui import heatmap, matrix
 
 EXAMPLE_LEN = 6  # T = S = 6 positions: small enough to read every number
 
@@ -21,22 +23,6 @@ def scale_study(seq_len: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return weights.scale_effect(seq_len=seq_len), weights.score_spread(seq_len=seq_len)
 
 
-def matrix(a, row: str, col: str) -> pd.DataFrame:
-    return pd.DataFrame(a, index=pd.Index(range(a.shape[0]), name=row), columns=[f"{col}{j}" for j in range(a.shape[1])])
-
-
-def heatmap(m, value: str, title: str) -> alt.Chart:
-    df = weights.long_frame(m, value)
-    base = alt.Chart(df, title=title).encode(x=alt.X("key:O", title="key position (S)"),
-                                             y=alt.Y("query:O", title="query position (T)"))
-    rect = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, 1])),
-                                   tooltip=["query", "key", alt.Tooltip(f"{value}:Q", format=".3f")])
-    text = base.mark_text(baseline="middle").encode(
-        text=alt.Text(f"{value}:Q", format=".2f"),
-        color=alt.condition(f"datum.{value} > 0.5", alt.value("white"), alt.value("black")))
-    return (rect + text).properties(width=320, height=320)
-
-
 st.title("1 · How attention works")
 st.write(
     "Every query position asks \"which key positions matter to me?\". It scores each key by a dot product "
@@ -48,6 +34,8 @@ st.caption("Q: queries (T × d), K: keys (S × d), V: values (S × d), d = head_
            "Vaswani et al. 2017, *Attention Is All You Need*, eq. 1.")
 
 st.subheader(f"The four stages on a tiny example (T = S = {EXAMPLE_LEN}, one head)")
+st.caption("A float32 example of its own, small enough to read every number; the sidebar's shape is used "
+           "from page 3 on.")
 c1, c2, c3, c4 = st.columns(4)
 head_dim = c1.select_slider("head_dim d of the example", options=[4, 16, 64, 256], value=4, key="p1_head_dim")
 seed = c2.number_input("random seed for Q, K, V", min_value=0, max_value=10_000, value=0, step=1, key="p1_seed")
@@ -57,7 +45,9 @@ causal = c4.toggle("causal mask", value=False, key="p1_causal", help="Query i ma
 
 tiny = AttentionShape(batch=1, q_len=EXAMPLE_LEN, kv_len=EXAMPLE_LEN, heads=1, kv_heads=1, head_dim=int(head_dim),
                       causal=causal)
-s = stages(tiny, int(seed), scaled)
+s = sections.guarded(stages, tiny, int(seed), scaled, what="The tiny example")
+if s is None:
+    st.stop()
 shown = min(head_dim, 8)
 cut = f" (first {shown} of {head_dim} columns)" if head_dim > shown else ""
 
@@ -83,7 +73,10 @@ left, right = st.columns(2)
 with left:
     st.markdown("**3 · Weights** `softmax(scaled, axis=-1)`")
     st.caption("Each row is a probability distribution over the keys: non-negative, summing to 1.")
-    st.altair_chart(heatmap(s["weights"], "weight", "attention weights (rows sum to 1)"), width="content")
+    st.altair_chart(heatmap(s["weights"], "attention weights (rows sum to 1)", allowed=np.isfinite(s["scaled"])),
+                    width="content")
+    if causal:
+        st.caption("Grey cells are masked: their weight is exactly 0.")
 with right:
     st.markdown("**4 · Output** `weights @ V` (T × d)")
     st.caption(f"Row i is the weights-averaged value vectors: what query i takes from the sequence{cut}.")
@@ -98,7 +91,10 @@ st.write(
     "logits' spread near 1 for every head size."
 )
 seq_len = 64
-effect, spread = scale_study(seq_len)
+study = sections.guarded(scale_study, seq_len, what="The head_dim study")
+if study is None:
+    st.stop()
+effect, spread = study
 common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
                                     "std_scaled": "spread of q·k / √d"}),
              hide_index=True, width="stretch",
@@ -107,13 +103,13 @@ common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "sp
 st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
 
 x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
-color = alt.Color("scaling:N", title="scaling")
+color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
 tooltip = ["head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f")]
 c1, c2 = st.columns(2)
 c1.altair_chart(alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
                 .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),
                         color=color, tooltip=tooltip), width="stretch")
-entropy = alt.Chart(effect, title="row entropy (nats; the rule is a uniform row, log S)").mark_line(point=True).encode(
+entropy = alt.Chart(effect, title=f"row entropy (nats); dashed: a uniform row, log {seq_len}").mark_line(point=True).encode(
     x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
 uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(y="uniform_entropy:Q")
 c2.altair_chart(entropy + uniform, width="stretch")

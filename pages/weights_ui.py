@@ -1,0 +1,43 @@
+"""UI for looking at attention weights (pages 1 and 6): a (T, S) matrix as a table or a heatmap."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from attnlab import weights
+
+MASKED_GREY = "#d9d9d9"
+
+
+def matrix(a: np.ndarray, row: str, col: str) -> pd.DataFrame:
+    """A small 2-D array as a table whose index and columns say what they count."""
+    return pd.DataFrame(a, index=pd.Index(range(a.shape[0]), name=row), columns=[f"{col}{j}" for j in range(a.shape[1])])
+
+
+def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vmax: float = 1.0,
+            value: str = "weight", size: int = 320) -> alt.Chart:
+    """A (T, S) matrix as a heatmap on the colour scale [0, vmax]. Cells the mask hides (`allowed`
+    False) are grey; a small matrix also shows each number."""
+    df = weights.long_frame(m, value)
+    df["masked"] = False if allowed is None else ~np.asarray(allowed, bool).ravel()
+    small = max(m.shape) <= 16
+
+    def axis(n: int) -> alt.Axis:
+        return alt.Axis() if small else alt.Axis(values=list(range(0, n, 8)))
+
+    base = alt.Chart(df, title=title).encode(
+        x=alt.X("key:O", title="key position (S)", axis=axis(m.shape[1])),
+        y=alt.Y("query:O", title="query position (T)", axis=axis(m.shape[0])))
+    seen = base.transform_filter("!datum.masked").mark_rect().encode(
+        color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
+        tooltip=["query", "key", alt.Tooltip(f"{value}:Q", format=".4f")])
+    hidden = base.transform_filter("datum.masked").mark_rect(color=MASKED_GREY).encode(
+        tooltip=["query", "key", alt.Tooltip("masked:N", title="masked")])
+    chart = hidden + seen
+    if small:
+        chart += base.transform_filter("!datum.masked").mark_text(baseline="middle", fontSize=10).encode(
+            text=alt.Text(f"{value}:Q", format=".2f"),
+            color=alt.condition(f"datum.{value} > {vmax / 2}", alt.value("white"), alt.value("black")))
+    return chart.properties(width=size, height=size)

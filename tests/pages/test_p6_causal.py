@@ -1,0 +1,144 @@
+"""Page 6 · Causal masking: full vs causal heatmaps, the first-vs-last table, and the sliding
+window and padding masks through the fused API, checked against float64 (AppTest, CPU backend)."""
+
+import jax
+import numpy as np
+import pytest
+
+from attnlab.checks import TOLERANCES
+from tests.apptest_util import (
+    CUSTOM,
+    HOSTILE,
+    button,
+    chart_data,
+    frame_with,
+    frames,
+    metric,
+    open_page,
+    texts,
+)
+
+PAGE = "pages/p6_causal.py"
+on_gpu = jax.default_backend() == "gpu"
+
+
+def weight_maps(at):
+    return [c for c in chart_data(at) if "weight" in c.columns]
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors
+    assert "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
+
+
+def test_causal_page_shows_first_vs_last_table_with_zero_last_row_when_t_equals_s():
+    at = open_page(PAGE)
+    fvl = frame_with(at, "max |full − causal|")
+    assert fvl["position"].iloc[-1] == 127
+    assert fvl["max |full − causal|"].iloc[-1] <= (TOLERANCES["float32"]["atol"] if on_gpu else 0.0)
+    assert fvl["max |full − causal|"].iloc[0] > 0
+    assert list(fvl["keys seen (causal)"]) == [p + 1 for p in fvl["position"]]
+    assert any("sees all keys" in s.value for s in at.success)
+
+
+def test_causal_page_heatmaps_are_capped_at_64_and_causal_is_lower_triangular():
+    at = open_page(PAGE)  # T = S = 128: the view is 64 × 64
+    full, causal = weight_maps(at)[:2]
+    assert full["query"].max() == 63 and full["key"].max() == 63
+    assert "64 positions" in texts(at)
+    upper = causal["key"] > causal["query"]
+    assert causal.loc[upper, "weight"].fillna(0).eq(0).all()
+    assert causal["masked"].eq(upper).all() and not full["masked"].any()  # grey is exactly the mask
+    np.testing.assert_allclose(causal.groupby("query")["weight"].sum(), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(full.groupby("query")["weight"].sum(), 1.0, rtol=1e-5)
+
+
+def test_causal_page_custom_shape_head_choice_and_unequal_lengths():
+    at = open_page(PAGE, CUSTOM)
+    assert at.selectbox(key="p6_head").options == [str(h) for h in range(4)]
+    assert at.selectbox(key="p6_batch").options == ["0", "1"]
+    at.selectbox(key="p6_head").set_value(3).run()
+    assert not at.exception
+    assert "reads key/value head 1" in texts(at)
+    assert any("T (32) ≠ S (48)" in i.value for i in at.info)
+
+
+def test_causal_page_fused_masks_match_weights_times_v():
+    at = open_page(PAGE, CUSTOM)
+    atol = TOLERANCES["float32"]["atol"] if on_gpu else 1e-5  # TF32 matmuls on a GPU
+    assert float(metric(at, "max |fused − weights·V|")) < atol
+    assert metric(at, "allclose at the float32 tolerance") == "yes"
+    at.toggle(key="p6_use_padding").set_value(True).run()
+    at.number_input(key="p6_len_1").set_value(5).run()
+    assert not at.exception
+    assert float(metric(at, "max |fused − weights·V|")) < atol
+    masked = weight_maps(at)[-1]
+    assert masked[masked["key"] > masked["query"]]["weight"].fillna(0).eq(0).all()  # causal is on in CUSTOM
+    assert any("key_value_seq_lengths" in c.value for c in at.code)
+
+
+def test_causal_page_window_heatmap_greys_the_keys_outside_the_window():
+    at = open_page(PAGE, {**CUSTOM, "causal": "false"})
+    at.number_input(key="p6_left").set_value(2).run()
+    at.number_input(key="p6_right").set_value(1).run()
+    assert not at.exception
+    masked = weight_maps(at)[-1]
+    outside = (masked["key"] < masked["query"] - 2) | (masked["key"] > masked["query"] + 1)
+    assert masked["masked"].eq(outside).all()
+    assert masked.loc[outside, "weight"].eq(0).all()
+    assert any("local_window_size=(2, 1)" in c.value for c in at.code)
+    assert float(metric(at, "max |fused − weights·V|")) < (TOLERANCES["float32"]["atol"] if on_gpu else 1e-5)
+
+
+def test_causal_page_takes_its_starting_masks_from_the_shape_and_compares_causal_alone():
+    at = open_page(PAGE, {**CUSTOM, "window": "3,0", "kv_lengths": "20,10"})
+    assert (at.number_input(key="p6_left").value, at.number_input(key="p6_right").value) == (3, 0)
+    assert at.toggle(key="p6_use_padding").value
+    assert (at.number_input(key="p6_len_0").value, at.number_input(key="p6_len_1").value) == (20, 10)
+    fvl = frame_with(at, "max |full − causal|")  # causal against no mask: the window and padding are left out
+    assert (fvl["keys seen (full)"] == 48).all()
+    assert "left out" in texts(at)
+    code = "\n".join(c.value for c in at.code)
+    assert "local_window_size=(3, 0)" in code and "[20, 10]" in code
+
+
+def test_causal_page_a_query_that_sees_no_key_is_explained_not_compared():
+    at = open_page(PAGE, {**CUSTOM, "causal": "false"})
+    at.toggle(key="p6_use_window").set_value(False).run()
+    at.toggle(key="p6_use_padding").set_value(True).run()
+    at.number_input(key="p6_len_0").set_value(0).run()
+    assert not at.exception
+    assert "see no key at all" in texts(at, "caption")
+    assert metric(at, "allclose at the float32 tolerance") == "yes"
+
+
+def test_causal_page_says_why_cudnn_is_not_offered_on_cpu():
+    if on_gpu:
+        pytest.skip("cuDNN may run here")
+    at = open_page(PAGE, {**CUSTOM, "dtype": "bfloat16"})
+    assert at.selectbox(key="p6_impl").options == ["sdpa_xla (xla)"]
+    assert "sdpa_cudnn cannot run this here" in texts(at, "caption")
+
+
+def test_causal_page_large_shape_waits_for_a_click():
+    at = open_page(PAGE, {"batch": "8", "q_len": "4096", "kv_len": "4096", "heads": "32", "kv_heads": "8",
+                          "head_dim": "128", "dtype": "bfloat16"})
+    assert not frames(at, "max |full − causal|")  # capped to T = 512 but still too big to run on load
+    assert "T512" in texts(at, "caption")
+    button(at, "btn_p6_fvl").click().run()
+    assert not at.exception
+    fvl = frame_with(at, "max |full − causal|")
+    assert fvl["position"].iloc[-1] == 511
+
+
+@pytest.mark.gpu
+def test_causal_page_runs_the_masks_through_cudnn_on_gpu():
+    at = open_page(PAGE, {**CUSTOM, "dtype": "bfloat16", "head_dim": "64"})
+    assert "sdpa_cudnn (cudnn)" in at.selectbox(key="p6_impl").options
+    at.selectbox(key="p6_impl").set_value("sdpa_cudnn").run()
+    assert not at.exception
+    refused = [e.value for e in at.error if "implementation=\"cudnn\"" in e.value]
+    assert refused or float(metric(at, "max |fused − weights·V|")) < TOLERANCES["bfloat16"]["atol"] * 5
