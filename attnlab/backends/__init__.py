@@ -6,12 +6,16 @@ listed where they cannot run; their requirements say why.
 """
 
 from attnlab.backend import Backend
-from attnlab.backends import fp8, naive, sdpa, te
+from attnlab.backends import flash, fp8, naive, sdpa, te, tokamax
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     naive.NAIVE,
     sdpa.AUTO,
     sdpa.XLA,
+    flash.FLASH,
+    tokamax.XLA_CHUNKED,
+    tokamax.TRITON,
+    tokamax.MOSAIC,
     sdpa.CUDNN,
     te.TE_DPA,
     fp8.FP8,
