@@ -5,8 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import bench, device, fp8, te
-from attnlab import implementations as impls
+from attnlab import checks, compiled, device, fp8, fp8_study, runs, te, timing
+from attnlab.backends import get
+from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
 
 pytestmark = pytest.mark.gpu
@@ -17,54 +18,64 @@ BF16 = AttentionShape(batch=2, q_len=256, kv_len=384, heads=8, kv_heads=2, head_
 def test_cudnn_is_available_on_this_gpu():
     info = device.info()
     assert info.is_cuda and info.compute_capability >= (8, 0) and info.cudnn_version
-    assert impls.get("sdpa_cudnn").supports(AttentionShape(dtype="bfloat16"), info).ok
+    assert get("sdpa_cudnn").unmet(AttentionShape(dtype="bfloat16"), info) is None
 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("kv_heads", [8, 2, 1])
 def test_cudnn_matches_xla_and_the_float64_reference(causal, kv_heads):
     shape = BF16.replace(causal=causal, kv_heads=kv_heads)
-    q, k, v = impls.make_inputs(shape, seed=kv_heads)
-    ref = impls.reference_attention(q, k, v, causal=causal)
-    cudnn = impls.get("sdpa_cudnn").jit(shape)(q, k, v)
-    xla = impls.get("sdpa_xla").jit(shape)(q, k, v)
-    naive = impls.get("naive").jit(shape)(q, k, v)
-    for name, out in (("sdpa_cudnn", cudnn), ("sdpa_xla", xla), ("naive", naive)):
-        check = impls.check_against_reference(name, out, ref, "bfloat16")
-        assert check.allclose and check.relative_error < 1e-2, check
+    q, k, v = runs.make_inputs(shape, seed=kv_heads)
+    ref = checks.float64_reference(shape, q, k, v)
+    cudnn = get("sdpa_cudnn").jit(shape)(q, k, v)
+    xla = get("sdpa_xla").jit(shape)(q, k, v)
+    naive = get("naive").jit(shape)(q, k, v)
+    flash = get("flash_jax").jit(shape)(q, k, v)
+    for name, out in (("sdpa_cudnn", cudnn), ("sdpa_xla", xla), ("naive", naive), ("flash_jax", flash)):
+        check = ref.check(out)
+        assert check.allclose and check.relative_error < 1e-2, (name, check)
     np.testing.assert_allclose(np.asarray(cudnn, np.float32), np.asarray(xla, np.float32), rtol=1e-2, atol=1e-2)
 
 
 def test_float32_on_gpu_matches_the_reference_within_tf32():
     shape = BF16.replace(dtype="float32")
-    q, k, v = impls.make_inputs(shape)
-    ref = impls.reference_attention(q, k, v)
-    for name in ("naive", "sdpa_xla", "sdpa_auto"):
-        check = impls.check_against_reference(name, impls.get(name).jit(shape)(q, k, v), ref, "float32")
-        assert check.allclose and check.relative_error < 1e-3, check
+    q, k, v = runs.make_inputs(shape)
+    ref = checks.float64_reference(shape, q, k, v)
+    for name in ("naive", "sdpa_xla", "sdpa_auto", "flash_jax"):
+        check = ref.check(get(name).jit(shape)(q, k, v))
+        assert check.allclose and check.relative_error < 1e-3, (name, check)
+
+
+@pytest.mark.parametrize("masks", [dict(window=(64, 0), causal=True), dict(kv_lengths=(300, 17)),
+                                   dict(causal=True, window=(32, 8), kv_lengths=(384, 200))])
+def test_masks_in_the_shape_run_on_cudnn_and_match_float64(masks):
+    shape = BF16.replace(**masks)
+    for r in runs.run(shape, ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]):
+        assert r.ok and r.accuracy.allclose, (r.implementation, r.reason, r.accuracy)
 
 
 def test_compiled_program_names_the_kernel_that_runs():
     shape = BF16
-    cudnn = bench.describe_compiled(bench.compile_implementation("sdpa_cudnn", shape)[0])
-    auto = bench.describe_compiled(bench.compile_implementation("sdpa_auto", shape)[0])
+    cudnn = compiled.describe_compiled(compiled.compile_backend("sdpa_cudnn", shape)[0])
+    auto = compiled.describe_compiled(compiled.compile_backend("sdpa_auto", shape)[0])
     assert cudnn.uses_cudnn_attention, cudnn.custom_calls
     assert not auto.uses_cudnn_attention  # implementation=None takes XLA in JAX 0.4.35..0.11
     assert cudnn.temp_bytes is not None
 
 
 def test_cupti_names_each_kernel_and_its_time():
-    row = bench.run_cell(AttentionShape(dtype="bfloat16"), "sdpa_cudnn")
+    row = runs.run(AttentionShape(dtype="bfloat16"), ["sdpa_cudnn"], timed=True)[0].row()
     assert row["status"] == "ok", row
     assert row["device_ms"] and 0 < row["device_ms"] < row["wall_ms"]
     assert row["kernel_count"] >= 1 and ("sdpa" in row["kernels"].lower() or "fmha" in row["kernels"].lower()
                                          or "flash" in row["kernels"].lower()), row["kernels"]
-    naive = bench.run_cell(AttentionShape(dtype="bfloat16"), "naive")
+    naive = runs.run(AttentionShape(dtype="bfloat16"), ["naive"], timed=True)[0].row()
     assert naive["kernel_count"] > row["kernel_count"]  # several XLA kernels against one fused one
 
 
 def test_sweep_on_gpu_reports_tflops_and_peak():
-    rows = list(bench.sweep(AttentionShape(dtype="bfloat16"), "q_len", [512, 1024], ["sdpa_xla", "sdpa_cudnn"]))
+    rows = [r.row() for r in runs.sweep(AttentionShape(dtype="bfloat16"), "q_len", [512, 1024],
+                                        ["sdpa_xla", "sdpa_cudnn"], accuracy=False, timed=True)]
     assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     info = device.info()
     for r in rows:
@@ -73,26 +84,29 @@ def test_sweep_on_gpu_reports_tflops_and_peak():
             assert 0 < r["pct_of_peak"] < 100
 
 
-def test_naive_out_of_the_cap_is_left_out_with_its_reason():
+def test_naive_over_the_budget_is_left_out_with_its_reason():
     shape = AttentionShape(batch=8, q_len=32768, kv_len=32768, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
-    assert shape.validate() == []  # a fused kernel could run it...
-    row = bench.run_cell(shape, "naive")  # ...but the naive T×S scores would need a terabyte
-    assert row["status"] == "unsupported" and "over the cap" in row["reason"]
+    naive, cudnn = runs.run(shape, ["naive", "sdpa_cudnn"], accuracy=False, program=True)
+    assert cudnn.ok  # a fused kernel compiles it...
+    r = runs.run(shape, ["naive"], accuracy=False, timed=True)[0]  # ...but naive's T×S scores need a terabyte
+    assert r.status == runs.OVER_BUDGET and "over this lab's budget" in r.reason
 
 
 def test_a_real_out_of_memory_is_a_row():
     # 2**36 bf16 elements (128 GiB) per input: the GPU cannot hold three of them, whatever the cap says
     shape = AttentionShape(batch=64, q_len=65536, kv_len=65536, heads=128, kv_heads=128, head_dim=128, dtype="bfloat16")
-    import os
+    from attnlab.queue import Budget, DeviceQueue
 
-    os.environ["ATTNLAB_MEMORY_LIMIT_GIB"] = "100000"
+    big = DeviceQueue(Budget(2**50, 2**50, False))  # a budget that admits anything: only the GPU can refuse
+    orig = runs.DEVICE
+    runs.DEVICE = big
     try:
-        row = bench.run_cell(shape, "sdpa_cudnn")
+        r = runs.run(shape, ["sdpa_cudnn"], accuracy=False, timed=True)[0]
     finally:
-        del os.environ["ATTNLAB_MEMORY_LIMIT_GIB"]
-    assert row["status"] in ("out of memory", "error"), row
+        runs.DEVICE = orig
+    assert r.status in (runs.OOM, runs.ERROR), r
     # and the device still works afterwards
-    assert bench.run_cell(AttentionShape(dtype="bfloat16"), "sdpa_cudnn")["status"] == "ok"
+    assert runs.run(AttentionShape(dtype="bfloat16"), ["sdpa_cudnn"])[0].ok
 
 
 # --- FP8 (Hopper) ----------------------------------------------------------------------------
@@ -105,9 +119,9 @@ needs_hopper = pytest.mark.skipif(
 def test_cudnn_fp8_attention_is_close_to_bf16(causal):
     shape = AttentionShape(batch=2, q_len=1024, kv_len=1024, heads=8, kv_heads=8, head_dim=128,
                            dtype="bfloat16", causal=causal)
-    q, k, v = impls.make_inputs(shape, seed=5)
-    ref = np.asarray(impls.get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
-    out = np.asarray(impls.get("cudnn_fp8").jit(shape)(q, k, v), np.float64)
+    q, k, v = runs.make_inputs(shape, seed=5)
+    ref = np.asarray(get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
+    out = np.asarray(get("cudnn_fp8").jit(shape)(q, k, v), np.float64)
     assert np.isfinite(out).all()
     rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
     assert rel < 0.15, rel
@@ -123,8 +137,8 @@ def test_fp8_small_outputs_need_their_own_scale():
     # Measured on the H200 (2026-11-29): with x/64 inputs, unit scales and Q/K/V/P scales alone both
     # gave ~0.75 relative error: the output (~7e-4) is below FP8's smallest value (2^-9).
     shape = AttentionShape(batch=1, q_len=512, kv_len=512, heads=4, kv_heads=4, head_dim=128, dtype="bfloat16")
-    q, k, v = (x / 64 for x in impls.make_inputs(shape, seed=6))
-    ref = np.asarray(impls.get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
+    q, k, v = (x / 64 for x in runs.make_inputs(shape, seed=6))
+    ref = np.asarray(get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
     rel = lambda out: np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(ref)  # noqa: E731
     unit = rel(fp8.cudnn_fp8_attention(q, k, v, causal=False, data_scales=False)[0])
     qkvp = rel(fp8.cudnn_fp8_attention(q, k, v, causal=False, scale_s=fp8.P_SCALE)[0])
@@ -148,22 +162,20 @@ needs_te = pytest.mark.skipif(te.import_error() is not None, reason=str(te.impor
 @pytest.mark.parametrize("causal", [False, True])
 def test_te_dot_product_attention_matches_cudnn(causal):
     shape = BF16.replace(kv_len=256, causal=causal)
-    q, k, v = impls.make_inputs(shape)
-    out = np.asarray(impls.get("te_dpa").jit(shape)(q, k, v), np.float32)
-    ref = np.asarray(impls.get("sdpa_cudnn").jit(shape)(q, k, v), np.float32)
+    q, k, v = runs.make_inputs(shape)
+    out = np.asarray(get("te_dpa").jit(shape)(q, k, v), np.float32)
+    ref = np.asarray(get("sdpa_cudnn").jit(shape)(q, k, v), np.float32)
     np.testing.assert_allclose(out, ref, rtol=1e-2, atol=1e-2)
-    compiled = bench.describe_compiled(bench.compile_implementation("te_dpa", shape)[0])
-    assert any("fused_attn" in c for c in compiled.custom_calls), compiled.custom_calls
+    info = compiled.describe_compiled(compiled.compile_backend("te_dpa", shape)[0])
+    assert any("fused_attn" in c for c in info.custom_calls), info.custom_calls
 
 
 @needs_te
 def test_te_autocast_leaves_attention_unchanged_and_fp8_acts_on_dense_layers():
-    from attnlab import suite
-
-    a = suite.te_autocast_study(AttentionShape(batch=2, q_len=512, kv_len=512, dtype="bfloat16", causal=True))
+    a = fp8_study.te_autocast_study(AttentionShape(batch=2, q_len=512, kv_len=512, dtype="bfloat16", causal=True))
     assert a["status"] == "ok", a
     assert a["max_abs_diff_autocast_vs_not"] == 0.0
-    rows = suite.te_block_study(AttentionShape(batch=2, q_len=1024, kv_len=1024, heads=8, kv_heads=8,
+    rows = fp8_study.te_block_study(AttentionShape(batch=2, q_len=1024, kv_len=1024, heads=8, kv_heads=8,
                                                head_dim=128, dtype="bfloat16", causal=True))
     ok = {r["recipe"]: r for r in rows if r["status"] == "ok"}
     assert "bf16" in ok and ("fp8_current" in ok or "fp8_delayed" in ok), rows
@@ -174,8 +186,8 @@ def test_te_autocast_leaves_attention_unchanged_and_fp8_acts_on_dense_layers():
 
 def test_clock_states_reads_kernel_time_and_the_sm_clock_in_both_states():
     shape = AttentionShape(batch=2, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=128, dtype="bfloat16")
-    compiled, _ = bench.compile_implementation("sdpa_cudnn", shape)
-    t = bench.clock_states(compiled, impls.make_inputs(shape), idle_s=0.5, sustain_s=0.5)
+    exe, _, _ = compiled.compile_backend("sdpa_cudnn", shape)
+    t = timing.clock_states(exe, runs.make_inputs(shape), idle_s=0.5, sustain_s=0.5)
     assert t.burst_ms > 0 and t.sustained_ms > 0, t
     assert 0 < t.burst_clock_mhz <= t.max_clock_mhz and 0 < t.sustained_clock_mhz <= t.max_clock_mhz, t
 
@@ -184,10 +196,23 @@ def test_fp8_kernel_returns_the_output_in_fp8_times_its_scale():
     shape = AttentionShape(batch=1, q_len=512, kv_len=512, heads=4, kv_heads=4, head_dim=128, dtype="bfloat16")
     if not device.info().at_least(device.FP8_ATTENTION_MIN_CC):
         pytest.skip("cuDNN FP8 attention needs compute capability 9.0")
-    q, k, v = impls.make_inputs(shape, seed=7)
+    q, k, v = runs.make_inputs(shape, seed=7)
     qkv8, scales = fp8.quantize_inputs(q, k, v)
     out8, _, _ = fp8.fp8_kernel(*qkv8, scales, causal=False, scale_s=fp8.P_SCALE, scale_o=64.0)
     assert out8.dtype == jnp.float8_e4m3fn
-    ref = np.asarray(impls.get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
+    ref = np.asarray(get("sdpa_cudnn").jit(shape)(q, k, v), np.float64)
     out = np.asarray(out8, np.float64) / 64.0
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 0.15
+
+
+def test_the_budget_on_a_gpu_is_most_of_its_free_memory():
+    b = DEVICE.budget
+    info = device.info()
+    assert not b.shared and 0 < b.device_bytes <= info.memory_free_bytes
+
+
+def test_flash_jax_keeps_memory_linear_in_t_on_the_gpu():
+    shape = AttentionShape(batch=4, q_len=4096, kv_len=4096, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
+    flash, xla = runs.run(shape, ["flash_jax", "sdpa_xla"], accuracy=False, program=True)
+    assert flash.ok and xla.ok
+    assert flash.program.temp_bytes < xla.program.temp_bytes / 3, (flash.program.temp_bytes, xla.program.temp_bytes)

@@ -3,8 +3,13 @@
 import pytest
 
 from attnlab import device, fp8, te
-from attnlab import implementations as impls
+from attnlab.backends import get
 from attnlab.shapes import AttentionShape
+
+
+def _why(name, shape, dev):
+    """The first unmet declared requirement, as a sentence, or None."""
+    return next((r.sentence() for r in get(name).requirements(shape, dev) if not r.met), None)
 
 
 def _gpu(cc):
@@ -18,34 +23,31 @@ def te_importable(monkeypatch):
 
 def test_te_absent_is_a_normal_explained_state(monkeypatch):
     monkeypatch.setattr(te, "import_error", lambda: "TransformerEngine is not installed (pip install ...)")
-    reason = impls.get("te_dpa").requirements(AttentionShape(dtype="bfloat16"), _gpu((9, 0)))
-    assert reason.startswith("TransformerEngine is not installed")
+    reason = _why("te_dpa", AttentionShape(dtype="bfloat16"), _gpu((9, 0)))
+    assert "TransformerEngine is not installed" in reason
 
 
 def test_te_needs_a_cuda_gpu_of_capability_8(te_importable):
-    req = impls.get("te_dpa").requirements
     shape = AttentionShape(dtype="bfloat16")
-    assert req(shape, _gpu((9, 0))) is None
-    assert "compute capability ≥ 8.0" in req(shape, _gpu((7, 5)))
+    assert _why("te_dpa", shape, _gpu((9, 0))) is None
+    assert "compute capability: 8.0 or newer" in _why("te_dpa", shape, _gpu((7, 5)))
     cpu = device.DeviceInfo("cpu", "cpu", "cpu", 1, None, None, None, "", "", None, None, None)
-    assert "CUDA GPU" in req(shape, cpu)
+    assert "CUDA GPU" in _why("te_dpa", shape, cpu)
 
 
 def test_te_shape_limits(te_importable):
-    req = impls.get("te_dpa").requirements
-    assert "bfloat16 or float16" in req(AttentionShape(), _gpu((9, 0)))
-    assert "head_dim" in req(AttentionShape(dtype="bfloat16", head_dim=260), _gpu((9, 0)))
-    assert req(AttentionShape(dtype="float16", heads=8, kv_heads=2), _gpu((8, 0))) is None  # GQA via num_gqa_groups
+    assert "bfloat16 or float16" in _why("te_dpa", AttentionShape(), _gpu((9, 0)))
+    assert "head_dim" in _why("te_dpa", AttentionShape(dtype="bfloat16", head_dim=260), _gpu((9, 0)))
+    assert _why("te_dpa", AttentionShape(dtype="float16", heads=8, kv_heads=2), _gpu((8, 0))) is None  # GQA
 
 
 def test_fp8_attention_is_gated_at_hopper_not_ada():
-    req = impls.get("cudnn_fp8").requirements
     shape = AttentionShape(dtype="bfloat16", head_dim=128)
-    assert req(shape, _gpu((9, 0))) is None
-    assert "9.0" in req(shape, _gpu((8, 9)))  # Ada has FP8 matmuls but not cuDNN's FP8 attention
+    assert _why("cudnn_fp8", shape, _gpu((9, 0))) is None
+    assert "9.0" in _why("cudnn_fp8", shape, _gpu((8, 9)))  # Ada has FP8 matmuls but not cuDNN's FP8 attention
     assert _gpu((8, 9)).at_least(device.FP8_MATMUL_MIN_CC)
-    assert "multiple of 16" in req(shape.replace(head_dim=72), _gpu((9, 0)))
-    assert "MHA only" in req(shape.replace(kv_heads=2), _gpu((9, 0)))
+    assert "multiple of 16" in _why("cudnn_fp8", shape.replace(head_dim=72), _gpu((9, 0)))
+    assert "MHA only" in _why("cudnn_fp8", shape.replace(kv_heads=2), _gpu((9, 0)))
 
 
 def test_fp8_quantisation_uses_the_whole_e4m3_range():

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
 
 def test_gpu_check_page_shows_the_gpu_and_cudnn_available():
