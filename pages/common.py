@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import bench, device, reference
+from attnlab import bench, device, presets, reference
 from attnlab import implementations as impls
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
 
@@ -69,6 +69,32 @@ def _widgets_changed() -> None:
     st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
 
 
+CUSTOM = "— custom —"
+
+
+def _apply_preset() -> None:
+    """A model's heads, kv_heads and head_dim into the widgets (a callback: before they are drawn);
+    the rest of the shape stays, and the URL then carries the new values like any other change."""
+    ss = st.session_state
+    preset = presets.BY_NAME.get(ss.get("shape_preset"))
+    if preset is not None:
+        _seed_widgets(presets.apply(preset, AttentionShape(**{k: ss[f"shape_{k}"] for k in SHAPE_KEYS})))
+        ss["shape_url_problems"] = []
+
+
+def _preset_selectbox(sb) -> None:
+    """'model preset': back to custom once the heads no longer match the chosen model; its source shown."""
+    ss = st.session_state
+    chosen = presets.BY_NAME.get(ss.get("shape_preset"))
+    if chosen and (ss["shape_heads"], ss["shape_kv_heads"], ss["shape_head_dim"]) != (
+            chosen.heads, chosen.kv_heads, chosen.head_dim):
+        ss["shape_preset"], chosen = CUSTOM, None
+    sb.selectbox("model preset", [CUSTOM, *presets.BY_NAME], key="shape_preset", on_change=_apply_preset,
+                 help="Sets heads, kv_heads and head_dim to a published model's; the rest of the shape stays.")
+    if chosen:
+        sb.caption(f"{chosen.describe()}. Source: {chosen.source}." + (f" {chosen.note}." if chosen.note else ""))
+
+
 def shape_sidebar() -> AttentionShape | None:
     """Render the shape controls in the sidebar; return the valid shape, or None (messages shown).
 
@@ -90,6 +116,7 @@ def shape_sidebar() -> AttentionShape | None:
 
     sb = st.sidebar
     sb.markdown("### Shape")
+    _preset_selectbox(sb)
     c1, c2 = sb.columns(2)
     for i, f in enumerate(INT_FIELDS):
         (c1 if i % 2 == 0 else c2).number_input(
