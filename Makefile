@@ -13,7 +13,7 @@ $(VENV)/.installed: requirements.txt
 
 .PHONY: run test browser lint gpucheck load
 run: $(VENV)/.installed
-	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(PY) serve.py --server.port $(PORT)
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || bash scripts/install_chromium.sh

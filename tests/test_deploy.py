@@ -453,7 +453,7 @@ def test_dockerfile_environment_matches_the_deployment():
 def test_dockerfile_serves_streamlit_on_all_interfaces_port_8501():
     (cmd,) = _dockerfile("CMD")
     argv = json.loads(cmd)  # exec form, so signals reach streamlit
-    assert argv[:3] == ["streamlit", "run", "app.py"]
+    assert argv[:2] == ["python3", "serve.py"]  # streamlit run app.py, st.navigation from the first session
     assert "--server.port=8501" in argv and "--server.address=0.0.0.0" in argv
     assert _dockerfile("EXPOSE") == ["8501"]
     assert any(args.startswith("[") and "/cache" in args for args in _dockerfile("VOLUME"))
