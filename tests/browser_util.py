@@ -74,7 +74,8 @@ def healthy(base_url: str, timeout: float = 5.0) -> bool:
 
 
 class StreamlitServer:
-    """`python serve.py` (`streamlit run app.py`, as `make run` and the container start it) from the repo root on a free port, its output in a log file.
+    """`python serve.py` (`streamlit run app.py` as `make run` and the container start it) from the repo
+    root on a free port, its output in a log file.
 
     >>> with StreamlitServer(env={"ATTNLAB_TIMING_LOG": "/tmp/t.log"}) as server:
     ...     server.url  # http://localhost:<port>
