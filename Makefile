@@ -25,7 +25,7 @@ lock:
 	$(VENV)/uv/bin/uv pip compile requirements.txt $(LOCK_FLAGS) $(if $(UPGRADE),--upgrade) -o requirements.lock
 
 run: $(VENV)/.installed
-	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(PY) serve.py --server.port $(PORT)
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || bash scripts/install_chromium.sh

@@ -12,7 +12,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import device, runs
+from attnlab import device, presets, runs
 from attnlab.backend import streamed_bytes
 from attnlab.backends import REGISTRY
 from attnlab.queue import DEVICE
@@ -101,6 +101,33 @@ def _widgets_changed() -> None:
     st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
 
 
+CUSTOM = "— custom —"
+
+
+def _apply_preset() -> None:
+    """A model's heads, kv_heads and head_dim into the widgets (a callback: before they are drawn);
+    the rest of the shape stays, and the URL then carries the new values like any other change."""
+    ss = st.session_state
+    preset = presets.BY_NAME.get(ss.get("shape_preset"))
+    if preset is not None:
+        for k, v in (("heads", preset.heads), ("kv_heads", preset.kv_heads), ("head_dim", preset.head_dim)):
+            ss[f"shape_{k}"] = v
+        _widgets_changed()
+
+
+def _preset_selectbox(sb) -> None:
+    """'model preset': back to custom once the heads no longer match the chosen model; its source shown."""
+    ss = st.session_state
+    chosen = presets.BY_NAME.get(ss.get("shape_preset"))
+    if chosen and (ss["shape_heads"], ss["shape_kv_heads"], ss["shape_head_dim"]) != (
+            chosen.heads, chosen.kv_heads, chosen.head_dim):
+        ss["shape_preset"], chosen = CUSTOM, None
+    sb.selectbox("model preset", [CUSTOM, *presets.BY_NAME], key="shape_preset", on_change=_apply_preset,
+                 help="Sets heads, kv_heads and head_dim to a published model's; the rest of the shape stays.")
+    if chosen:
+        sb.caption(f"{chosen.describe()}. Source: {chosen.source}." + (f" {chosen.note}." if chosen.note else ""))
+
+
 def shape_sidebar() -> AttentionShape | None:
     """Render the shape controls in the sidebar; return the valid shape, or None (messages shown).
 
@@ -122,6 +149,7 @@ def shape_sidebar() -> AttentionShape | None:
 
     sb = st.sidebar
     sb.markdown("### Shape")
+    _preset_selectbox(sb)
     c1, c2 = sb.columns(2)
     for i, f in enumerate(INT_FIELDS):
         (c1 if i % 2 == 0 else c2).number_input(

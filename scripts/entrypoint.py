@@ -15,7 +15,7 @@ import os
 import sys
 
 EXIT_NO_GPU = 3
-DEFAULT_COMMAND = ["streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0"]
+DEFAULT_COMMAND = ["python3", "serve.py", "--server.port=8501", "--server.address=0.0.0.0"]
 
 
 def log(message: str) -> None:

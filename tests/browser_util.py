@@ -74,7 +74,8 @@ def healthy(base_url: str, timeout: float = 5.0) -> bool:
 
 
 class StreamlitServer:
-    """`python -m streamlit run app.py` from the repo root on a free port, its output in a log file.
+    """`python serve.py` (`streamlit run app.py` as `make run` and the container start it) from the repo
+    root on a free port, its output in a log file.
 
     >>> with StreamlitServer(env={"ATTNLAB_TIMING_LOG": "/tmp/t.log"}) as server:
     ...     server.url  # http://localhost:<port>
@@ -99,7 +100,7 @@ class StreamlitServer:
             return ""
 
     def start(self) -> StreamlitServer:
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+        cmd = [sys.executable, "serve.py", "--server.headless", "true",  # streamlit run app.py (see serve.py)
                "--server.port", str(self.port), "--browser.gatherUsageStats", "false"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,

@@ -308,3 +308,28 @@ def test_input_from_the_url_is_echoed_as_text_not_as_markdown(tab, base_url):
     assert not links and not images, f"the URL's values became markup: links {links}, images {images}"
     assert "__import__('os')" in " ".join(main.locator(ERROR_BOX).all_inner_texts())
     tab.assert_clean()
+
+
+# --------------------------------------------------------------------------------------------
+# a fresh server
+# --------------------------------------------------------------------------------------------
+def test_a_shared_link_is_the_first_request_of_a_fresh_server_and_shows_its_page_without_a_dialog(browser):
+    """What a class sees when it opens the instructor's link after the pod restarted: the linked
+    page, with no 'Page not found' modal ('Running the app's main page') over it. No warm-up here:
+    this server has run no session before this one."""
+    with StreamlitServer() as fresh:
+        tab = Tab(browser)
+        try:
+            page = tab.page
+            open_page(page, fresh.url, "causal", "6 · Causal masking", "q_len=32")
+            page.wait_for_timeout(1_000)  # the modal, when it comes, arrives with the first run's messages
+            assert page.locator(NOT_FOUND).count() == 0, "a fresh server shows 'Page not found' over /causal"
+            assert page.locator(TITLE).first.inner_text().strip() == "6 · Causal masking"
+            assert urlparse(page.url).path == "/causal" and query(page).get("q_len") == "32"
+            assert sidebar_input(page, "q_len (T)").input_value() == "32"
+            tab.assert_clean()
+        finally:
+            with contextlib.suppress(Exception):
+                (SHOTS / "last").mkdir(parents=True, exist_ok=True)
+                tab.page.screenshot(path=str(SHOTS / "last" / "fresh_server_deep_link.png"), timeout=10_000)
+            tab.context.close()

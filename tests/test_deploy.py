@@ -460,10 +460,9 @@ def test_dockerfile_environment_matches_the_deployment():
 
 def test_dockerfile_serves_streamlit_on_all_interfaces_port_8501():
     (cmd,) = _dockerfile("CMD")
-    argv = json.loads(cmd)  # exec form; the entrypoint execs streamlit, so signals reach it
+    argv = json.loads(cmd)  # exec form; the entrypoint execs the server, so signals reach it
     assert argv[:2] == ["python3", "scripts/entrypoint.py"], "the GPU check must run first"
-    argv = argv[2:]
-    assert argv[:3] == ["streamlit", "run", "app.py"]
+    assert argv[2:4] == ["python3", "serve.py"]  # streamlit run app.py, st.navigation from the first session
     assert "--server.port=8501" in argv and "--server.address=0.0.0.0" in argv
     assert _dockerfile("EXPOSE") == ["8501"]
     assert any(args.startswith("[") and "/cache" in args for args in _dockerfile("VOLUME"))
