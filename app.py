@@ -4,9 +4,19 @@ The entry point lists the lab's pages in order and renders the shared sidebar (t
 in the URL, and the device). Each page is a thin script in pages/ over the `attnlab` package.
 """
 
-import streamlit as st
+import os
+import threading
+from pathlib import Path
 
-from pages import common
+# JAX's persistent compilation cache: programs compiled once are reused after a restart (the GKE
+# image points this at its cache volume). Set before JAX is imported.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent / ".cache" / "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.05")
+
+import streamlit as st  # noqa: E402
+
+from attnlab import warm  # noqa: E402
+from pages import common  # noqa: E402
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 
@@ -29,6 +39,18 @@ def _first_page() -> None:
 
 ALIASES = [st.Page(_first_page, title="1 · How attention works", url_path=path, visibility="hidden")
            for path in ("attention", "home")]
+
+
+@st.cache_resource(show_spinner=False)
+def warm_once() -> threading.Thread:
+    """Once per server process: compile the codelab's shape for every backend, in the background."""
+    t = threading.Thread(target=warm.warm, name="attnlab-warm", daemon=True)
+    t.start()
+    return t
+
+
+if os.environ.get("ATTNLAB_WARM", "1") == "1":
+    warm_once()
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
 common.device_badge()

@@ -33,8 +33,36 @@ class OverBudget(ValueError):
     """One run needs more memory than the whole budget: it can never be admitted."""
 
 
+def _cgroup_memory_left() -> int | None:
+    """Bytes this process's memory cgroup (v2 or v1) may still grow by, or None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            limit, used = f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current"
+        elif "memory" in controllers.split(","):
+            base = f"/sys/fs/cgroup/memory{path}"
+            limit, used = f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            with open(limit) as f:
+                raw = f.read().strip()
+            with open(used) as f:
+                current = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if raw.isdigit() and int(raw) < 2**60:
+            return int(raw) - current
+    return None
+
+
 def host_available_bytes() -> int:
-    """Memory this process may still use: the container's limit (cgroup) or MemAvailable, the smaller."""
+    """Memory this process may still use: its cgroup's limit (a container) or MemAvailable, the smaller."""
     avail = None
     try:
         with open("/proc/meminfo") as f:
@@ -43,18 +71,9 @@ def host_available_bytes() -> int:
                     avail = int(line.split()[1]) * 1024
     except OSError:
         pass
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                raw = f.read().strip()
-            if raw.isdigit() and int(raw) < 2**60:
-                used_path = path.replace("memory.max", "memory.current").replace("limit_in_bytes", "usage_in_bytes")
-                with open(used_path) as f:
-                    limit_left = int(raw) - int(f.read().strip())
-                avail = limit_left if avail is None else min(avail, limit_left)
-            break
-        except (OSError, ValueError):
-            continue
+    left = _cgroup_memory_left()
+    if left is not None:
+        avail = left if avail is None else min(avail, left)
     return avail if avail is not None else 8 * GIB
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 
 import altair as alt
 import pandas as pd

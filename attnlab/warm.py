@@ -1,0 +1,27 @@
+"""Warm a fresh server: compile and run the shapes a class opens first, before the first learner asks.
+
+`python -m attnlab warm` (or the app, once per process, in a background thread) runs every backend
+that can run here at the codelab's shape, in float32 and bfloat16, checked against float64 and with
+its compiled program read. Compiling is what a first page load waits for on a CPU; with JAX's
+persistent compilation cache (JAX_COMPILATION_CACHE_DIR) the programs also survive a restart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from attnlab import device, runs
+from attnlab.backends import REGISTRY
+from attnlab.shapes import AttentionShape
+
+SHAPES = (AttentionShape(), AttentionShape(dtype="bfloat16"), AttentionShape(dtype="bfloat16", causal=True))
+
+
+def warm(shapes=SHAPES, log=lambda s: None) -> float:
+    """Run and compile `shapes` for every backend that can run them here; seconds it took."""
+    t0, info = time.perf_counter(), device.info()
+    for shape in shapes:
+        names = [n for n, b in REGISTRY.items() if b.unmet(shape, info) is None]
+        for r in runs.run(shape, names, accuracy=True, program=True):
+            log(f"warm {shape.describe()} {r.implementation}: {r.status}")
+    return time.perf_counter() - t0
