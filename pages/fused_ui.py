@@ -34,12 +34,28 @@ def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     return df.assign(scratch=df["temp_bytes"].map(common.fmt_bytes))
 
 
-def none_is_xla(shape: AttentionShape) -> pd.DataFrame:
+def text_table(df: pd.DataFrame) -> None:
+    """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off."""
+    df = df.loc[:, [c for c in df.columns if df[c].notna().any()]].astype(object).where(df.notna(), "—")
+    st.table(df.rename(columns=lambda c: common.label(c).replace("_", " ")).set_index(common.label(df.columns[0])))
+
+
+def not_run(df: pd.DataFrame) -> None:
+    """What did not run, once per implementation and reason, with the lengths it applies to."""
+    bad = df[df["status"] != runs.OK]
+    if bad.empty:
+        return
+    rows = bad.groupby(["implementation", "status", "reason"], sort=False)["q_len"].agg(
+        lambda t: ", ".join(f"{int(x):,}" for x in sorted(set(t)))).reset_index()
+    st.markdown("**Not run here**")
+    text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
+
+
+def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     """The compiled programs of None, 'xla' and 'cudnn' here, and what they say, in a sentence each."""
-    df = programs(shape)
-    common.table(df[["implementation", "label", "status", "what_ran", "scratch", "reason"]],
-                 column_config={"what_ran": st.column_config.TextColumn("what ran", width="large"),
-                                "scratch": "scratch (temp_bytes)"})
+    df = programs(shape, names)
+    text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
+               .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
     rows = df.set_index("implementation")
     auto, cudnn = rows.loc["sdpa_auto"], rows.loc["sdpa_cudnn"]
     if auto["status"] == runs.OK:

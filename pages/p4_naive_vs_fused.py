@@ -93,9 +93,11 @@ if sections.on_demand("p4_memory", "Compile across lengths", (mem_shape, lengths
         fused_ui.memory_chart(mem, measures[measure], f"{measure}, {mem_shape.describe()}, T = S varied",
                               f"{measure} (log)")
         fused_ui.growth(mem, measures[measure])
-        sections.results(mem.assign(total=mem["total_bytes"].map(common.fmt_bytes),
-                                    scratch=mem["temp_bytes"].map(common.fmt_bytes)),
-                         ["implementation", "q_len", "scratch", "total", "what_ran"])
+        ok = mem[mem["status"] == runs.OK]
+        fused_ui.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
+                                      scratch=ok["temp_bytes"].map(common.fmt_bytes))
+                            [["implementation", "q_len", "scratch", "total", "what_ran"]])
+        fused_ui.not_run(mem)
         common.download(mem, f"compiled_memory_{mem_shape.describe().replace(' ', '_')}")
 lc = memory.shipped_configuration(sections.shipped_frame("long_context", caption=False))
 fwd = lc[lc["pass"] == "forward"] if len(lc) else lc
@@ -103,7 +105,7 @@ if len(fwd):
     st.markdown(f"**📦 Shipped from the H200: compiled scratch, forward pass, {fwd['shape'].iloc[0]} with T varied**")
     fused_ui.memory_chart(fwd, "temp_bytes", "H200, forward pass (shipped)", "scratch, temp_bytes (log)")
     fused_ui.growth(fwd, where="📦 On the H200 (shipped)")
-    sections.not_run(fwd, ("implementation", "q_len"))
+    fused_ui.not_run(fwd)
 fused_ui.xla_at_scale()
 
 st.subheader("The backward pass")
@@ -122,12 +124,12 @@ if sections.on_demand("p4_backward", "Compile forward + backward", (mem_shape, b
         fused_ui.memory_chart(both, "temp_bytes", f"forward+backward scratch here, {mem_shape.describe()}",
                               "scratch, temp_bytes (log)")
         fused_ui.growth(both)
-        sections.not_run(both, ("implementation", "q_len"))
+        fused_ui.not_run(both)
 bwd = lc[lc["pass"] == "forward+backward"] if len(lc) else lc
 if len(bwd):
     st.markdown(f"**📦 Shipped from the H200: forward+backward scratch, {bwd['shape'].iloc[0]} with T varied**")
     fused_ui.memory_chart(bwd, "temp_bytes", "H200, forward+backward (shipped)", "scratch, temp_bytes (log)")
-    sections.not_run(bwd, ("implementation", "q_len"))
+    fused_ui.not_run(bwd)
     if (bwd["status"] == runs.OOM).any():
         st.caption("Out of memory on the H200: naive's backward holds the (B, N, T, S) weights kept from the "
                    "forward pass and their gradient, several float32 T × S matrices at once (the H200's own words).")

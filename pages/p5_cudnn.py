@@ -55,7 +55,7 @@ why_not = common.unmet(bf)["sdpa_cudnn"]
 
 st.subheader("Why name cuDNN at all?")
 st.write("Because `implementation=None` does not pick it. Here is what each call compiles to on this machine:")
-fused_ui.none_is_xla(bf)
+fused_ui.none_is_xla(bf, ("sdpa_auto", "sdpa_xla", "sdpa_cudnn"))
 st.write("XLA's attention is matmul → softmax → matmul with the (B, N, T, S) scores in memory between them, like "
          "naive attention: at long sequences that alone exceeds the GPU. Page 4 measures it as T grows.")
 fused_ui.xla_at_scale()
@@ -113,4 +113,4 @@ ref = sections.shipped_frame("default")
 if len(ref):
     mine = ref[ref["implementation"].isin(["sdpa_cudnn", "sdpa_xla"]) & (ref["dtype"] == "bfloat16")]
     st.markdown("**📦 Shipped from the H200: the codelab's shape in bfloat16, cuDNN against XLA**")
-    sections.results(mine, ["shape", "implementation", "wall_ms", "device_ms", "kernel_count", "kernels", "tflops"])
+    fused_ui.text_table(mine[["implementation", "shape", "wall_ms", "device_ms", "kernel_count", "kernels", "tflops"]])

@@ -68,8 +68,8 @@ def test_code_lines_are_wrapped_short():
 def test_shipped_cudnn_and_xla_rows_are_labelled(with_shipped):
     at = open_page(PAGE, CUSTOM)
     assert "Shipped from the H200" in texts(at) and "Shipped with the lab" in texts(at, "caption")
-    shipped = [d.value for d in at.dataframe if "shape" in d.value.columns and "wall_ms" in d.value.columns]
-    assert shipped and {"sdpa_cudnn", "sdpa_xla"} <= set(shipped[0]["implementation"])
+    shipped = [t.value for t in at.table if "shape" in t.value.columns and "wall (ms)" in t.value.columns]
+    assert shipped and {"sdpa_cudnn", "sdpa_xla"} <= set(shipped[0].index)
 
 
 @pytest.mark.gpu
