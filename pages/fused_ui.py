@@ -36,7 +36,11 @@ def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
 
 def text_table(df: pd.DataFrame) -> None:
     """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off."""
-    df = df.loc[:, [c for c in df.columns if df[c].notna().any()]].astype(object).where(df.notna(), "—")
+    df = df.loc[:, [c for c in df.columns if df[c].notna().any()]]
+    num = lambda x: f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"  # noqa: E731 (7, not 7.0000)
+    df = df.assign(**{c: df[c].map(lambda x: num(x) if pd.notna(x) else x) for c in df.columns
+                      if pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool})
+    df = df.astype(object).where(df.notna(), "—")
     st.table(df.rename(columns=lambda c: common.label(c).replace("_", " ")).set_index(common.label(df.columns[0])))
 
 
