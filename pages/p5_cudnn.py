@@ -1,132 +1,116 @@
-"""Lab step 5: cuDNN's fused attention asked for by name, in bfloat16, against XLA in bfloat16."""
+"""Lab step 5: cuDNN's fused attention asked for by name, in bfloat16, against XLA in bfloat16; why
+the codelab has to name it (implementation=None runs XLA, which keeps the T × S scores)."""
 
-import inspect
-
-import pandas as pd
 import streamlit as st
 
-from attnlab import implementations as impls
-from attnlab import layout
+from attnlab import runs
+from attnlab.backend import trace_error
+from attnlab.backends import get
+from attnlab.checks import TOLERANCES
 from attnlab.shapes import AttentionShape
-from pages import common
-
-RTOL = ATOL = 1e-2  # the codelab's tolerance for bfloat16 (8-bit mantissa: ~4e-3 relative rounding)
-
-
-@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner="Running cuDNN and XLA on the same bfloat16 inputs ...")
-def pair(shape: AttentionShape) -> tuple[layout.Pair | None, str]:
-    try:
-        return layout.compare_pair(shape, "sdpa_cudnn", "sdpa_xla", rtol=RTOL, atol=ATOL), ""
-    except ValueError as e:
-        return None, str(e)
-
-
-@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner="XLA in bfloat16 against the float64 reference ...")
-def xla_only(shape: AttentionShape) -> tuple[pd.DataFrame, str]:
-    return layout.accuracy_table(shape, ["sdpa_xla"])
-
-
-@st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner=False)
-def real_error(shape: AttentionShape) -> str | None:
-    return impls.get("sdpa_cudnn").real_error(shape)
+from pages import common, fused_ui, sections
 
 
 def snippet(shape: AttentionShape) -> str:
+    tol = TOLERANCES["bfloat16"]
     return f'''import jax
 import jax.numpy as jnp
 
 kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-q = jax.random.normal(kq, {shape.q_shape()}, dtype=jnp.bfloat16)   # (B, T, N, H)
-k = jax.random.normal(kk, {shape.kv_shape()}, dtype=jnp.bfloat16)   # (B, S, K, H)
+q = jax.random.normal(kq, {shape.q_shape()}, dtype=jnp.bfloat16)  # (B, T, N, H)
+k = jax.random.normal(kk, {shape.kv_shape()}, dtype=jnp.bfloat16)  # (B, S, K, H)
 v = jax.random.normal(kv, {shape.kv_shape()}, dtype=jnp.bfloat16)
 
 def attention(implementation):
     return jax.jit(lambda q, k, v: jax.nn.dot_product_attention(
-        q, k, v, is_causal={shape.causal}, implementation=implementation))
+        q, k, v, is_causal={shape.causal},
+        implementation=implementation))
 
-cudnn, xla = attention("cudnn"), attention("xla")   # "cudnn" raises if cuDNN cannot run it
-out_cudnn, out_xla = cudnn(q, k, v), xla(q, k, v)
-diff = jnp.abs(out_cudnn.astype(jnp.float32) - out_xla.astype(jnp.float32))
-print("max |cuDNN - XLA|:", diff.max())
-print("allclose:", jnp.allclose(out_cudnn.astype(jnp.float32), out_xla.astype(jnp.float32), rtol=1e-2, atol=1e-2))
-print("cuDNN calls in the program:", cudnn.lower(q, k, v).compile().as_text().count("__cudnn$fmha"))
+# "cudnn" raises if cuDNN cannot run the call; None picks for you
+cudnn, xla = attention("cudnn"), attention("xla")
+out_cudnn = cudnn(q, k, v).astype(jnp.float32)
+out_xla = xla(q, k, v).astype(jnp.float32)
+print("max |cuDNN - XLA|:", jnp.abs(out_cudnn - out_xla).max())
+print("allclose:", jnp.allclose(
+    out_cudnn, out_xla, rtol={tol['rtol']:g}, atol={tol['atol']:g}))
+hlo = cudnn.lower(q, k, v).compile().as_text()
+print("cuDNN calls:", hlo.count("__cudnn$fmha"))
 '''
 
 
 st.title("5 · cuDNN")
 st.write(
-    "`jax.nn.dot_product_attention(..., implementation=\"cudnn\")` asks for cuDNN's fused flash-attention "
-    "kernel by name: one kernel that reads Q, K and V once, keeps the scores on chip and writes only the "
-    "output. Named explicitly, it never falls back silently: if cuDNN cannot take the call, JAX raises, and "
-    "the error says why. cuDNN's kernel takes half-precision inputs, so this page runs your shape in bfloat16."
+    "`jax.nn.dot_product_attention(..., implementation=\"cudnn\")` asks for cuDNN's fused flash-attention kernel "
+    "by name. For each block of queries it streams K and V through on-chip memory tile by tile (so K and V are "
+    "read once per query block), keeps that block's scores on chip and writes only the output. Named explicitly, "
+    "it never falls back silently: if cuDNN cannot take the call, JAX raises and says why. cuDNN's kernel takes "
+    "half-precision inputs, so this page uses your shape in bfloat16."
 )
-
 shape = common.require_shape()
 bf = shape.replace(dtype="bfloat16")
 info = common.device_info()
 if shape.dtype != "bfloat16":
     st.caption(f"The sidebar's dtype is {shape.dtype}; this page uses bfloat16: **{bf.describe()}**.")
-ok, reason = common.supports(bf)["sdpa_cudnn"]
+why_not = common.unmet(bf)["sdpa_cudnn"]
+
+st.subheader("Why name cuDNN at all?")
+st.write("Because `implementation=None` does not pick it. Here is what each call compiles to on this machine:")
+fused_ui.none_is_xla(bf, ("sdpa_auto", "sdpa_xla", "sdpa_cudnn"))
+st.write("XLA's attention is matmul → softmax → matmul with the (B, N, T, S) scores in memory between them, like "
+         "naive attention: at long sequences that alone exceeds the GPU. Page 4 measures it as T grows.")
+fused_ui.xla_at_scale()
 
 st.subheader("What cuDNN needs")
-checklist = layout.cudnn_checklist(bf, info)
-common.table(checklist.assign(met=checklist["met"].map({True: "✅ yes", False: "❌ no"})), hide_index=True,
-             width="stretch")
-with st.expander("The registry's check, as code (`attnlab.implementations._cudnn_requirements`)"):
-    st.code(inspect.getsource(impls._cudnn_requirements), language="python")
+common.table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
+if why_not:
+    st.warning(f"cuDNN cannot run {bf.describe()} here: {why_not}.")
+    error = trace_error(get("sdpa_cudnn"), bf)
+    st.markdown("Tracing `jax.nn.dot_product_attention(..., implementation=\"cudnn\")` at this shape here "
+                + ("raises (the library's own words):" if error else "raises nothing: the registry's check above "
+                   "is what fails."))
+    if error:
+        st.code(error, language="text", wrap_lines=True)
 
 st.subheader("The code you would write")
-st.code(snippet(bf), language="python")
+st.code(snippet(bf), language="python", wrap_lines=True)
 
 st.subheader(f"cuDNN against XLA at {bf.describe()}")
-if ok:
-    p, why = pair(bf)
-    if p is None:
-        st.error(why)
-    else:
+names = ("sdpa_cudnn", "sdpa_xla") if not why_not else ("sdpa_xla",)
+if why_not:
+    st.info("cuDNN cannot run here, so only XLA's bfloat16 side is checked live (against float64); the H200's "
+            "shipped row for both is below.")
+if sections.on_demand("p5_compare", "Run in bfloat16 against float64", bf, auto=sections.small(bf)):
+    acc = sections.guarded(common.frame, bf, names, what="Running in bfloat16")
+    res = {r.implementation: r for r in common.run(bf, names)} if acc is not None else {}
+    if len(res) == 2 and all(r.ok for r in res.values()):
+        cudnn, xla = res["sdpa_cudnn"], res["sdpa_xla"]
+        diff = runs.max_difference(cudnn, xla)
         c1, c2, c3 = st.columns(3)
-        c1.metric("max |cuDNN − XLA|", f"{p.max_abs_difference:.3g}")
-        c2.metric(f"allclose (rtol {p.rtol:g}, atol {p.atol:g})", str(p.allclose))
-        c3.metric("output shape, dtype", f"{p.a_shape}", p.a_dtype, delta_arrow="off", delta_color="off")
-        common.table(p.vs_reference, hide_index=True, width="stretch",
-                     column_config={"relative_error": st.column_config.NumberColumn("relative error vs float64", format="%.2e"),
-                                    "max_abs_error": st.column_config.NumberColumn("max abs error vs float64", format="%.2e")})
-        st.caption("Both read the same bfloat16 inputs; each is compared with a float64 NumPy reference "
-                   f"(allclose at the lab's bfloat16 tolerance). {p.reference_note}")
-else:
-    st.warning(f"cuDNN cannot run {bf.describe()} here: {reason}")
-    error = real_error(bf)
-    st.markdown("What JAX itself raises when the call is traced with `implementation=\"cudnn\"`:")
-    st.code(error or "(tracing raised nothing here: the registry's requirement check is what fails)", language="text")
-    if info.backend != "gpu":
-        st.info("cuDNN is NVIDIA's library: it needs a CUDA GPU (compute capability 8.0 or newer). Below, XLA's "
-                "bfloat16 path is still checked here, and the shipped H200 measurements show cuDNN's side.")
-    acc, note = xla_only(bf)
-    common.table(acc.drop(columns=["reason"], errors="ignore"), hide_index=True, width="stretch")
-    st.caption(f"XLA in bfloat16 against the float64 reference. {note}")
+        c1.metric("max |cuDNN − XLA|", f"{diff:.3g}")
+        c2.metric("allclose, both", str(cudnn.accuracy.allclose and xla.accuracy.allclose),
+                  help="each against float64 at the lab's bfloat16 tolerance")
+        c3.metric("output", str(cudnn.output_shape), cudnn.output_dtype, delta_arrow="off", delta_color="off")
+    if acc is not None:
+        sections.results(acc, ["implementation", "output_shape", "output_dtype", "relative_error", "max_abs_error",
+                               "allclose"])
+        note = acc["reference_note"].dropna()
+        st.caption("Same bfloat16 inputs, each compared with a float64 NumPy reference (allclose at rtol "
+                   f"{TOLERANCES['bfloat16']['rtol']:g}, atol {TOLERANCES['bfloat16']['atol']:g}). "
+                   + (note.iloc[0] if len(note) else ""))
 
 st.subheader("Time per call")
-st.write("Both at the same bfloat16 shape. Device time (CUPTI, NVIDIA GPUs only) shows the single cuDNN kernel "
-         "against XLA's several; wall time adds Python dispatch.")
-if st.button("Time cuDNN and XLA", key="p5_time"):
-    st.session_state["p5_timing_result"] = (bf, common.run_cells([(bf, "sdpa_cudnn", False), (bf, "sdpa_xla", False)],
-                                                                  "Timing"))
-saved = st.session_state.get("p5_timing_result")
-if saved and saved[0] == bf:
-    rows = pd.DataFrame(saved[1])
-    cols = [c for c in ("implementation", "status", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
-                        "kernels", "tflops", "reason") if c in rows.columns]
-    common.table(rows[cols], hide_index=True, width="stretch")
-    notes = rows.get("device_note", pd.Series(dtype=str)).dropna()
-    if not notes.empty and rows["device_ms"].isna().all():
-        st.caption(f"Device time: {notes.iloc[0]}.")
-    common.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
-
-ref = common.reference_note("default")
-if not ref.empty and {"implementation", "dtype"} <= set(ref.columns):
+if why_not:
+    st.info("Nothing to time here: cuDNN cannot run on this machine. On an NVIDIA GPU this section times cuDNN "
+            "and XLA at this shape (wall time, and CUPTI device time with one cuDNN kernel against XLA's several).")
+elif sections.on_demand("p5_time", "Time cuDNN and XLA", bf):
+    sections.queue_notice()
+    rows = sections.guarded(common.frame, bf, ("sdpa_cudnn", "sdpa_xla"), accuracy=False, timed=True, what="Timing")
+    if rows is not None:
+        sections.results(rows, ["implementation", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels",
+                                "tflops"])
+        common.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
+ref = sections.shipped_frame("default")
+if len(ref):
     mine = ref[ref["implementation"].isin(["sdpa_cudnn", "sdpa_xla"]) & (ref["dtype"] == "bfloat16")]
-    if not mine.empty:
-        st.markdown("**Shipped reference: the codelab's shape in bfloat16, measured on the GPU named above**")
-        cols = [c for c in ("shape", "implementation", "status", "wall_ms", "device_ms", "kernel_count", "kernels",
-                            "tflops", "custom_calls") if c in mine.columns]
-        common.table(mine[cols], hide_index=True, width="stretch")
+    st.markdown("**📦 Shipped from the H200: the codelab's shape in bfloat16, cuDNN against XLA**")
+    fused_ui.text_table(mine[["implementation", "shape", "wall_ms", "device_ms", "kernel_count", "kernels", "tflops"]])

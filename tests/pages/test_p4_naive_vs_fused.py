@@ -1,0 +1,159 @@
+"""Page 4 · Naive vs fused, on the CPU backend (GPU-only checks marked `gpu`)."""
+
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from attnlab import runs
+from attnlab.checks import TOLERANCES
+from attnlab.shapes import AttentionShape
+from tests.apptest_util import (
+    CUSTOM,
+    CUSTOM_SHAPE,
+    HOSTILE,
+    button,
+    chart_data,
+    charts,
+    frame_with,
+    frames,
+    metric,
+    open_page,
+    texts,
+)
+
+PAGE = "pages/p4_naive_vs_fused.py"
+on_gpu = jax.default_backend() == "gpu"
+FLOAT_PATHS = ["naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn", "te_dpa"]
+HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
+
+
+def test_valid_but_heavy_link_opens_and_runs_nothing_heavy_without_a_click(monkeypatch):
+    calls = []
+    real = runs.run
+    monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))
+    at = open_page(PAGE, HEAVY)
+    assert all(not kw.get("accuracy", True) and not kw.get("timed") for kw in calls), calls  # compiles only
+    assert button(at, "btn_p4_same").label.startswith("Run naive")  # the float64 check waits for a click
+    assert not [m for m in at.metric if m.label.startswith("max |naive")]
+
+
+def test_says_implementation_none_compiled_to_xla_own_code_on_this_machine():
+    at = open_page(PAGE)
+    said = " ".join(s.value for s in at.success)
+    if on_gpu:  # JAX 0.4.35..0.11: still XLA on a GPU; the day it picks cuDNN this test says so
+        assert "implementation=None" in said
+    else:
+        assert "`implementation=None` compiled to **XLA's own code" in said
+        assert 'the very same program as `implementation="xla"`' in said
+        assert "cannot compile here" in texts(at, "info")  # cuDNN's side, with its reason
+    progs = next(t.value for t in at.table if "what ran" in t.value.columns)
+    assert progs.loc["sdpa_auto", "what ran"].startswith("XLA's own code")
+
+
+@pytest.mark.parametrize("params,shape", [({}, AttentionShape()), (CUSTOM, CUSTOM_SHAPE)])
+def test_same_shape_and_allclose_on_a_small_shape(params, shape):
+    at = open_page(PAGE, params)
+    assert metric(at, "naive output") == str(shape.q_shape())
+    assert metric(at, "SDPA output") == str(shape.q_shape())
+    assert metric(at, "allclose") == "True"
+    assert float(metric(at, "max |naive − SDPA|")) < TOLERANCES[shape.dtype]["atol"]
+    acc = frame_with(at, "relative_error")
+    assert {"naive", "sdpa_auto", "sdpa_xla"} <= set(acc["implementation"])
+    assert acc[acc.implementation.isin(FLOAT_PATHS)]["allclose"].all()
+    assert "def attention" in at.code[0].value and "softmax" in at.code[0].value
+
+
+def test_max_difference_is_explained_and_labels_are_short():
+    at = open_page(PAGE)
+    caption = texts(at, "caption")
+    assert "compiled to different programs here" in caption or "exactly 0 means" in caption
+    assert all(len(m.label) <= 28 for m in at.metric), [m.label for m in at.metric]
+
+
+def test_timing_button_reports_wall_time_and_offers_only_what_runs():
+    at = open_page(PAGE, CUSTOM)
+    button(at, "btn_p4_time").click().run()
+    assert not at.exception
+    timed = frame_with(at, "wall_ms")
+    assert (timed["wall_ms"] > 0).all()
+    if not on_gpu:
+        assert "sdpa_cudnn" not in set(timed["implementation"])
+        assert "need an NVIDIA GPU" in texts(at)
+
+
+def test_compiled_memory_slopes_are_measured_and_every_line_explained():
+    at = open_page(PAGE, CUSTOM)
+    button(at, "btn_p4_memory").click().run()
+    assert not at.exception
+    chart = next(c for c in chart_data(at) if "temp_bytes" in c.columns)
+    n = chart[chart.implementation == "naive"].set_index("q_len")["temp_bytes"]
+    assert list(n.index) == ([256, 512, 1024] if on_gpu else [128, 256, 512, 1024])
+    said = texts(at, "markdown")
+    for impl in set(chart["implementation"]):  # every line has its slope and its reason
+        m = re.search(rf"\*\*{impl}\*\*: ×[\d,]+ from T = [\d,]+ to 1,024, slope ([\d.]+) \((.+?)\): \w", said)
+        assert m, (impl, said)
+        x = chart[chart.implementation == impl].set_index("q_len")["temp_bytes"]
+        assert float(m[1]) == pytest.approx(np.log(x[1024] / x.iloc[0]) / np.log(1024 / x.index[0]), abs=0.05)
+    xla = chart[chart.implementation == "sdpa_xla"].set_index("q_len")["temp_bytes"]
+    assert xla[1024] >= CUSTOM_SHAPE.replace(q_len=1024, kv_len=1024).score_bytes()  # XLA holds the scores
+    at.radio(key="p4_mem_measure").set_value(at.radio(key="p4_mem_measure").options[1]).run()
+    chart = next(c for c in chart_data(at) if "total_bytes" in c.columns)
+    assert (chart["total_bytes"] > chart["temp_bytes"]).all()
+
+
+def test_overlapping_memory_lines_are_said_to_overlap(with_shipped):
+    at = open_page(PAGE, CUSTOM)  # the stand-in ships equal scratch for naive and sdpa_xla
+    assert re.search(r"\*\*naive\*\* and \*\*sdpa_xla\*\* lie on top of each other", texts(at, "caption"))
+    spec = next(s for s in charts(at) if "strokeDash" in s)
+    assert '"shape"' in spec and "strokeDash" in spec  # markers and dashes tell overlapping lines apart
+
+
+def test_one_colour_per_implementation_on_every_chart(with_shipped):
+    at = open_page(PAGE, CUSTOM)
+    specs = [s for s in charts(at) if '"implementation"' in s]
+    assert specs and all('"domain": ["naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn"' in s.replace('":["', '": ["')
+                         .replace('","', '", "') for s in specs)
+
+
+def test_shipped_memory_is_labelled_and_xla_scratch_is_shown(with_shipped):
+    at = open_page(PAGE, CUSTOM)
+    said = texts(at)
+    assert "Shipped from the H200" in said and "Measured on the H200 (shipped)" in said
+    assert 'implementation="xla" (what None runs)' in said
+
+
+def test_without_shipped_the_model_is_named(without_shipped):
+    at = open_page(PAGE, CUSTOM)
+    assert "shape.score_bytes()" in texts(at)
+
+
+def test_backward_memory_compiled_here_explains_log_sum_exp():
+    at = open_page(PAGE, CUSTOM)
+    said = texts(at, "markdown")
+    assert "log-sum-exp" in said and "recomputes the scores tile by tile" in said
+    button(at, "btn_p4_backward").click().run()
+    assert not at.exception
+    chart = next(c for c in chart_data(at) if "temp_bytes" in c.columns and "pass" in c.columns
+                 and (c["pass"] == "forward+backward").all())
+    assert {"naive", "sdpa_xla"} <= set(chart["implementation"])
+    assert "forward+backward scratch here" in " ".join(charts(at))
+
+
+@pytest.mark.gpu
+def test_names_the_cudnn_kernel_and_its_device_time_on_gpu():
+    at = open_page(PAGE, {**CUSTOM, "dtype": "bfloat16"})
+    prog = next(t.value for t in at.table if "what ran" in t.value.columns)
+    assert "cuDNN" in prog.loc["sdpa_cudnn", "what ran"]
+    button(at, "btn_p4_time").click().run()
+    timed = frame_with(at, "wall_ms").set_index("implementation")
+    assert timed.loc["sdpa_cudnn", "device_ms"] > 0
+    assert len(frames(at))

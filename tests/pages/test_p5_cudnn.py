@@ -1,0 +1,82 @@
+"""Page 5 · cuDNN, on the CPU backend (GPU-only checks marked `gpu`)."""
+
+import jax
+import pytest
+
+from attnlab import runs
+from tests.apptest_util import CUSTOM, HOSTILE, button, frame_with, metric, open_page, texts
+
+PAGE = "pages/p5_cudnn.py"
+on_gpu = jax.default_backend() == "gpu"
+HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
+
+
+def test_valid_but_heavy_link_opens_and_runs_nothing_heavy_without_a_click(monkeypatch):
+    calls = []
+    real = runs.run
+    monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))
+    at = open_page(PAGE, HEAVY)
+    assert all(not kw.get("accuracy", True) and not kw.get("timed") for kw in calls), calls  # compiles only
+    assert button(at, "btn_p5_compare")  # the bfloat16 check waits for a click
+
+
+@pytest.mark.parametrize("params", [{}, CUSTOM])
+def test_requirements_checklist_from_the_backend_and_the_real_error_on_cpu(params):
+    at = open_page(PAGE, params)
+    checklist = frame_with(at, "requirement").set_index("requirement")
+    assert checklist.loc["dtype", "here"] == "bfloat16" and "a CUDA GPU" in checklist.index
+    assert any("implementation=implementation" in c.value for c in at.code)
+    if on_gpu:
+        pytest.skip("cuDNN runs here: see test_matches_xla_on_gpu")
+    assert any("cuDNN cannot run" in w.value for w in at.warning)
+    assert any("Error" in c.value and "cuDNN" in c.value for c in at.code)  # the library's own words
+    assert "JAX says" not in texts(at)
+    xla = frame_with(at, "allclose").set_index("implementation")
+    assert xla.loc["sdpa_xla", "allclose"]
+
+
+def test_why_name_cudnn_none_compiles_to_xla_here():
+    at = open_page(PAGE)
+    assert "`implementation=None` compiled to **XLA's own code" in " ".join(s.value for s in at.success) or on_gpu
+    assert "read once per query block" in texts(at, "markdown")
+    assert "reads Q, K and V once" not in texts(at, "markdown")
+
+
+def test_no_timing_button_on_cpu_and_it_says_what_would_run():
+    at = open_page(PAGE, CUSTOM)
+    keys = [b.key for b in at.button]
+    if on_gpu:
+        assert "btn_p5_time" in keys
+    else:
+        assert "btn_p5_time" not in keys
+        assert "On an NVIDIA GPU this section times cuDNN and XLA" in texts(at, "info")
+
+
+def test_code_lines_are_wrapped_short():
+    at = open_page(PAGE)
+    code = next(c.value for c in at.code if "implementation=implementation" in c.value)
+    assert max(map(len, code.splitlines())) <= 88 and "atol=1e-2" in code.replace("atol=0.01", "atol=1e-2")
+
+
+def test_shipped_cudnn_and_xla_rows_are_labelled(with_shipped):
+    at = open_page(PAGE, CUSTOM)
+    assert "Shipped from the H200" in texts(at) and "Shipped with the lab" in texts(at, "caption")
+    shipped = [t.value for t in at.table if "shape" in t.value.columns and "wall (ms)" in t.value.columns]
+    assert shipped and {"sdpa_cudnn", "sdpa_xla"} <= set(shipped[0].index)
+
+
+@pytest.mark.gpu
+def test_matches_xla_on_gpu():
+    at = open_page(PAGE, {**CUSTOM, "dtype": "bfloat16"})
+    assert metric(at, "allclose") == "True"
+    assert float(metric(at, "max |cuDNN − XLA|")) < 1e-2
+    button(at, "btn_p5_time").click().run()
+    timed = frame_with(at, "wall_ms").set_index("implementation")
+    assert timed.loc["sdpa_cudnn", "status"] == "ok"
