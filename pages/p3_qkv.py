@@ -55,7 +55,10 @@ st.write(
     "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
 )
 info = common.device_info()
-df = sections.guarded(placement, shape, what="Making Q, K and V")
+df = None
+if sections.on_demand("p3_placement", f"Make Q, K and V ({common.fmt_bytes(shape.input_bytes())}) on the device",
+                      shape, auto=sections.small(shape)):
+    df = sections.guarded(placement, shape, what="Making Q, K and V")
 if df is not None:
     common.table(df, hide_index=True, width="stretch")
     live = df["nbytes"].sum()

@@ -1,0 +1,52 @@
+"""Hostile but valid links: shapes that validate yet would allocate many GiB if a page computed them
+on load. Every page opens them with no exception and a bounded rise in the process's peak memory,
+measured (VmHWM, reset before each page through /proc/self/clear_refs)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.apptest_util import open_page, texts
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+PAGES = re.findall(r'st\.Page\("(pages/p\d+_\w+\.py)"', APP.read_text())
+LINKS = {
+    "mqa-many-heads": {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1",
+                       "head_dim": "512"},
+    "gqa-long": {"batch": "1", "q_len": "8", "kv_len": "65536", "heads": "64", "kv_heads": "2", "head_dim": "256"},
+    "just-under-the-budget": {"batch": "16", "q_len": "4096", "kv_len": "4096", "heads": "16", "head_dim": "128",
+                              "dtype": "bfloat16", "causal": "true"},
+    "over-the-budget": {"batch": "4096", "q_len": "262144", "kv_len": "262144", "heads": "1024", "kv_heads": "1024"},
+    "padded-window": {"batch": "2", "q_len": "8192", "kv_len": "8192", "window": "0,0", "kv_lengths": "0"},
+}
+RISE_LIMIT = 1.5 * 2**30  # what a page may add to the process's peak memory on such a link
+
+
+def _rss_peak() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("link", list(LINKS))
+@pytest.mark.parametrize("page", PAGES)
+def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link):
+    open_page(page, {})  # the page's own imports and one-off set-up are not what this test measures
+    with open("/proc/self/status") as f:
+        baseline = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    measured = _reset_peak()
+    at = open_page(page, LINKS[link])  # no exception (open_page asserts it)
+    rise = _rss_peak() - baseline
+    if measured:
+        assert rise < RISE_LIMIT, f"{page} at {link}: peak memory rose by {rise / 2**30:.2f} GiB"
+    if link == "over-the-budget":
+        assert "over this lab's budget" in texts(at) or "Even a fused kernel" in texts(at)
