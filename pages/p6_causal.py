@@ -54,12 +54,15 @@ if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sect
     pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
     if None not in pair:
         (full, _), (causal, allowed) = pair
-        vmax = float(max(full.max(), causal.max())) or 1.0
-        c1.altair_chart(heatmap(full, "full: every query sees every key", vmax=vmax, size=340), width="content")
-        c2.altair_chart(heatmap(causal, "causal: query i sees keys 0..i", allowed=allowed, vmax=vmax, size=340),
+        c1.altair_chart(heatmap(full, "full: every query sees every key", vmax=float(full.max()) or 1.0, size=340),
                         width="content")
-        st.caption("Grey cells are masked (weight exactly 0). Both maps share one colour scale, and each row sums to "
-                   "1 in both: the causal rows share their weight among fewer keys, so their cells are darker.")
+        c2.altair_chart(heatmap(causal, "causal: query i sees keys 0..i", allowed=allowed,
+                                vmax=float(causal.max()) or 1.0, size=340), width="content")
+        st.caption(f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
+                   f"largest weight ({full.max():.3f} full, {causal.max():.3f} causal): on one 0–1 scale the full "
+                   f"map would look blank, since its {view.kv_len} weights per row all sit near 1/{view.kv_len} = "
+                   f"{1 / view.kv_len:.3f}. Each row sums to 1 in both; a causal row shares its weight among "
+                   f"fewer keys (row 0 puts all of it on key 0).")
 if shape.group_size > 1:
     st.caption(f"{shape.variant}: query head {h} reads key/value head {h // shape.group_size}.")
 

@@ -81,7 +81,9 @@ class StreamlitServer:
     ...     server.url  # http://localhost:<port>
     """
 
-    def __init__(self, port: int | None = None, env: dict[str, str] | None = None, startup_timeout: float = 90.0):
+    def __init__(self, port: int | None = None, env: dict[str, str] | None = None, startup_timeout: float = 90.0,
+                 prefix: list[str] | None = None):
+        self.prefix = prefix or []  # e.g. a shell that moves the server into a memory cgroup first
         self.port = port or free_port()
         self.url = f"http://localhost:{self.port}"
         self.startup_timeout = startup_timeout
@@ -100,7 +102,7 @@ class StreamlitServer:
             return ""
 
     def start(self) -> StreamlitServer:
-        cmd = [sys.executable, "serve.py", "--server.headless", "true",  # streamlit run app.py (see serve.py)
+        cmd = [*self.prefix, sys.executable, "serve.py", "--server.headless", "true",  # streamlit run app.py (see serve.py)
                "--server.port", str(self.port), "--browser.gatherUsageStats", "false"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
