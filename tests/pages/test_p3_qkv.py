@@ -1,0 +1,44 @@
+"""Page 3 · Q, K, V: the layout table, bytes, and where the arrays live."""
+
+import pytest
+
+from attnlab import layout
+from attnlab.shapes import AttentionShape
+from tests.apptest_util import CUSTOM, CUSTOM_SHAPE, HOSTILE, button, frame_with, frames, open_page, texts
+
+PAGE = "pages/p3_qkv.py"
+
+
+@pytest.mark.parametrize("params,shape", [({}, AttentionShape()), (CUSTOM, CUSTOM_SHAPE)])
+def test_qkv_page_layout_table_bytes_match_the_shape(params, shape):
+    at = open_page(PAGE, params)
+    table = frame_with(at, "layout").set_index("array")
+    assert table.iloc[:3]["bytes"].sum() == shape.input_bytes()
+    assert table.loc["output", "bytes"] == shape.output_bytes()
+    assert list(table["layout"]) == ["BTNH", "BSKH", "BSKH", "BTNH", "BNTS"]
+    assert table.loc["Q (query)", "shape"] == str(shape.q_shape())
+    placed = frame_with(at, "devices()")
+    assert placed["nbytes"].sum() == shape.input_bytes()
+    assert "equal to the table's sum" in texts(at)
+
+
+def test_qkv_page_explains_the_codelab_default_from_computed_numbers():
+    at = open_page(PAGE, CUSTOM)
+    q = layout.layout_table(AttentionShape()).set_index("array").loc["Q (query)"]
+    info = " ".join(i.value for i in at.info)
+    assert f"{q['elements']:,} elements" in info and q["size"] in info
+
+
+def test_big_arrays_are_made_only_on_a_click():
+    big = {"batch": "16", "q_len": "4096", "kv_len": "4096", "heads": "16", "head_dim": "128", "dtype": "bfloat16"}
+    at = open_page(PAGE, big)
+    assert not frames(at, "devices()")  # nothing allocated on page load
+    button(at, "btn_p3_placement").click().run()
+    assert not at.exception and frames(at, "devices()")
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
