@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from pages import common, sections
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
-HERE = {"compile": _text("compile", width="medium", help="the first call's trace + XLA compile; a program compiled "
+HERE = {"compile": _text("compile", width="large", help="the first call's trace + XLA compile; a program compiled "
                          "before (by another implementation or page) is a cache lookup and says so"),
         "wall_spread_pct": _num("wall spread (% of median)", format="%.0f %%"),
         "timing_note": _text("timing note", width="medium")}
@@ -29,6 +29,10 @@ FIDELITY = {"shape": _text("shape"), "implementation": _text("implementation"),
             "kernels": _text("kernels (GPU time)", width="large")}
 
 
+OVERLAP = 0.03  # lines closer than this (relative) at every x look like one on a log axis
+DASHES = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2]]
+
+
 def _shape_scale(df: pd.DataFrame) -> alt.Shape:
     names = list(dict.fromkeys(df["implementation"]))
     order = list(REGISTRY) + [n for n in names if n not in REGISTRY]
@@ -40,11 +44,12 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     ok = df[df["status"] == runs.OK]
     y = "implementation" if ok["dtype"].nunique() == 1 else "run"
     ok = ok.assign(run=ok["implementation"] + " · " + ok["dtype"])
-    cols = [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops") if ok[c].notna().any()]
+    cols = [c for c in ("wall_ms", "throughput_ms", "device_ms") if ok[c].notna().any()]
+    cols.append("device_tflops" if ok["device_tflops"].notna().any() else "tflops")
     for col, c in zip(st.columns(len(cols)), cols, strict=True):
         col.altair_chart(alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
             y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
-            color=common.impl_color(ok), tooltip=[y, alt.Tooltip(f"{c}:Q", format=".4g")]), width="stretch")
+            color=common.impl_color(ok).legend(None), tooltip=[y, alt.Tooltip(f"{c}:Q", format=".4g")]), width="stretch")
 
 
 def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtype") -> None:
@@ -54,23 +59,24 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
     if ok.empty:
         st.warning("No cell of this could run here; the reasons are in the table below.")
         return
-    pairs = [p for d, part in ok.groupby(dash or (lambda _: 0)) for p in timing_demo.overlapping(part, x, y)]
+    pairs = [p for d, part in ok.groupby(dash or (lambda _: 0)) for p in timing_demo.overlapping(part, x, y, OVERLAP)]
     if dash is None or ok[dash].nunique() == 1:
-        on_top = {b: a for a, b in pairs}
-        ok = ok.assign(line=ok["implementation"].map(lambda n: f"dashed: on top of {on_top[n]}" if n in on_top
-                                                     else "solid"))
+        on_top = {b for a, b in pairs}
+        ok = ok.assign(line=ok["implementation"].map(lambda n: "dashed: overlaps a line" if n in on_top else "solid"))
         dash = "line"
+    styles = sorted(ok[dash].unique(), key=lambda v: v not in ("solid", "float32"))  # solid first
     xs = sorted(ok[x].unique().tolist())
     chart = alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
         x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
                 else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
         y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
         color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
-        strokeDash=alt.StrokeDash(f"{dash}:N", title=dash),
+        strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
+                                  legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
         tooltip=[x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")])
     st.altair_chart(chart.interactive(), width="stretch")
     for a, b in dict.fromkeys(pairs):
-        st.caption(f"⚠️ **{a}** and **{b}** overlap: within 1 % of each other at every {x}, so one line lies on the "
+        st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "
                    "other (the dashed line and hollow markers let both show; hover for the values).")
 
 
@@ -101,7 +107,8 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
         if ship.empty:
             st.info("No H200 results ship with this version.")
         else:
-            lines(ship, field, "device_tflops", f"H200: device TFLOP/s by {field} ({ship['shape'].iloc[0]})")
+            lines(ship, field, "device_tflops", f"H200: device TFLOP/s by {field}")
+            st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}.")
     if df is not None:
         cols = [field, "implementation", "dtype", "pass", "wall_ms", "wall_ms_iqr", "throughput_ms", "device_ms",
                 "tflops", "device_tflops", "pct_of_peak", "timing_note"]

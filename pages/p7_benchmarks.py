@@ -33,7 +33,7 @@ with here:
         df = sections.guarded(common.frame, shape, names, timed=True, what="Timing")
         if df is not None:
             df = timing_demo.annotate(df)
-            common.table(df[df["status"] == "ok"][["implementation", "label", "dtype", "compile", "wall_ms",
+            common.table(df[df["status"] == "ok"][["implementation", "label", "compile", "wall_ms",
                                                     "wall_ms_iqr", "wall_spread_pct", "throughput_ms", "device_ms",
                                                     "kernel_count", "tflops", "device_tflops", "pct_of_peak",
                                                     "timing_note"]], column_config=ui.HERE)

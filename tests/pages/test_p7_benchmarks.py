@@ -190,8 +190,8 @@ def test_fidelity_columns_have_labels_with_units(with_shipped):
 def test_lines_on_top_of_each_other_are_drawn_dashed_and_named(with_shipped):
     # the stand-in gives sdpa_xla, sdpa_cudnn and te_dpa identical numbers: they overlap everywhere
     at = open_page(P7, SMALL)
-    assert "overlap: within 1 %" in texts(at, "caption")
-    assert any("line" in d and d["line"].str.startswith("dashed: on top of").any() for d in chart_data(at))
+    assert "overlap: within 3%" in texts(at, "caption")
+    assert any("line" in d and d["line"].str.startswith("dashed").any() for d in chart_data(at))
     pairs = timing_demo.overlapping(pd.DataFrame({"q_len": [1, 2, 1, 2], "implementation": ["a", "a", "b", "b"],
                                                   "y": [1.0, 2.0, 1.005, 2.0]}), "q_len", "y")
     assert pairs == [("a", "b")]
