@@ -86,7 +86,8 @@ with how:
         demo = sections.guarded(dispatch, shape, what="The demonstration")
         if demo is not None:
             common.table(demo[["measured", "code", "ms", "what it is"]],
-                         column_config={"ms": st.column_config.NumberColumn("ms per call", format="%.4f")})
+                         column_config={"ms": st.column_config.NumberColumn("ms per call", format="%.4f"),
+                                        "what it is": st.column_config.TextColumn("what it is", width="large")})
             st.markdown(timing_demo.dispatch_reading(demo, on_gpu))
 
 with sweeps:
