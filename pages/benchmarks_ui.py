@@ -1,0 +1,162 @@
+"""Page 7's display pieces: timing bars, sweep lines that stay visible when they overlap, and the
+sweep and shipped-table sections. No measurement or arithmetic on timings happens here (attnlab.timing_demo)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from attnlab import runs, shipped, timing_demo
+from attnlab.backends import REGISTRY
+from pages import common, sections
+
+_num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
+HERE = {"compile": _text("compile", width="large", help="the first call's trace + XLA compile; a program compiled "
+                         "before (by another implementation or page) is a cache lookup and says so"),
+        "wall_spread_pct": _num("wall spread (% of median)", format="%.0f %%"),
+        "timing_note": _text("timing note", width="medium")}
+FIDELITY = {"shape": _text("shape"), "implementation": _text("implementation"),
+            "harness_over_bare": _num("harness ÷ bare loop (×)", format="%.3f"),
+            "harness_tflops": _num("harness TFLOP/s (throughput)", format="%.1f"),
+            "bare_tflops": _num("bare loop TFLOP/s", format="%.1f"),
+            "harness_device_tflops": _num("harness TFLOP/s (device time)", format="%.1f"),
+            "harness_wall_ms": _num("harness wall (ms)", format="%.3f"),
+            "harness_throughput_ms": _num("harness throughput (ms)", format="%.3f"),
+            "harness_device_ms": _num("harness device (ms)", format="%.3f"),
+            "bare_wall_ms": _num("bare loop wall (ms)", format="%.3f"),
+            "bare_pipelined_ms": _num("bare loop, many calls one wait (ms)", format="%.3f"),
+            "kernels": _text("kernels (GPU time)", width="large")}
+
+
+OVERLAP = 0.03  # lines closer than this (relative) at every x look like one on a log axis
+DASHES = [[1, 0], [6, 3], [2, 2], [8, 2, 2, 2]]
+
+
+def _shape_scale(df: pd.DataFrame) -> alt.Shape:
+    names = list(dict.fromkeys(df["implementation"]))
+    order = list(REGISTRY) + [n for n in names if n not in REGISTRY]
+    return alt.Shape("implementation:N", scale=alt.Scale(domain=order), legend=None)
+
+
+def bars(df: pd.DataFrame, what: str = "") -> None:
+    """Wall, throughput and TFLOP/s side by side, one colour per implementation (and a row per dtype if several)."""
+    ok = df[df["status"] == runs.OK]
+    y = "implementation" if ok["dtype"].nunique() == 1 else "run"
+    ok = ok.assign(run=ok["implementation"] + " · " + ok["dtype"])
+    cols = [c for c in ("wall_ms", "throughput_ms", "device_ms") if ok[c].notna().any()]
+    cols.append("device_tflops" if ok["device_tflops"].notna().any() else "tflops")
+    for col, c in zip(st.columns(len(cols)), cols, strict=True):
+        col.altair_chart(alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
+            y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
+            color=common.impl_color(ok).legend(None), tooltip=[y, alt.Tooltip(f"{c}:Q", format=".4g")]), width="stretch")
+
+
+def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtype") -> None:
+    """One line per implementation (its colour and marker) × `dash`; lines that lie on top of each other are drawn
+    dashed over the other, with hollow markers, and a caption says they overlap."""
+    ok = df[df["status"] == runs.OK].dropna(subset=[y])
+    if ok.empty:
+        st.warning("No cell of this could run here; the reasons are in the table below.")
+        return
+    pairs = [p for d, part in ok.groupby(dash or (lambda _: 0)) for p in timing_demo.overlapping(part, x, y, OVERLAP)]
+    if dash is None or ok[dash].nunique() == 1:
+        on_top = {b for a, b in pairs}
+        ok = ok.assign(line=ok["implementation"].map(lambda n: "dashed: overlaps a line" if n in on_top else "solid"))
+        dash = "line"
+    styles = sorted(ok[dash].unique(), key=lambda v: v not in ("solid", "float32"))  # solid first
+    xs = sorted(ok[x].unique().tolist())
+    chart = alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
+        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
+                else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
+        color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
+        strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
+                                  legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
+        tooltip=[x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")])
+    st.altair_chart(chart.interactive(), width="stretch")
+    for a, b in dict.fromkeys(pairs):
+        st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "
+                   "other (the dashed line and hollow markers let both show; hover for the values).")
+
+
+def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,
+          names: list[str]) -> None:
+    """Controls, a button, the live sweep (both dtypes by default) and the shipped H200 sweep beside it."""
+    c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
+    chosen = c1.multiselect("implementations", list(REGISTRY), default=names, key=f"{key}_impls")
+    picked = c2.multiselect(field, values, default=default, key=f"{key}_values")
+    dtypes = c3.multiselect("dtype", ["float32", "bfloat16"], default=["float32", "bfloat16"], key=f"{key}_dtypes")
+    backward = c4.radio("pass", ["forward", "forward+backward"], key=f"{key}_pass") != "forward"
+    shapes = [make_shape(v).replace(dtype=d) for d in dtypes for v in sorted(picked)]
+    here, there = st.columns(2)
+    df = None
+    with here:
+        st.markdown("**Measured here**")
+        if sections.on_demand(key, f"Run the {what} ({len(shapes) * len(chosen)} cells)",
+                              (tuple(shapes), tuple(chosen), backward)):
+            df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
+            y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")
+                                        if df[c].notna().any()] or ["wall_ms"], key=f"{key}_y", format_func=common.label)
+            lines(df, field, y, f"{common.label(y)} by {field}")
+        else:
+            st.caption("Not run yet at these settings. Cells anyone measured before come back at once (cached).")
+    with there:
+        st.markdown("**📦 Shipped: the same sweep on an H200**")
+        ship = sections.shipped_frame(shipped)
+        if ship.empty:
+            st.info("No H200 results ship with this version.")
+        else:
+            lines(ship, field, "device_tflops", f"H200: device TFLOP/s by {field}")
+            st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}.")
+    if df is not None:
+        cols = [field, "implementation", "dtype", "pass", "wall_ms", "wall_ms_iqr", "throughput_ms", "device_ms",
+                "tflops", "device_tflops", "pct_of_peak", "timing_note"]
+        sections.results(df, cols, failed=False)
+        sections.not_run(df, keys=("implementation", "dtype", field))
+        common.download(df, f"{key}_sweep", "Download this sweep (CSV)")
+
+
+def long_context() -> None:
+    """The shipped long-context sweep (T 2,048 to 16,384), the GPU's ceilings, and the harness's fidelity check."""
+    st.header("Long context on an H200")
+    st.caption("**What to look at:** cuDNN's fused kernel (sdpa_cudnn) against XLA's (sdpa_xla) and the naive "
+               "scores as T grows, and how close the best comes to the measured matmul ceiling. Where two lines lie on "
+               "each other (TransformerEngine calls cuDNN's fused attention too), the upper one is dashed and a note "
+               "under the chart says so.")
+    long = sections.shipped_frame("long_context")
+    if long.empty:
+        st.info("No H200 results ship with this version, so this tab has nothing to show.")
+        return
+    c1, c2, c3 = st.columns(3)
+    causal = c1.radio("mask", ["full", "causal"], key="p7_long_mask", horizontal=True) == "causal"
+    head_dims = sorted(long["head_dim"].unique().tolist())
+    head_dim = c2.selectbox("head_dim", head_dims, index=len(head_dims) - 1, key="p7_long_hd")
+    part = long[(long["causal"] == causal) & (long["head_dim"] == head_dim)]
+    y = c3.selectbox("TFLOP/s from", [c for c in ("device_tflops", "tflops") if part[c].notna().any()] or ["tflops"],
+                     key="p7_long_y", format_func={"device_tflops": "device time (CUPTI)",
+                                                   "tflops": "throughput time"}.get)
+    for col, p in zip(st.columns(2), ["forward", "forward+backward"], strict=True):
+        with col:
+            lines(part[part["pass"] == p], "q_len", y, f"{p}, {'causal' if causal else 'full'}, H{head_dim}", dash=None)
+    sections.not_run(part, keys=("implementation", "pass", "q_len"))
+    common.download(long, "h200_long_context", "Download the long-context table (CSV)")
+    data = shipped.load() or {}
+    ceil, peak = data.get("ceilings") or {}, (data.get("environment") or {}).get("peak") or {}
+    if ceil:
+        m1, m2 = st.columns(2)
+        m1.metric(f"bf16 matmul {ceil.get('matmul_n')}×{ceil.get('matmul_n')}", f"{ceil['matmul_bf16_tflops']:.0f} TFLOP/s",
+                  help=f"datasheet: {peak.get('bf16_tflops')} TFLOP/s dense" if peak else None)
+        m2.metric("device-to-device copy", f"{ceil['copy_tb_s']:.2f} TB/s",
+                  help=f"datasheet: {peak.get('memory_tb_s')} TB/s" if peak else None)
+        if peak:
+            st.caption(f"Datasheet ({peak.get('source')}): {peak.get('bf16_tflops')} bf16 TFLOP/s dense, "
+                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what attention can hope for.")
+    fid = shipped.frame("fidelity")
+    if not fid.empty:
+        st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
+                    "(harness ÷ bare loop near 1 means the harness adds nothing of its own).")
+        first = [c for c in FIDELITY if c in fid]
+        st.dataframe(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
+                     column_config=FIDELITY)
+        common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")

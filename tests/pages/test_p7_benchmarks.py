@@ -1,0 +1,220 @@
+"""AppTests for page 7 (Benchmarks), run through app.py at the codelab's shape and at small shapes from
+the URL; sweeps are clicked with tiny shapes. The shipped H200 results are the small stand-in of
+tests/apptest_util.py (`with_shipped`) or absent (`without_shipped`)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import jax
+import pandas as pd
+import pytest
+
+pytest.importorskip("streamlit")
+
+from attnlab import device, queue, timing, timing_demo  # noqa: E402
+from attnlab.backends import REGISTRY  # noqa: E402
+from attnlab.shapes import AttentionShape  # noqa: E402
+from tests.apptest_util import SMALL, button, chart_data, charts, frame_with, frames, open_page, texts  # noqa: E402
+
+P7 = "pages/p7_benchmarks.py"
+ON_CPU = jax.default_backend() != "gpu"
+SMALL_SHAPE = AttentionShape(batch=1, q_len=32, kv_len=32, heads=4, kv_heads=2, head_dim=16)
+
+
+def supported(shape: AttentionShape) -> list[str]:
+    info = device.info()
+    return [n for n, b in REGISTRY.items() if b.unmet(shape, info) is None]
+
+
+def timings(at) -> pd.DataFrame:
+    (table,) = [d for d in frames(at, "wall_ms") if "compile" in d]  # on a GPU a kernels table has wall_ms too
+    return table
+
+
+def run_sweep(at, key: str, field: str, impls: list[str], values: list[int], dtypes=("float32", "bfloat16")):
+    at.multiselect(key=f"{key}_impls").set_value(impls)
+    at.multiselect(key=f"{key}_values").set_value(values)
+    at.multiselect(key=f"{key}_dtypes").set_value(list(dtypes))
+    at.run()
+    button(at, f"btn_{key}").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return next(d for d in frames(at, field) if "dtype" in d and "pass" in d)
+
+
+# --------------------------------------------------------------------------------------------
+# at your shape
+# --------------------------------------------------------------------------------------------
+def test_benchmarks_page_times_every_supported_implementation_at_the_codelab_shape(without_shipped):
+    at = open_page(P7)
+    table = timings(at)
+    assert sorted(table["implementation"]) == sorted(supported(AttentionShape()))
+    assert (table["wall_ms"] > 0).all() and (table["tflops"] > 0).all()
+    assert len(charts(at)) >= 2  # timing bars and TFLOP/s bars
+
+
+@pytest.mark.skipif(not ON_CPU, reason="on a GPU cuDNN runs")
+def test_benchmarks_page_says_why_cudnn_and_cupti_need_a_gpu_on_cpu(without_shipped):
+    at = open_page(P7, SMALL)
+    (why,) = frames(at, "why not")
+    assert "CUDA GPU" in why.set_index("implementation").loc["sdpa_cudnn", "why not"]
+    assert "CUPTI" in texts(at, "info")
+
+
+def test_benchmarks_page_at_a_custom_shape_from_the_url(without_shipped):
+    at = open_page(P7, SMALL)
+    assert SMALL_SHAPE.describe() in texts(at, "header")
+    assert sorted(timings(at)["implementation"]) == sorted(supported(SMALL_SHAPE))
+
+
+def test_the_page_is_four_tabs_each_saying_what_to_look_at(without_shipped):
+    at = open_page(P7, SMALL)
+    assert [t.label for t in at.tabs] == ["At your shape", "How it is timed", "Sweeps", "Long context on an H200"]
+    assert texts(at, "caption").count("What to look at") >= 3  # the long-context tab says it only with data
+
+
+def test_a_program_compiled_before_says_cached_and_the_spread_is_shown(without_shipped):
+    at = open_page(P7, SMALL)
+    table = timings(at).set_index("implementation")
+    if ON_CPU:  # sdpa_auto and sdpa_xla are one program: the second is not a compile
+        assert "compiled first by sdpa_auto" in table.loc["sdpa_xla", "compile"]
+        assert "same program" in texts(at, "markdown")
+    assert table["compile"].str.contains("ms").all()
+    assert (table["wall_ms_iqr"] >= 0).all() and "wall_spread_pct" in table
+    assert "Wall spread" in texts(at, "markdown")
+
+
+def test_notes_explain_throughput_above_wall_and_noise_between_identical_programs():
+    row = {"status": "ok", "wall_ms_iqr": 0.1, "compile_ms": 1.0}
+    df = pd.DataFrame([{**row, "implementation": "sdpa_auto", "wall_ms": 1.0, "throughput_ms": 2.0,
+                        "compiled_before": None},
+                       {**row, "implementation": "sdpa_xla", "wall_ms": 3.0, "throughput_ms": 1.0,
+                        "compiled_before": "sdpa_auto at B1 T32"}])
+    text = " ".join(timing_demo.notes(timing_demo.annotate(df), on_gpu=False))
+    assert "more than their spread" in text and "noise" in text
+    assert "Throughput time is above wall time for sdpa_auto" in text and "same cores" in text
+    assert timing_demo.compile_text(0.8, "sdpa_auto at B1").startswith("cached")
+    assert not timing_demo.compile_text(900.0, "sdpa_auto at B1").startswith("cached")
+
+
+def test_a_large_shape_waits_for_its_button(without_shipped):
+    at = open_page(P7, {"batch": "16", "q_len": "2048", "kv_len": "2048"})
+    assert not frames(at, "compile") and any(b.key == "btn_p7_here" for b in at.button)
+    assert "press the button" in texts(at, "info")
+
+
+# --------------------------------------------------------------------------------------------
+# how it is timed
+# --------------------------------------------------------------------------------------------
+def test_the_harness_code_shown_is_the_code_that_runs():
+    shown, source = timing_demo.harness_source(), inspect.getsource(timing.time_compiled)
+    for part in shown.split("\n    ...\n"):
+        for line in part.splitlines():
+            assert line.strip() in source
+    for word in ("block_until_ready", "perf_counter", "statistics.median", "warmup"):
+        assert word in shown
+
+
+def test_the_dispatch_demonstration_shows_queuing_is_cheaper_than_waiting(without_shipped):
+    at = open_page(P7)  # the codelab's shape: a call costs far more than its dispatch
+    assert timing_demo.harness_source().splitlines()[0] in "\n".join(c.value for c in at.code)
+    demo = frame_with(at, "what it is").set_index("measured")
+    no_wait, wall = demo.loc["one call, no wait", "ms"], demo.loc["one call + block_until_ready (wall)", "ms"]
+    assert 0 < no_wait < wall
+    assert "block_until_ready" in texts(at, "markdown") and "queued" in texts(at, "markdown")
+
+
+# --------------------------------------------------------------------------------------------
+# sweeps
+# --------------------------------------------------------------------------------------------
+def test_sequence_and_batch_sweeps_run_on_their_buttons_with_both_dtypes(without_shipped):
+    at = open_page(P7, SMALL)
+    assert not [d for d in frames(at, "q_len") if "pass" in d], "no sweep before its button"
+    seq = run_sweep(at, "p7_seq", "q_len", ["naive", "sdpa_xla"], [64, 128])
+    assert len(seq) == 8 and (seq["wall_ms"] > 0).all()  # the table lists the cells that ran
+    assert set(seq["dtype"]) == {"float32", "bfloat16"}
+    spec = next(s for s in charts(at) if '"q_len"' in s and "strokeDash" in s)
+    assert '"dtype"' in spec and '"implementation"' in spec  # dash per dtype, colour per implementation
+
+    batch = run_sweep(at, "p7_batch", "batch", ["sdpa_xla"], [1, 2], dtypes=("float32",))
+    assert sorted(batch["batch"]) == [1, 2]
+    assert len(at.download_button) >= 3  # timings, sequence sweep, batch sweep
+
+
+def test_sweep_lists_cells_that_do_not_fit_with_their_reason(without_shipped, small_memory_cap, monkeypatch):
+    monkeypatch.setattr(queue.DEVICE, "_budget", None)  # read the cap now, not the budget an earlier test saw
+    # 64 MiB: naive's float32 scores at T = 1024 (B1 N16: 2 x 64 MiB) do not fit, at T = 64 they do
+    at = open_page(P7, {"batch": "1", "heads": "16", "kv_heads": "16", "head_dim": "8"})
+    seq = run_sweep(at, "p7_seq", "q_len", ["naive"], [64, 1024], dtypes=("float32",))
+    assert list(seq["q_len"]) == [64]
+    bad = next(d for d in frames(at, "reason") if "q_len" in d).set_index("q_len")
+    assert "budget" in bad.loc[1024, "reason"] and bad.loc[1024, "implementation"] == "naive"
+
+
+def test_cpu_sweep_defaults_are_small(without_shipped):
+    at = open_page(P7)
+    if ON_CPU:
+        assert max(at.multiselect(key="p7_seq_values").value) <= 256
+        assert at.multiselect(key="p7_seq_dtypes").value == ["float32", "bfloat16"]
+
+
+# --------------------------------------------------------------------------------------------
+# shipped H200 results
+# --------------------------------------------------------------------------------------------
+def test_benchmarks_page_says_when_no_shipped_results(without_shipped):
+    at = open_page(P7, SMALL)
+    assert "No H200 results ship" in texts(at, "info")
+    assert "Measured on" not in texts(at, "caption")
+
+
+def test_benchmarks_page_shows_the_shipped_results_only_when_they_exist(with_shipped):
+    at = open_page(P7, SMALL)
+    assert "No H200 results ship" not in texts(at, "info")
+    assert "Measured on NVIDIA H200" in texts(at, "caption")
+    assert "700 TFLOP/s" in [m.value for m in at.metric]  # the ceiling, from the shipped results
+    assert [s for s in charts(at) if "forward+backward" in s], "long-context chart"
+    left_out = next(d for d in frames(at, "reason") if "q_len" in d and "pass" in d)
+    assert "naive" in set(left_out[left_out["q_len"] == 4096]["implementation"])  # left out, with its reason
+
+
+def test_fidelity_columns_have_labels_with_units(with_shipped):
+    at = open_page(P7, SMALL)
+    (fid,) = frames(at, "harness_over_bare")
+    config = json.loads(next(d for d in at.dataframe if "harness_over_bare" in d.value.columns).proto.columns)
+    assert set(fid.columns) <= set(config)
+    assert config["harness_over_bare"]["label"] == "harness ÷ bare loop (×)"
+
+
+def test_lines_on_top_of_each_other_are_drawn_dashed_and_named(with_shipped):
+    # the stand-in gives sdpa_xla, sdpa_cudnn and te_dpa identical numbers: they overlap everywhere
+    at = open_page(P7, SMALL)
+    assert "overlap: within 3%" in texts(at, "caption")
+    assert any("line" in d and d["line"].str.startswith("dashed").any() for d in chart_data(at))
+    pairs = timing_demo.overlapping(pd.DataFrame({"q_len": [1, 2, 1, 2], "implementation": ["a", "a", "b", "b"],
+                                                  "y": [1.0, 2.0, 1.005, 2.0]}), "q_len", "y")
+    assert pairs == [("a", "b")]
+
+
+# --------------------------------------------------------------------------------------------
+# on a GPU (python -m attnlab gpucheck runs these there)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_benchmarks_page_on_a_gpu_shows_device_time_and_kernels():
+    at = open_page(P7, {"dtype": "bfloat16"})
+    (table,) = [d for d in frames(at, "wall_ms") if "kernels" in d]  # "What ran on the GPU"
+    assert "sdpa_cudnn" in set(table["implementation"])
+    assert table.set_index("implementation").loc["sdpa_cudnn", "device_ms"] > 0
+
+
+@pytest.mark.parametrize("params", [
+    {"q_len": "12abc", "heads": "<script>"},
+    {"kv_heads": "3"},
+    {"dtype": "float8", "causal": "maybe"},
+])
+def test_hostile_query_strings_give_messages_not_exceptions(params):
+    at = open_page(P7, params)
+    assert at.error, "the URL's problem is stated"
+    assert "computes nothing" in texts(at, "warning")
+    assert not frames(at, "wall_ms")
