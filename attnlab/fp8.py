@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = 448.0
 

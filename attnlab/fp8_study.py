@@ -7,6 +7,7 @@ a GPU and the TransformerEngine & FP8 page shows what they found.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp

@@ -16,7 +16,6 @@ does little arithmetic and reads all of K and V, so its time follows the cache's
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from attnlab import runs

@@ -8,7 +8,6 @@ JSON is what ships as `attnlab/shipped/<gpu>.json`. Every figure is measured thr
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import math
 import statistics
@@ -17,7 +16,6 @@ from collections.abc import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from attnlab import compiled, fp8_study, runs, timing
 from attnlab import device as device_mod

@@ -32,8 +32,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def small_memory_cap(monkeypatch):
-    """A 64 MiB cap, so that 'over the cap' is reachable with small shapes."""
+    """A 64 MiB budget, so that 'over the memory budget' is reachable with small shapes."""
+    from attnlab.queue import DEVICE
+
     monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", str(64 / 1024))
+    monkeypatch.setattr(DEVICE, "_budget", None)  # read again from the environment
+    yield
+    DEVICE._budget = None
 
 
 @pytest.fixture

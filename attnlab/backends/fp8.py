@@ -1,8 +1,16 @@
 """cuDNN's FP8 flash attention through JAX's internal path (Hopper or newer)."""
 
 from attnlab import fp8
-from attnlab.backend import Backend, Requirement, cuda_gpu, cudnn_loaded, dtype_in, head_dim_rule, masks_taken
-from attnlab.backend import streamed_bytes
+from attnlab.backend import (
+    Backend,
+    Requirement,
+    cuda_gpu,
+    cudnn_loaded,
+    dtype_in,
+    head_dim_rule,
+    masks_taken,
+    streamed_bytes,
+)
 from attnlab.device import FP8_ATTENTION_MIN_CC
 
 

@@ -1,7 +1,15 @@
 """NVIDIA TransformerEngine's DotProductAttention (optional: its absence is a normal, explained state)."""
 
 from attnlab import te
-from attnlab.backend import Backend, Requirement, cuda_gpu, dtype_in, head_dim_rule, masks_taken, streamed_bytes
+from attnlab.backend import (
+    Backend,
+    Requirement,
+    cuda_gpu,
+    dtype_in,
+    head_dim_rule,
+    masks_taken,
+    streamed_bytes,
+)
 from attnlab.device import FUSED_ATTENTION_MIN_CC
 
 
