@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call on the H200: carried wheels (tokamax, streamlit), then the GPU-marked tests (core and
+# pages), then whatever commands follow as arguments, a short summary last.
+#   bash scripts/gpu_session.sh OUT_DIR ["python3 -m attnlab ladder --out OUT_DIR/h200_ladder.json" ...]
+set -o pipefail
+OUT_DIR=${1:-${OUT:-gpu-out}}; shift || true
+mkdir -p "$OUT_DIR"
+if [ -d .whl ] && [ ! -d /tmp/site ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH=/tmp/site:$PWD/.whl/stub:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false ATTNLAB_WARM=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT_DIR/nvidia-smi.txt"
+start=$(date +%s)
+if [ -z "$SKIP_TESTS" ]; then
+  python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 tests 2>&1 | tee "$OUT_DIR/gpu-tests.log" | tail -25
+fi
+echo "[$(( $(date +%s) - start )) s] GPU tests done"
+for cmd in "$@"; do
+  echo "=== $cmd"; bash -c "$cmd" 2>&1 | tee -a "$OUT_DIR/extra.log" | tail -40
+  echo "[$(( $(date +%s) - start )) s] done: $cmd"
+done
+grep -E "passed|failed" "$OUT_DIR/gpu-tests.log" | tail -1
