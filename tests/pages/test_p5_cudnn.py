@@ -78,5 +78,6 @@ def test_matches_xla_on_gpu():
     assert metric(at, "allclose") == "True"
     assert float(metric(at, "max |cuDNN − XLA|")) < 1e-2
     button(at, "btn_p5_time").click().run()
-    timed = frame_with(at, "wall_ms").set_index("implementation")
-    assert timed.loc["sdpa_cudnn", "status"] == "ok"
+    timed = frame_with(at, "wall_ms").set_index("implementation")  # the rows that ran
+    assert {"sdpa_cudnn", "sdpa_xla"} <= set(timed.index) and (timed["wall_ms"] > 0).all()
+    assert timed.loc["sdpa_cudnn", "kernel_count"] >= 1
