@@ -148,20 +148,16 @@ def te_block_study(shape: AttentionShape) -> list[dict]:
 # the formats, and the studies' results as tables a page can show
 # --------------------------------------------------------------------------------------------
 def formats() -> pd.DataFrame:
-    """The FP8 formats (Micikevicius et al. 2022, arXiv:2209.05433) and TE's HYBRID recipe format,
-    with their limits read from `jnp.finfo`, and where the lab uses each."""
+    """The two FP8 formats (Micikevicius et al. 2022, arXiv:2209.05433), their limits read from
+    `jnp.finfo`, and where the lab uses each. TE's HYBRID recipe format is E4M3 forward, E5M2 backward."""
     rows = []
     for name, dtype, role, here in (
-            ("E4M3", jnp.float8_e4m3fn, "forward: activations and weights (more precision)",
-             "cuDNN FP8 attention here takes Q, K, V (and P, O) in E4M3"),
-            ("E5M2", jnp.float8_e5m2, "backward: gradients (more range)", "TE's backward GEMMs under HYBRID")):
+            ("E4M3", jnp.float8_e4m3fn, "forward: activations, weights", "cuDNN FP8 attention (Q, K, V, P, O)"),
+            ("E5M2", jnp.float8_e5m2, "backward: gradients (more range)", "TE's backward GEMMs (HYBRID)")):
         fi = jnp.finfo(dtype)
         rows.append({"format": name, "exponent bits": fi.nexp, "mantissa bits": fi.nmant,
                      "largest value": float(fi.max), "smallest value": float(fi.smallest_subnormal),
                      "used for": role, "in this lab": here})
-    rows.append({"format": "HYBRID", "exponent bits": None, "mantissa bits": None, "largest value": None,
-                 "smallest value": None, "used for": "TransformerEngine's recipe format: E4M3 forward, E5M2 backward",
-                 "in this lab": "TE's DelayedScaling recipe (te.recipes()['fp8_delayed'])"})
     df = pd.DataFrame(rows)
     return df.astype({"exponent bits": "Int64", "mantissa bits": "Int64"})
 

@@ -35,6 +35,8 @@ st.write(
 common.table(fp8_study.formats(), column_config={"largest value": st.column_config.NumberColumn(format="%g"),
                                                   "smallest value": st.column_config.NumberColumn(
                                                       "smallest value (subnormal)", format="%.2g")})
+st.caption("HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward; TE's DelayedScaling "
+           "recipe (used in (a) and (b) below) takes it.")
 info = common.device_info_static()
 shape = common.require_shape()
 half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype="bfloat16")

@@ -38,8 +38,8 @@ def test_fp8_formats_are_named_with_their_bits_range_and_use():
     fmt = frame_with(at, "mantissa bits").set_index("format")
     assert (fmt.loc["E4M3", "exponent bits"], fmt.loc["E4M3", "mantissa bits"], fmt.loc["E4M3", "largest value"]) == (4, 3, 448)
     assert (fmt.loc["E5M2", "exponent bits"], fmt.loc["E5M2", "mantissa bits"], fmt.loc["E5M2", "largest value"]) == (5, 2, 57344)
-    assert "E4M3 forward, E5M2 backward" in fmt.loc["HYBRID", "used for"]
-    assert "cuDNN FP8 attention" in fmt.loc["E4M3", "in this lab"] and "DelayedScaling" in fmt.loc["HYBRID", "in this lab"]
+    assert "cuDNN FP8 attention" in fmt.loc["E4M3", "in this lab"] and "HYBRID" in fmt.loc["E5M2", "in this lab"]
+    assert "HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward" in texts(at, "caption")
     text = texts(at, "markdown")
     assert "HYBRID: E4M3 forward, E5M2 for gradients" in text and "Q, K and V in E4M3" in text
 
