@@ -12,8 +12,9 @@ from collections.abc import Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
-from attnlab import compiled, fp8, runs, te, timing
+from attnlab import compiled, fp8, kernels, runs, te, timing
 from attnlab import device as device_mod
 from attnlab.backends import get
 from attnlab.shapes import AttentionShape
@@ -142,4 +143,56 @@ def te_block_study(shape: AttentionShape) -> list[dict]:
                          "reason": f"{type(e).__name__}: {str(e)[:400]}"})
     return rows
 
+
+# --------------------------------------------------------------------------------------------
+# the formats, and the studies' results as tables a page can show
+# --------------------------------------------------------------------------------------------
+def formats() -> pd.DataFrame:
+    """The two FP8 formats (Micikevicius et al. 2022, arXiv:2209.05433), their limits read from
+    `jnp.finfo`, and where the lab uses each. TE's HYBRID recipe format is E4M3 forward, E5M2 backward."""
+    rows = []
+    for name, dtype, role, here in (
+            ("E4M3", jnp.float8_e4m3fn, "forward: activations, weights", "cuDNN FP8 attention (Q, K, V, P, O)"),
+            ("E5M2", jnp.float8_e5m2, "backward: gradients (more range)", "TE's backward GEMMs (HYBRID)")):
+        fi = jnp.finfo(dtype)
+        rows.append({"format": name, "exponent bits": fi.nexp, "mantissa bits": fi.nmant,
+                     "largest value": float(fi.max), "smallest value": float(fi.smallest_subnormal),
+                     "used for": role, "in this lab": here})
+    df = pd.DataFrame(rows)
+    return df.astype({"exponent bits": "Int64", "mantissa bits": "Int64"})
+
+
+def kernel_cell(names) -> str:
+    """Kernel names (or [name, µs] pairs) in words, as one line of text for a table cell."""
+    return "; ".join(f"{kernels.describe(k[0])} {k[1]:.1f} µs" if isinstance(k, (list, tuple))
+                     else kernels.describe(str(k)) for k in (names if isinstance(names, (list, tuple)) else []))
+
+
+def kernels_side_by_side(row: dict) -> pd.DataFrame:
+    """The autocast study's two kernel lists as two columns of equal length."""
+    a, b = list(row.get("bf16_kernels") or []), list(row.get("autocast_kernels") or [])
+    n = max(len(a), len(b))
+    pad = lambda ks: [kernels.describe(k, 90) for k in ks] + [""] * (n - len(ks))  # noqa: E731
+    return pd.DataFrame({"kernels without autocast": pad(a), "kernels with autocast": pad(b)})
+
+
+SPEEDS = {"bf16": "bf16 cuDNN", "fp8": "FP8 kernel, 448/amax scales", "fp8_unit": "FP8 kernel, unit scales",
+          "fp8_e2e": "FP8 end to end (quantise + kernel + dequantise)"}
+
+
+def speed_frame(df: pd.DataFrame, burst: bool) -> pd.DataFrame:
+    """TFLOP/s per (shape, precision) in one GPU state, long form for a grouped bar chart."""
+    sfx = "_burst" if burst else ""
+    cols = {f"{k}{sfx}_tflops": label for k, label in SPEEDS.items() if f"{k}{sfx}_tflops" in df}
+    if not cols or df.empty:
+        return pd.DataFrame(columns=["shape", "precision", "TFLOP/s"])
+    return (df.melt(id_vars=["shape"], value_vars=list(cols), var_name="precision", value_name="TFLOP/s")
+            .replace({"precision": cols}).dropna(subset=["TFLOP/s"]))
+
+
+def fastest(df: pd.DataFrame) -> pd.Series | None:
+    """The row with the fastest FP8 kernel at boost clock (None when no row has one)."""
+    if "fp8_burst_tflops" not in df or df["fp8_burst_tflops"].isna().all():
+        return None
+    return df.loc[df["fp8_burst_tflops"].idxmax()]
 

@@ -1,0 +1,124 @@
+"""UI for page 9 (TransformerEngine and FP8): a study measured here on a button or shipped from an
+H200, and the three FP8 studies' results as metrics, charts and tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from attnlab import fp8_study
+from pages import common, sections
+
+STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
+ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
+          "err_amax_all": "… and a calibrated O scale", "err_small_inputs_unit_scales": "x/64 inputs, unit scales",
+          "err_small_inputs_amax_scales": "x/64 inputs, Q, K, V, P scaled, O not",
+          "err_small_inputs_all_scales": "x/64 inputs, O scaled too"}
+TIME_HELP = "The GPU's own kernel time per call (CUPTI), or the pipelined time per call where CUPTI is absent."
+
+
+def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd.DataFrame], table: str,
+          snippet: str) -> pd.DataFrame | None:
+    """Measured here on a button where it can run (why_not is None); else the reason, the code to run it
+    on a GPU and the shipped H200 table, labelled. None when there is nothing to show."""
+    if why_not is None:
+        if not sections.on_demand(key, label, params):
+            return None
+        sections.queue_notice()
+        with st.spinner("Measuring on the GPU ..."):
+            df = sections.guarded(fn, what="The study")
+        if df is not None:
+            st.caption(f"Measured here, on this {common.device_info_static().device_kind}.")
+        return df
+    st.info(f"Cannot run here: {why_not}")
+    with st.expander("The code to run it on a GPU"):
+        st.code(snippet, language="python")
+    df = sections.shipped_frame(table)
+    if df.empty:
+        st.info("No H200 results ship with this version, so there is nothing measured to show.")
+        return None
+    return df
+
+
+def autocast(df: pd.DataFrame) -> None:
+    row = df.iloc[0].to_dict()
+    if row.get("status") != "ok":
+        st.warning(f"The study did not run: {row.get('status')}. {common.literal(str(row.get('reason', '')))}")
+        return
+    same = list(row["bf16_kernels"]) == list(row["autocast_kernels"])
+    m1, m2, m3 = st.columns(3)
+    m1.metric("max |output with autocast − without|", f"{row['max_abs_diff_autocast_vs_not']:.3g}")
+    m2.metric("time per call without autocast (ms)", f"{row['bf16_ms']:.4f}", help=TIME_HELP)
+    m3.metric("time per call with FP8 autocast (ms)", f"{row['autocast_ms']:.4f}", help=TIME_HELP)
+    (st.success if same else st.warning)(
+        f"At {row.get('shape')}: the kernels are {'identical' if same else 'different'} with and without "
+        "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
+    common.table(fp8_study.kernels_side_by_side(row))
+
+
+def block(df: pd.DataFrame) -> None:
+    df = df.assign(**{c: df[c].map(fp8_study.kernel_cell) for c in ("top_kernels", "gemm_kernels") if c in df})
+    good = df[df["status"] == "ok"]
+    if not good.empty:
+        st.altair_chart(alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
+                        .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
+                                y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None, legend=None),
+                                tooltip=["recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
+                                         alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")]),
+                        width="stretch")
+    common.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "top_kernels",
+                                 "reason") if c in df]],
+                 column_config={"ms": st.column_config.NumberColumn("time per call (ms)", format="%.4f", help=TIME_HELP),
+                                "rel_err_vs_bf16": st.column_config.NumberColumn("relative error vs bf16 block",
+                                                                                 format="%.2e"),
+                                "top_kernels": st.column_config.TextColumn("longest kernels (GPU time each)",
+                                                                           width="large")})
+    common.download(df, "te_block", "Download the block table (CSV)")
+
+
+def fp8_attention(df: pd.DataFrame) -> None:
+    good = df[df["status"] == "ok"]
+    best = fp8_study.fastest(good)
+    if best is not None:
+        st.markdown(f"**Fastest FP8 kernel in this table: {best['shape']}**")
+        m = st.columns(3)
+        m[0].metric("FP8 at boost clock", f"{best['fp8_burst_tflops']:,.0f} TFLOP/s",
+                    f"{best['burst_speedup']:.2f}× bf16 ({best['bf16_burst_tflops']:,.0f})", delta_color="off")
+        m[1].metric("FP8 sustained", f"{best['fp8_tflops']:,.0f} TFLOP/s",
+                    f"{best['speedup']:.2f}× bf16 ({best['bf16_tflops']:,.0f})", delta_color="off")
+        clocks = (f"{best['fp8_burst_clock_mhz']:.0f} → {best['fp8_clock_mhz']:.0f} MHz"
+                  if pd.notna(best.get("fp8_burst_clock_mhz")) and pd.notna(best.get("fp8_clock_mhz")) else "not read")
+        m[2].metric("SM clock, boost → sustained", clocks, f"max {best['max_clock_mhz']:.0f} MHz"
+                    if pd.notna(best.get("max_clock_mhz")) else None, delta_color="off")
+    if not good.empty:
+        state = st.radio("GPU state", list(STATES), horizontal=True, key="p9_fp8_state")
+        speed = fp8_study.speed_frame(good, STATES[state])
+        order = [v for v in fp8_study.SPEEDS.values() if v in set(speed["precision"])]
+        st.altair_chart(alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
+                        .encode(y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
+                                yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
+                                color=alt.Color("precision:N", sort=order, legend=alt.Legend(
+                                    orient="bottom", columns=2, labelLimit=400)),
+                                tooltip=["shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")]),
+                        width="stretch")
+        errors = [c for c in ERRORS if c in good]
+        st.markdown("**Relative error against bf16 cuDNN** (‖FP8 − bf16‖ / ‖bf16‖), by scaling choice")
+        common.table(good[["shape"] + errors],
+                     column_config={c: st.column_config.NumberColumn(ERRORS[c], format="%.2e") for c in errors})
+    tflops = {f"{k}{sfx}_tflops": f"{label}, TFLOP/s{' at boost' if sfx else ' sustained'}"
+              for sfx in ("_burst", "") for k, label in fp8_study.SPEEDS.items()}
+    clocks = {"bf16_burst_clock_mhz": "bf16 clock at boost, MHz", "bf16_clock_mhz": "bf16 clock sustained, MHz",
+              "fp8_burst_clock_mhz": "FP8 clock at boost, MHz", "fp8_clock_mhz": "FP8 clock sustained, MHz"}
+    with st.expander("Every number of this study (table)"):
+        common.table(df[[c for c in ("shape", "status", "burst_speedup", "speedup", "e2e_speedup", *tflops, *clocks,
+                                     "reason") if c in df]],
+                     column_config={"burst_speedup": st.column_config.NumberColumn("speed-up, kernel at boost",
+                                                                                   format="%.2f×"),
+                                    "speedup": st.column_config.NumberColumn("speed-up, kernel sustained", format="%.2f×"),
+                                    "e2e_speedup": st.column_config.NumberColumn("speed-up, end to end", format="%.2f×"),
+                                    **{c: st.column_config.NumberColumn(v, format="%.0f") for c, v in tflops.items()},
+                                    **{c: st.column_config.NumberColumn(v, format="%d") for c, v in clocks.items()}})
+    common.download(df, "fp8_attention", "Download the FP8 table (CSV)")

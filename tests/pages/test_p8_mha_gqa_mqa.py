@@ -1,0 +1,125 @@
+"""Page 8 · MHA, GQA, MQA: the same output with fewer KV heads (checked against float64), the KV
+cache's size, and a timed decode step (AppTest, CPU backend; the GPU test is marked)."""
+
+import jax
+import pytest
+
+from attnlab import runs
+from attnlab.queue import DEVICE
+from tests.apptest_util import HOSTILE, SMALL, button, charts, frame_with, frames, open_page, texts
+
+PAGE = "pages/p8_mha_gqa_mqa.py"
+on_gpu = jax.default_backend() == "gpu"
+HEAVY_MQA = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
+
+
+def bytes_per_token(at) -> dict[str, int]:
+    return {m.label.split(":")[0]: int(m.value.replace(",", "").removesuffix(" B"))
+            for m in at.metric if "bytes per token" in m.label}
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert "computes nothing" in texts(at, "warning")
+    assert not frames(at, "output_shape") and not frames(at, "wall_ms")
+
+
+@pytest.mark.parametrize("params", [{"q_len": "12abc", "heads": "<script>"}, {"kv_heads": "3"},
+                                    {"dtype": "float8", "causal": "maybe"}])
+def test_bad_urls_give_messages_not_exceptions(params):
+    at = open_page(PAGE, params)
+    assert at.error and "computes nothing" in texts(at, "warning")
+    assert not frames(at, "output_shape")
+
+
+def test_variants_page_at_the_codelab_shape_shows_identical_outputs_and_the_cache_formula():
+    at = open_page(PAGE)  # small: the check runs on load
+    checks = frame_with(at, "output_shape")
+    assert set(checks["variant"]) == {"MHA", "GQA", "MQA"}
+    assert set(checks["output_shape"]) == {"(4, 128, 8, 64)"}
+    assert checks["allclose"].all()
+    assert "matches the float64 reference" in texts(at, "success")
+    layers, itemsize, head_dim = 32, 4, 64  # the page's default layers; float32; the codelab's H
+    assert bytes_per_token(at) == {"MHA": 2 * 8 * head_dim * itemsize * layers,
+                                   "GQA": 2 * 2 * head_dim * itemsize * layers, "MQA": 2 * 1 * head_dim * itemsize * layers}
+
+
+def test_variants_page_at_a_custom_shape_follows_the_widgets_and_times_a_decode_step():
+    at = open_page(PAGE, {**SMALL, "dtype": "bfloat16"})
+    at.number_input(key="p8_layers").set_value(3)
+    at.number_input(key="p8_context").set_value(100)
+    at.number_input(key="p8_kv_len").set_value(64)
+    at.multiselect(key="p8_decode_impls").set_value(["naive", "sdpa_xla"])
+    at.run()
+    assert bytes_per_token(at) == {"MHA": 2 * 4 * 16 * 2 * 3, "GQA": 2 * 2 * 16 * 2 * 3, "MQA": 2 * 1 * 16 * 2 * 3}
+    cache = frame_with(at, "query heads per KV head")
+    assert list(cache["kv_heads"]) == [4, 2, 1]
+    assert not frames(at, "kv_read_gb_per_s"), "the decode step is timed only on its button"
+    button(at, "btn_p8_decode").click().run()
+    assert not at.exception
+    decode = frame_with(at, "K and V bytes read")
+    assert len(decode) == 6 and list(decode["implementation"].unique()) == ["naive", "sdpa_xla"]
+    assert list(decode.drop_duplicates("variant")["K and V bytes read"]) == ["16.00 KiB", "8.00 KiB", "4.00 KiB"]  # 2·B·S·K·H·2 bytes
+    assert any('"variant"' in spec and "One decode step" in spec for spec in charts(at))
+
+
+def test_variants_page_without_a_gqa_says_so():
+    at = open_page(PAGE, {"batch": "1", "q_len": "16", "kv_len": "16", "heads": "2", "kv_heads": "2", "head_dim": "8"})
+    assert "No GQA" in texts(at, "caption")
+    assert set(bytes_per_token(at)) == {"MHA", "MQA"}
+
+
+def test_decode_text_says_naive_groups_heads_and_does_not_repeat_kv():
+    text = texts(open_page(PAGE, SMALL), "markdown")
+    assert "jnp.repeat" not in text and "gains nothing" not in text
+    assert "einsum" in text and "K·S·H" in text
+
+
+def test_decode_implementations_widget_keeps_its_options_and_default_when_the_shape_changes():
+    """A multiselect whose options or default change between runs loses its state (issue 12)."""
+    at = open_page(PAGE, SMALL)
+    first = at.multiselect(key="p8_decode_impls")
+    options, value = list(first.options), list(first.value)
+    at.number_input(key="shape_heads").set_value(8).run()
+    at.number_input(key="p8_kv_len").set_value(8).run()
+    assert not at.exception
+    assert list(at.multiselect(key="p8_decode_impls").options) == options
+    assert list(at.multiselect(key="p8_decode_impls").value) == value
+
+
+def test_heavy_mqa_link_computes_nothing_until_a_click(monkeypatch):
+    called = []
+    real = runs.run
+    monkeypatch.setattr(runs, "run", lambda *a, **k: called.append(a[0]) or real(*a, **k))
+    at = open_page(PAGE, HEAVY_MQA)
+    assert not called, f"ran on load: {called}"
+    assert not frames(at, "output_shape") and not frames(at, "kv_read_gb_per_s")
+    assert "too big to run on page load" in texts(at, "caption")
+    assert {"btn_p8_checks", "btn_p8_decode"} <= {b.key for b in at.button}
+    assert list(frame_with(at, "query heads per KV head")["kv_heads"]) == [512, 128, 1]  # the cache table is arithmetic
+
+
+def test_a_check_that_does_not_fit_is_a_row_with_its_reason(small_memory_cap, monkeypatch):
+    monkeypatch.setattr(DEVICE, "_budget", None)  # the queue keeps the budget it read first: read the cap
+    at = open_page(PAGE, {"batch": "1", "q_len": "1", "kv_len": "4096", "heads": "64", "kv_heads": "1",
+                          "head_dim": "128"})
+    assert not frames(at, "output_shape")
+    button(at, "btn_p8_checks").click().run()
+    assert not at.exception
+    missing = frame_with(at, "reason")
+    assert runs.OVER_BUDGET in set(missing["status"]) and "MHA" in set(missing["variant"])
+    assert "MQA" in set(frame_with(at, "output_shape")["variant"])  # the variant that fits still ran
+    assert "Every variant that ran" in texts(at, "success")
+
+
+@pytest.mark.gpu
+def test_decode_device_time_tracks_kv_bytes_on_a_gpu():
+    at = open_page(PAGE, {"dtype": "bfloat16", "heads": "32", "kv_heads": "8", "head_dim": "128"})
+    at.number_input(key="p8_kv_len").set_value(32768).run()
+    button(at, "btn_p8_decode").click().run()
+    assert not at.exception
+    decode = frame_with(at, "K and V bytes read").set_index(["implementation", "variant"])
+    for impl in ("naive", "sdpa_xla"):
+        assert decode.loc[(impl, "MQA"), "device_ms"] < decode.loc[(impl, "MHA"), "device_ms"]
