@@ -58,7 +58,8 @@ def crossovers(data: dict | None) -> pd.DataFrame:
     """The shortest measured T at which each variant beat one device (None: at no length measured)."""
     found = (data or {}).get("crossover_T") or {}
     return pd.DataFrame([{"variant": k.replace("non_causal_", "non-causal ").replace("causal_", "causal ")
-                          .replace("_", " "), "shortest T faster than one GPU": v} for k, v in found.items()])
+                          .replace("_", " "), "shortest T faster than one GPU": "at no length measured" if v is None else f"{v:,}"}
+                         for k, v in found.items()])
 
 
 def timeline(data: dict | None, mask: str = "non_causal") -> pd.DataFrame:

@@ -78,7 +78,8 @@ def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
                     y=alt.Y(f"{y}:Q", title="speed-up vs one GPU (×)" if y == "speedup" else "efficiency"),
                     color=common.impl_color(data), tooltip=["T", "implementation", "ms", "one_device_ms", y]))
     rule = alt.Chart().mark_rule(strokeDash=[4, 4]).encode(y=alt.datum(1))
-    return alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
+    return (alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
+            .configure_legend(labelLimit=260, orient="bottom"))
 
 
 def scaling_chart(df: pd.DataFrame) -> alt.Chart:
