@@ -107,3 +107,50 @@ def overlap_threshold_tokens(flops_per_s: float, bytes_per_s: float, heads: int,
     condition as Liu et al. 2023, section 3 (block size >= FLOPs / bandwidth).
     """
     return math.ceil(kv_heads * itemsize * flops_per_s / (2 * heads * bytes_per_s))
+
+
+def steady_work(devices: int, *, causal: bool, layout: str = "zigzag") -> float:
+    """The busiest device's work at a step after the first, in full blocks: what each send must hide behind."""
+    rows = ring_schedule(devices, causal=causal, layout=layout)
+    return max((r["work"] for r in rows if r["step"] > 0), default=1.0)
+
+
+def step_costs(batch: int, heads: int, kv_heads: int, head_dim: int, itemsize: int, devices: int,
+               lengths: list[int], flops_per_s: float, bytes_per_s: float, *, causal: bool,
+               layout: str = "zigzag") -> list[dict]:
+    """One row per sequence length T (= S): the bytes each device sends per step and the time that takes at
+    `bytes_per_s`, beside the busiest device's compute per step at `flops_per_s` (steps after the first)."""
+    work = steady_work(devices, causal=causal, layout=layout)
+    rows = []
+    for T in lengths:
+        sent = bytes_per_step(batch, T, kv_heads, head_dim, devices, itemsize)
+        flops = block_flops(batch, T, T, heads, head_dim, devices) * work
+        transfer_ms, compute_ms = 1e3 * sent / bytes_per_s, 1e3 * flops / flops_per_s
+        rows.append({"T": T, "tokens_per_device": T // devices, "bytes_per_step": sent, "transfer_ms": transfer_ms,
+                     "compute_flops": flops, "compute_ms": compute_ms, "hidden": transfer_ms <= compute_ms})
+    return rows
+
+
+def hiding_length(heads: int, kv_heads: int, itemsize: int, devices: int, flops_per_s: float, bytes_per_s: float,
+                  *, causal: bool, layout: str = "zigzag") -> int:
+    """The shortest sequence T at which a step's compute hides its send: P · the per-device threshold,
+    longer when a step computes only part of a block (balanced causal: half, so twice as long)."""
+    per_device = overlap_threshold_tokens(flops_per_s, bytes_per_s, heads, kv_heads, itemsize)
+    return math.ceil(devices * per_device / steady_work(devices, causal=causal, layout=layout))
+
+
+def describe_step(schedule: list[dict], step: int) -> str:
+    """One sentence on what every device does at `step`."""
+    rows = [r for r in schedule if r["step"] == step]
+    devices = len(rows)
+    phrases = {FULL: "a full block", DIAGONAL: "a causal diagonal block (half of it)",
+               "partly skipped": "half a block (the rest is masked)", SKIPPED: "nothing (the block is masked)"}
+    counts = {kind: sum(r["compute"] == kind for r in rows) for kind in phrases}
+    doing = ", ".join(f"{n} {'computes' if n == 1 else 'compute'} {phrases[kind]}" for kind, n in counts.items() if n)
+    held = ("its own K/V block" if step == 0 else
+            f"the K/V block that started {step} device{'s' if step > 1 else ''} to its left (device d holds "
+            f"device (d − {step}) mod {devices}'s)")
+    send = ("This is the last step: nothing is sent, and every query has now met every key." if step == devices - 1
+            else "Meanwhile each device sends the block it holds to its right-hand neighbour (device d → d + 1 "
+                 f"mod {devices}), ready for step {step + 1}.")
+    return f"Step {step} of {devices - 1}: every device attends its queries to {held}. {doing[0].upper()}{doing[1:]}. {send}"

@@ -1,0 +1,139 @@
+"""The ring benchmark's JSON (scripts/ring_bench.py, shipped as attnlab/shipped/ring_h200x{P}.json) as tables.
+
+Each function takes the loaded dict (or None when nothing ships) and returns a DataFrame, empty when
+there is nothing to show, so the page only decides what to draw. Column names say their unit.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+MASKS = ("non_causal", "causal")
+VARIANTS = {  # key in the JSON -> what the page calls it
+    "ring": "ring (overlapped)",
+    "ring_no_overlap": "ring (send after compute)",
+    "all_gather": "all-gather",
+    "ring_unbalanced": "ring, contiguous (unbalanced)",
+}
+# H200 SXM: NVLink 4, 18 links, 900 GB/s per GPU in both directions together (NVIDIA H200 datasheet);
+# one ring step sends one way, so a send can use at most half.
+NVLINK_ONE_WAY_BYTES_PER_S = 450e9
+NVLINK_SOURCE = "assumed: NVLink 4 on the H200 datasheet, 900 GB/s both ways, 450 GB/s one way"
+
+
+def label(data: dict | None) -> str:
+    """'Measured on 2 × NVIDIA H200, jax 0.x, block cudnn_block, XLA flags ..., on DATE'."""
+    if data is None:
+        return "not measured"
+    e = data["environment"]
+    s = e.get("shape", {})
+    return (f"Measured on {e['device_count']} × {e['device_kind']} ({e['backend']}), jax {e['jax_version']}, "
+            f"per-block attention {e['block']}, XLA flags {e.get('xla_flags') or 'none'}, at B={s.get('B')} "
+            f"N={s.get('N')} K={s.get('K')} H={s.get('H')} {s.get('dtype')}, on {str(e['date'])[:10]}")
+
+
+def speedups(data: dict | None) -> pd.DataFrame:
+    """One row per (T, mask, variant) measured: ms, one_device_ms, speedup and efficiency (speed-up / P)."""
+    if data is None:
+        return pd.DataFrame(columns=["T", "mask", "variant", "ms", "one_device_ms", "speedup", "efficiency"])
+    rows = []
+    for r in data["results"]:
+        if "skipped" in r:
+            continue
+        for mask in MASKS:
+            for key, name in VARIANTS.items():
+                if f"{mask}_{key}_ms" in r:
+                    rows.append({"T": r["T"], "mask": mask.replace("_", "-"), "variant": name,
+                                 "ms": r[f"{mask}_{key}_ms"], "one_device_ms": r[f"{mask}_one_device_ms"],
+                                 "speedup": r[f"{mask}_{key}_speedup"], "efficiency": r[f"{mask}_{key}_efficiency"]})
+    return pd.DataFrame(rows, columns=["T", "mask", "variant", "ms", "one_device_ms", "speedup", "efficiency"])
+
+
+def skipped(data: dict | None) -> list[int]:
+    """Sequence lengths the benchmark listed but did not measure (its time budget ran out)."""
+    return [r["T"] for r in (data or {}).get("results", []) if "skipped" in r]
+
+
+def crossovers(data: dict | None) -> pd.DataFrame:
+    """The shortest measured T at which each variant beat one device (None: at no length measured)."""
+    found = (data or {}).get("crossover_T") or {}
+    return pd.DataFrame([{"variant": k.replace("non_causal_", "non-causal ").replace("causal_", "causal ")
+                          .replace("_", " "), "shortest T faster than one GPU": "at no length measured" if v is None else f"{v:,}"}
+                         for k, v in found.items()])
+
+
+def timeline(data: dict | None, mask: str = "non_causal") -> pd.DataFrame:
+    """Per-step bars drawn from the parts timed alone (each step's compute + merge, one send):
+
+    'overlapped': each send starts with its step's compute, the next step when both are done;
+    'one after the other': the send waits for the compute. Columns: schedule, step, part, start_ms, end_ms.
+    """
+    t = ((data or {}).get("timeline") or {}).get(mask)
+    rows = []
+    if t:
+        for schedule in ("overlapped", "one after the other"):
+            clock = 0.0
+            for s in t["steps"]:
+                compute = s["compute_ms"] + t["merge_ms"]
+                send_at = clock if schedule == "overlapped" else clock + compute
+                rows.append({"schedule": schedule, "step": s["step"], "part": "compute",
+                             "start_ms": clock, "end_ms": clock + compute})
+                if s["transfer_ms"]:
+                    rows.append({"schedule": schedule, "step": s["step"], "part": "transfer",
+                                 "start_ms": send_at, "end_ms": send_at + s["transfer_ms"]})
+                clock = max(clock + compute, send_at + s["transfer_ms"])
+    return pd.DataFrame(rows, columns=["schedule", "step", "part", "start_ms", "end_ms"])
+
+
+def timeline_summary(data: dict | None, mask: str = "non_causal") -> dict | None:
+    """The whole ring as measured at the timeline's length: ring_ms, ring_no_overlap_ms, transfer_hidden, ..."""
+    t = ((data or {}).get("timeline") or {}).get(mask)
+    if not t:
+        return None
+    T = max((r["T"] for r in data["results"] if "skipped" not in r), default=None)
+    return {"T": T, **{k: t[k] for k in ("ring_ms", "ring_no_overlap_ms", "transfer_hidden", "send_ms", "send_GBps",
+                                         "ideal_overlap_ms", "sum_of_parts_serial_ms")}}
+
+
+def rates(data: dict | None, h200: dict | None = None) -> dict:
+    """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with their sources.
+
+    From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
+    alone), else the H200 results' longest non-causal cuDNN forward, else nothing; the bandwidth falls back
+    to the datasheet figure above.
+    """
+    out = {"flops_per_s": None, "flops_source": "no measured attention rate ships",
+           "bytes_per_s": NVLINK_ONE_WAY_BYTES_PER_S, "bytes_source": NVLINK_SOURCE}
+    measured = [r for r in (data or {}).get("results", []) if "skipped" not in r]
+    if data and measured and data["environment"].get("backend") == "gpu":
+        r, s = max(measured, key=lambda r: r["T"]), data["environment"]["shape"]
+        out["flops_per_s"] = 4 * s["B"] * r["T"] ** 2 * s["N"] * s["H"] / (r["non_causal_one_device_ms"] / 1e3)
+        out["flops_source"] = f"one GPU, non-causal, T={r['T']} ({label(data)})"
+        t = (data.get("timeline") or {}).get("non_causal")
+        if t and t.get("send_GBps"):
+            out["bytes_per_s"] = t["send_GBps"] * 1e9
+            out["bytes_source"] = f"one ring send timed alone at T={r['T']} ({label(data)})"
+    elif h200:
+        rows = [r for r in h200.get("tables", {}).get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
+                and r.get("pass") == "forward" and not r.get("causal") and r.get("status") == "ok"]
+        if rows:
+            r = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
+            out["flops_per_s"] = (r.get("device_tflops") or r["tflops"]) * 1e12
+            out["flops_source"] = (f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}, "
+                                   f"measured {h200['environment']['date']}")
+    return out
+
+
+def scaling(loaded: dict[int, dict | None]) -> tuple[pd.DataFrame, list[int]]:
+    """Efficiency against P, at the longest T each file measured: (rows P, mask, variant, T, efficiency,
+    speedup; the ring sizes with no file)."""
+    frames, missing = [], []
+    for devices, data in sorted(loaded.items()):
+        df = speedups(data)
+        if df.empty:
+            missing.append(devices)
+            continue
+        df = df[(df["T"] == df["T"].max()) & df["variant"].isin([VARIANTS["ring"], VARIANTS["all_gather"]])]
+        frames.append(df.assign(P=devices))
+    cols = ["P", "mask", "variant", "T", "efficiency", "speedup"]
+    return (pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)), missing

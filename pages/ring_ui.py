@@ -1,0 +1,91 @@
+"""Charts for page 11 (Across GPUs): the ring grid, bytes against compute, the measured timeline,
+speed-up and scaling. Each takes a table from attnlab.ring_schedule / attnlab.ring_results."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from pages import common
+
+KINDS = ["full", "diagonal", "partly skipped", "skipped"]
+KIND_COLORS = ["#1f77b4", "#9ecae1", "#fdd0a2", "#eeeeee"]
+
+
+def grid_frame(schedule: list[dict]) -> pd.DataFrame:
+    """The schedule as one row per (step, device), with the words the grid shows."""
+    return pd.DataFrame([{"step": r["step"], "device": r["device"], "compute": r["compute"], "work": r["work"],
+                          "holds": f"K/V of d{r['kv_from_device']}",
+                          "sends": "—" if r["sends_to"] is None else f"→ d{r['sends_to']}",
+                          "query chunks": str(list(r["q_chunks"])), "key chunks": str(list(r["kv_chunks"]))}
+                         for r in schedule])
+
+
+def grid(df: pd.DataFrame, step: int) -> alt.Chart:
+    """Steps down, devices across; colour = what is computed; the chosen step stands out."""
+    base = alt.Chart(df).encode(x=alt.X("device:O", title="device", axis=alt.Axis(labelAngle=0, orient="top")),
+                                y=alt.Y("step:O", title="step"))
+    chosen = alt.datum.step == step  # the chosen step is outlined; the colours keep their meaning
+    cells = base.mark_rect().encode(
+        color=alt.Color("compute:N", scale=alt.Scale(domain=KINDS, range=KIND_COLORS), title="computes"),
+        stroke=alt.condition(chosen, alt.value("#d62728"), alt.value("white")),
+        strokeWidth=alt.condition(chosen, alt.value(4), alt.value(2)),
+        tooltip=["step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"])
+    ink = alt.condition(alt.datum.compute == "full", alt.value("white"), alt.value("#222"))
+    holds = base.mark_text(baseline="bottom", dy=-1, fontSize=11).encode(text="holds:N", color=ink)
+    sends = base.mark_text(baseline="top", dy=3, fontSize=11).encode(text="sends:N", color=ink)
+    return (cells + holds + sends).properties(height=alt.Step(44), title="Which K/V block each device holds "
+                                              "(top) and where it sends it (bottom)")
+
+
+def work_bars(df: pd.DataFrame) -> alt.Chart:
+    totals = df.groupby("device", as_index=False)["work"].sum()
+    return (alt.Chart(totals, title="Work per device").mark_bar()
+            .encode(x=alt.X("device:O", axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y("work:Q", title="work (full blocks)"), tooltip=["device", "work"])
+            .properties(height=44 * df["step"].nunique()))
+
+
+def costs_chart(df: pd.DataFrame, hiding_T: int) -> alt.Chart:
+    long = df.melt(id_vars=["T"], value_vars=["transfer_ms", "compute_ms"], var_name="per step", value_name="ms")
+    long["per step"] = long["per step"].map({"transfer_ms": "send K/V (transfer)", "compute_ms": "attention (compute)"})
+    lines = (alt.Chart(long).mark_line(point=True)
+             .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), title="sequence length T = S",
+                             axis=alt.Axis(format=",~g")),
+                     y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms per step (busiest device)"),
+                     color=alt.Color("per step:N"), tooltip=["T", "per step", alt.Tooltip("ms:Q", format=".4g")]))
+    rule = alt.Chart(pd.DataFrame({"T": [hiding_T]})).mark_rule(strokeDash=[4, 4]).encode(x="T:Q")
+    return lines + rule
+
+
+def timeline_chart(df: pd.DataFrame) -> alt.Chart:
+    return (alt.Chart(df).mark_bar(stroke="white")
+            .encode(x=alt.X("start_ms:Q", title="ms since the ring started"), x2="end_ms:Q",
+                    y=alt.Y("part:N", title=None), color=alt.Color("part:N", title=None),
+                    row=alt.Row("schedule:N", title=None),
+                    tooltip=["schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
+                             alt.Tooltip("end_ms:Q", format=".4f")])
+            .properties(height=70))
+
+
+def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
+    """Speed-up (or efficiency) against T, one line per variant, one panel per mask; the rule is 'as fast as
+    one GPU' (1×) or perfect scaling (efficiency 1)."""
+    data = df.rename(columns={"variant": "implementation"})
+    line = (alt.Chart().mark_line(point=True)
+            .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format=",~g"),
+                            title="sequence length T"),
+                    y=alt.Y(f"{y}:Q", title="speed-up vs one GPU (×)" if y == "speedup" else "efficiency"),
+                    color=common.impl_color(data), tooltip=["T", "implementation", "ms", "one_device_ms", y]))
+    rule = alt.Chart().mark_rule(strokeDash=[4, 4]).encode(y=alt.datum(1))
+    return (alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
+            .configure_legend(labelLimit=260, orient="bottom"))
+
+
+def scaling_chart(df: pd.DataFrame) -> alt.Chart:
+    data = df.rename(columns={"variant": "implementation"})
+    return (alt.Chart(data).mark_line(point=True)
+            .encode(x=alt.X("P:O", title="GPUs (P)", axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y("efficiency:Q", title="efficiency (speed-up / P)", scale=alt.Scale(domain=[0, 1.1])),
+                    color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N"),
+                    tooltip=["P", "mask", "implementation", "T", "speedup", "efficiency"]))

@@ -1,0 +1,136 @@
+"""Page 11 · Across GPUs: the ring drawn per step, bytes against compute per step, the shipped 2 × H200
+measurements (timeline, speed-up, scaling) or why they are absent, and the live ring only on several GPUs."""
+
+import json
+from pathlib import Path
+
+import jax
+import pytest
+
+from attnlab import shipped
+from tests.apptest_util import (
+    CUSTOM,
+    HOSTILE,
+    button,
+    chart_data,
+    charts,
+    frame_with,
+    metric,
+    open_page,
+    texts,
+)
+
+PAGE = "pages/p11_across_gpus.py"
+SMOKE = Path(__file__).resolve().parents[1] / "ring_smoke_cpu_x2.json"
+
+
+@pytest.fixture
+def ring_shipped(monkeypatch):
+    """The page sees a small ring_h200x2.json (a real smoke file, relabelled as from GPUs); 4 and 8 absent."""
+    data = json.loads(SMOKE.read_text())
+    data["environment"].update(backend="gpu", device_kind="NVIDIA H200")
+    real = shipped.load
+    monkeypatch.setattr(shipped, "load", lambda name="h200": data if name == "ring_h200x2" else
+                        None if name.startswith("ring_") else real(name))
+    return data
+
+
+@pytest.fixture
+def no_ring(monkeypatch):
+    real = shipped.load
+    monkeypatch.setattr(shipped, "load", lambda name="h200": None if name.startswith("ring_") else real(name))
+
+
+def grid_of(at):
+    return next(c for c in chart_data(at) if {"step", "device", "work", "holds"} <= set(c.columns))
+
+
+def set_ring(at, P, causal, layout):
+    at.slider(key="p11_P").set_value(P)
+    at.toggle(key="p11_causal").set_value(causal)
+    at.radio(key="p11_layout").set_value(layout)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_default_shape_renders_the_ring_the_model_and_explains_absent_results(no_ring):
+    at = open_page(PAGE)
+    grid = grid_of(at)
+    assert sorted(grid["device"].unique()) == [0, 1, 2, 3] and sorted(grid["step"].unique()) == [0, 1, 2, 3]
+    assert "Step 0 of 3" in texts(at, "info")
+    costs = frame_with(at, "hidden")  # default: B4 N8 K8 H64 float32, P=4
+    row = costs[costs["T"] == 1024].iloc[0]
+    assert row["bytes"] == 2 * 4 * (1024 // 4) * 8 * 64 * 4
+    assert "T ≈" in metric(at, "sequence length where compute hides")
+    assert "do not ship with this version yet" in texts(at)
+    assert "Not measured (no results ship): 2 GPUs, 4 GPUs, 8 GPUs" in texts(at)
+
+
+def test_custom_shape_sets_the_model_and_the_ring_is_causal():
+    at = open_page(PAGE, CUSTOM)  # B2 T32 S48 N4 K2 H16 float32 causal
+    assert at.toggle(key="p11_causal").value is True
+    assert "B=2, N=4, K=2, H=16, float32, causal" in texts(at)
+    costs = frame_with(at, "hidden")
+    assert costs[costs["T"] == 1024].iloc[0]["bytes"] == 2 * 2 * (1024 // 4) * 2 * 16 * 4
+    assert set(grid_of(at)["compute"]) >= {"diagonal"}
+
+
+def test_ring_grid_p4_causal_balanced_gives_every_device_equal_work_and_contiguous_does_not():
+    at = set_ring(open_page(PAGE), 4, True, "zigzag")
+    work = grid_of(at).groupby("device")["work"].sum()
+    assert work.nunique() == 1 and work.iloc[0] == 2.0
+    assert "2 on the busiest GPU and 2 on the idlest" in texts(at)
+    work = grid_of(set_ring(at, 4, True, "contiguous")).groupby("device")["work"].sum()
+    assert list(work) == [0.5, 1.5, 2.5, 3.5]
+
+
+def test_step_slider_describes_each_step_and_survives_a_smaller_ring():
+    at = set_ring(open_page(PAGE), 8, False, "zigzag")
+    at.slider(key="p11_step").set_value(7).run()
+    assert "Step 7 of 7" in texts(at, "info") and "nothing is sent" in texts(at, "info")
+    at = set_ring(at, 2, False, "zigzag")
+    assert "Step 1 of 1" in texts(at, "info")
+
+
+def test_with_shipped_ring_results_the_timeline_speedup_and_scaling_charts_render(ring_shipped):
+    at = open_page(PAGE)
+    assert "Measured on 2 × NVIDIA H200" in texts(at)
+    data = chart_data(at)
+    timeline = next(c for c in data if "start_ms" in c.columns)
+    assert set(timeline["part"]) == {"compute", "transfer"}
+    assert set(timeline["schedule"]) == {"overlapped", "one after the other"}
+    speed = next(c for c in data if "speedup" in c.columns and "ms" in c.columns)
+    assert {"ring (overlapped)", "all-gather", "ring, contiguous (unbalanced)"} <= set(speed["implementation"])
+    assert any("efficiency" in c.columns and "P" in c.columns for c in data)  # scaling
+    assert "Not measured (no results ship): 4 GPUs, 8 GPUs" in texts(at)
+    assert "transfer hidden" in " ".join(m.label for m in at.metric)
+    assert "T = [256]" in texts(at)  # the length the benchmark skipped is named
+    assert any("TFLOP/s" in m.value for m in at.metric) and "one GPU, non-causal" in texts(at)
+    at.radio(key="p11_mask").set_value("causal").run()
+    assert not at.exception
+    assert len(charts(at)) >= 5
+
+
+def test_no_live_ring_on_a_cpu_and_the_page_says_why():
+    at = open_page(PAGE)
+    assert "so the ring cannot run here" in texts(at)
+    assert not [b for b in at.button if b.key == "btn_p11_live"]
+
+
+def test_hostile_query_string_gives_messages_not_exceptions():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
+
+
+@pytest.mark.gpu
+def test_live_ring_on_several_gpus_matches_one_gpu():
+    if jax.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    at = open_page(PAGE, {"batch": "1", "q_len": "1024", "kv_len": "1024", "heads": "8", "kv_heads": "8",
+                          "head_dim": "64", "dtype": "bfloat16", "causal": "true"})
+    button(at, "btn_p11_live").click().run()
+    assert not at.exception
+    assert float(metric(at, "relative error vs one GPU")) < 2e-2

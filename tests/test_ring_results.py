@@ -1,0 +1,124 @@
+"""The ring benchmark's JSON as tables (attnlab.ring_results), the bytes-vs-compute model and the step
+sentences (attnlab.ring_schedule), and the live ring-vs-one-device check (attnlab.ring_live) on one CPU."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from attnlab import ring_live, ring_results
+from attnlab import ring_schedule as rs
+from attnlab.shapes import AttentionShape
+
+SMOKE = Path(__file__).with_name("ring_smoke_cpu_x2.json")  # scripts/ring_bench.py --smoke on 2 CPU devices
+
+
+def smoke() -> dict:
+    """A real file of the benchmark's structure (CPU, two virtual devices; one length marked skipped)."""
+    return json.loads(SMOKE.read_text())
+
+
+def as_gpu(data: dict) -> dict:
+    data["environment"].update(backend="gpu", device_kind="NVIDIA H200")
+    return data
+
+
+def test_speedups_has_one_row_per_length_mask_and_variant_and_efficiency_is_speedup_over_p():
+    data = smoke()
+    df = ring_results.speedups(data)
+    measured = [r for r in data["results"] if "skipped" not in r]
+    assert len(df) == len(measured) * (3 + 4)  # non-causal: 3 variants, causal: 4 (with the unbalanced ring)
+    assert set(df["mask"]) == {"non-causal", "causal"}
+    assert (df["speedup"] - df["one_device_ms"] / df["ms"]).abs().max() < 1e-9
+    assert (df["efficiency"] - df["speedup"] / 2).abs().max() < 1e-9
+    assert ring_results.skipped(data) == [256]
+
+
+def test_absent_file_gives_empty_tables_and_says_not_measured():
+    assert ring_results.speedups(None).empty and ring_results.timeline(None).empty
+    assert ring_results.timeline_summary(None) is None and ring_results.crossovers(None).empty
+    assert ring_results.label(None) == "not measured"
+
+
+def test_label_names_the_devices_versions_and_date():
+    text = ring_results.label(smoke())
+    assert "2 × cpu" in text and "jax 0.10.2" in text and "xla_block" in text and "2026-11-30" in text
+
+
+@pytest.mark.parametrize("mask", ["non_causal", "causal"])
+def test_timeline_overlapped_sends_start_with_their_compute_and_finish_no_later_than_serial(mask):
+    df = ring_results.timeline(smoke(), mask)
+    over, serial = df[df["schedule"] == "overlapped"], df[df["schedule"] == "one after the other"]
+    assert set(df["part"]) == {"compute", "transfer"}
+    for s in over["step"].unique():
+        c = over[(over["step"] == s) & (over["part"] == "compute")].iloc[0]
+        t = over[(over["step"] == s) & (over["part"] == "transfer")]
+        if not t.empty:
+            assert t.iloc[0]["start_ms"] == c["start_ms"]
+            ts = serial[(serial["step"] == s) & (serial["part"] == "transfer")].iloc[0]
+            cs = serial[(serial["step"] == s) & (serial["part"] == "compute")].iloc[0]
+            assert ts["start_ms"] == pytest.approx(cs["end_ms"])
+    assert over["end_ms"].max() <= serial["end_ms"].max() + 1e-12
+    t = smoke()["timeline"][mask]
+    assert serial["end_ms"].max() == pytest.approx(t["sum_of_parts_serial_ms"])
+
+
+def test_rates_come_from_the_ring_file_on_gpu_else_from_the_h200_results_else_nothing():
+    data = as_gpu(smoke())
+    r = ring_results.rates(data)
+    last = max((x for x in data["results"] if "skipped" not in x), key=lambda x: x["T"])
+    s = data["environment"]["shape"]
+    assert r["flops_per_s"] == pytest.approx(4 * s["B"] * last["T"] ** 2 * s["N"] * s["H"]
+                                             / (last["non_causal_one_device_ms"] / 1e3))
+    assert r["bytes_per_s"] == pytest.approx(data["timeline"]["non_causal"]["send_GBps"] * 1e9)
+    h200 = {"environment": {"device": "NVIDIA H200", "date": "2000-01-01"}, "tables": {"long_context": [
+        {"implementation": "sdpa_cudnn", "pass": "forward", "causal": False, "status": "ok", "q_len": 4096,
+         "head_dim": 128, "shape": "B4 T4096", "tflops": 500.0, "device_tflops": 600.0}]}}
+    cpu = ring_results.rates(smoke(), h200)  # a CPU smoke run is no H200 rate
+    assert cpu["flops_per_s"] == 600e12 and cpu["bytes_per_s"] == ring_results.NVLINK_ONE_WAY_BYTES_PER_S
+    assert "assumed" in cpu["bytes_source"] and "H200" in cpu["flops_source"]
+    assert ring_results.rates(None)["flops_per_s"] is None
+
+
+def test_scaling_shows_what_ships_and_lists_the_ring_sizes_not_measured():
+    df, missing = ring_results.scaling({2: smoke(), 4: None, 8: None})
+    assert missing == [4, 8] and set(df["P"]) == {2}
+    assert set(df["variant"]) == {"ring (overlapped)", "all-gather"} and df["T"].nunique() == 1
+    empty, missing = ring_results.scaling({2: None})
+    assert empty.empty and missing == [2]
+
+
+def test_step_costs_bytes_follow_the_formula_and_compute_hides_the_send_from_the_hiding_length_on():
+    B, N, K, H, item, P, F, W = 2, 8, 2, 64, 2, 4, 500e12, 450e9
+    T_star = rs.hiding_length(N, K, item, P, F, W, causal=False)
+    rows = rs.step_costs(B, N, K, H, item, P, [T_star - 2 * P, T_star + 2 * P, 8 * T_star], F, W, causal=False)
+    assert rows[0]["bytes_per_step"] == 2 * B * ((T_star - 2 * P) // P) * K * H * item
+    assert [r["hidden"] for r in rows] == [False, True, True]
+    # balanced causal: a step computes half a block, so the send needs twice the length to hide
+    assert rs.hiding_length(N, K, item, P, F, W, causal=True) == pytest.approx(2 * T_star, abs=P)
+    assert rs.hiding_length(N, K, item, P, F, W, causal=True, layout="contiguous") == T_star
+
+
+def test_each_step_is_described_in_one_sentence_and_the_last_sends_nothing():
+    schedule = rs.ring_schedule(4, causal=True, layout="contiguous")
+    assert rs.describe_step(schedule, 0).startswith("Step 0 of 3: every device attends its queries to its own")
+    assert "2 compute a full block, 2 compute nothing" in rs.describe_step(schedule, 2)
+    assert "nothing is sent" in rs.describe_step(schedule, 3)
+    assert "4 compute half a block" in rs.describe_step(rs.ring_schedule(4, causal=True), 1)
+
+
+def test_live_ring_says_why_it_cannot_run_a_shape():
+    assert "jax sees 1" in ring_live.unmet(AttentionShape(), 2)
+    assert ring_live.unmet(AttentionShape(q_len=33, kv_len=33), 1) is None  # one device: any length
+    assert "must be a multiple of 2" in ring_live.unmet(AttentionShape(q_len=33, kv_len=33, causal=True), 1)
+    assert "q_len (32) = kv_len (48)" in ring_live.unmet(AttentionShape(q_len=32, kv_len=48, causal=True), 1)
+    assert "sliding window" in ring_live.unmet(AttentionShape(window=(4, 0)), 1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_live_ring_on_one_device_matches_one_device_attention_and_is_timed(causal):
+    shape = AttentionShape(batch=1, q_len=32, kv_len=32, heads=4, kv_heads=2, head_dim=16, causal=causal)
+    r = ring_live.compare(shape, 1)
+    assert r["relative_error"] < 1e-5 and r["max_abs_error"] < 1e-5
+    assert r["ring"].wall_ms > 0 and r["one"].wall_ms > 0 and not math.isnan(r["ring"].compile_ms)
