@@ -30,6 +30,7 @@ PAGES = [
     st.Page("pages/p7_benchmarks.py", title="7 · Benchmarks", icon="⏱️", url_path="benchmarks"),
     st.Page("pages/p8_mha_gqa_mqa.py", title="8 · MHA, GQA, MQA", icon="🧩", url_path="mha-gqa-mqa"),
     st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
+    st.Page("pages/p11_across_gpus.py", title="11 · Across GPUs", icon="🔗", url_path="across-gpus"),
 ]
 
 def _first_page() -> None:
