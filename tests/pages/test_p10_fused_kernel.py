@@ -6,7 +6,18 @@ import json
 import pytest
 
 from attnlab import ladder
-from tests.apptest_util import CUSTOM, HOSTILE, _row, button, chart_data, charts, frames, metric, open_page, texts
+from tests.apptest_util import (
+    CUSTOM,
+    HOSTILE,
+    _row,
+    button,
+    chart_data,
+    charts,
+    frames,
+    metric,
+    open_page,
+    texts,
+)
 
 PAGE = "pages/p10_fused_kernel.py"
 MASKED = {**CUSTOM, "window": "8,0", "kv_lengths": "40,30"}
@@ -25,7 +36,7 @@ def fake_ladder() -> dict:
         rows.append({**_row("flash_jax", causal=causal, pass_="forward+backward", **anchor), "rung": 2})
     masks = [{**_row(n, **anchor), "mask": m, "device_ms": ms}
              for n in ("sdpa_cudnn", "sdpa_xla") for m, ms in zip([m for m, _ in ladder.masks(ladder.ANCHOR)],
-                                                                   (3.1, 1.7, 0.55, 0.27, 0.88))]
+                                                                   (3.1, 1.7, 0.55, 0.27, 0.88), strict=True)]
     env = {"date": "2000-01-01", "device": "NVIDIA H200", "compute_capability": "9.0", "driver": "test",
            "jax": "test", "cudnn": "test", "peak": {"bf16_tflops": 1000.0, "fp8_tflops": 2000.0}}
     return json.loads(json.dumps({
