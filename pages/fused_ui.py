@@ -82,7 +82,7 @@ def pallas_source(implementation: str) -> tuple[str, str]:
     if live:
         return live, f"from the installed tokamax ({tokamax_backend._KERNELS[implementation][0]})"
     e = tokamax_backend.EXCERPTS[implementation]
-    text = "\n".join(f"{n:4d}  {line}" + (f"    # ◀ {mark}" if mark else "")
+    text = "\n".join(f"{n:4d} {'◀ ' + mark if mark else '':<12}{line}"
                      for n, line, mark in tokamax_backend.excerpt_lines(implementation))
     return text, f"tokamax is not installed here: the excerpt shipped with the lab, {e['path']}. " \
                  f"{tokamax_backend.LICENCE_NOTE}"
@@ -100,7 +100,7 @@ def rung_chart(df: pd.DataFrame) -> alt.Chart:
     """TFLOP/s per rung, one bar colour per implementation, not causal beside causal."""
     order = list(dict.fromkeys(df.sort_values("rung")["label"]))
     return (alt.Chart(df).mark_bar()
-            .encode(y=alt.Y("label:N", sort=order, title=None), x=alt.X("best_tflops:Q", title="TFLOP/s"),
+            .encode(y=alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=220)), x=alt.X("best_tflops:Q", title="TFLOP/s"),
                     color=common.impl_color(df), row=alt.Row("causal:N", title="causal"),
                     tooltip=["label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
                              alt.Tooltip("pct_of_measured_matmul:Q", format=".0f")])
@@ -108,8 +108,10 @@ def rung_chart(df: pd.DataFrame) -> alt.Chart:
 
 
 def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> alt.Chart:
-    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOPs per byte, model)")
-    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s")
+    decades = [10.0 ** e for e in range(6)]
+    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOPs per byte, model)",
+              axis=alt.Axis(values=decades, format=",~g"))
+    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s", axis=alt.Axis(values=decades, format=",~g"))
     line = alt.Chart(roof).mark_line(color="#555").encode(x=x, y=y)
     dots = (alt.Chart(points.rename(columns={"achieved_tflops": "tflops"})).mark_point(size=120, filled=True)
             .encode(x=x, y=y, color=common.impl_color(points), shape=alt.Shape("causal:N"),
@@ -149,9 +151,12 @@ def ncu_block(found: dict | None) -> None:
     if not found or not ncu:
         st.info(NOT_MEASURED + " Until then, the model above is all there is.")
         return
-    rows = [{"implementation": n, "kernel": c.get("kernel"), "read": common.fmt_bytes(c.get("read_bytes")),
-             "written": common.fmt_bytes(c.get("write_bytes")), "why not measured": c.get("reason")}
-            for n, c in ncu.items()]
+    from attnlab import ladder
+
+    rows = [{"implementation": n, "kernel": c.get("kernel") or "—", "read": common.fmt_bytes(c.get("read_bytes")),
+             "written": common.fmt_bytes(c.get("write_bytes")),
+             "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
+             "why not measured": c.get("reason") or "—"} for n, c in ncu.items()]
     common.table(pd.DataFrame(rows))
     if all("reason" in c for c in ncu.values()):
         st.info("The GPU's counters could not be read where the file was made (reasons above): the model only.")
@@ -169,9 +174,10 @@ def mask_sweep_block(found: dict | None) -> None:
         ok = df[df["status"] == "ok"]
         order = list(dict.fromkeys(df["mask"]))
         st.altair_chart(alt.Chart(ok).mark_bar().encode(
-            x=alt.X("ms:Q", title="kernel time (ms)"), y=alt.Y("implementation:N", title=None),
-            color=common.impl_color(ok), row=alt.Row("mask:N", sort=order, title=None),
-            tooltip=["mask", "implementation", alt.Tooltip("ms:Q", format=".3f")]).properties(width=480))
+            x=alt.X("ms:Q", title="kernel time (ms)"),
+            y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
+            yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
+            tooltip=["mask", "implementation", alt.Tooltip("ms:Q", format=".3f")]).properties(width=520, height=300))
         shipped_caption(found)
         bad = df[df["status"] != "ok"]
         if not bad.empty:
@@ -210,7 +216,7 @@ def ladder_block(found: dict | None) -> None:
             st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
             common.table(back[back["status"] == "ok"][cols[:4]], column_config=cfg)
         for part in (fwd, back):
-            if not part.empty:
+            if not part.empty and (part["status"] != "ok").any():
                 common.table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
         points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
         if not points.empty:
@@ -225,3 +231,14 @@ def ladder_block(found: dict | None) -> None:
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)
         st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "
                    "B4 T4096, compiled scratch 1,356 MiB against XLA's 6,144 MiB.")
+
+
+def error_chart(walk: list, current: int) -> alt.Chart:
+    """max |partial − exact| of each Q block over the whole walk, the current step marked by a rule."""
+    df = pd.DataFrame({"step": range(1, len(walk) + 1), "max |partial − exact|": [x.max_error for x in walk],
+                       "Q block": [str(x.q_block) for x in walk]})
+    line = alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("step:Q", scale=alt.Scale(domain=[1, len(walk)])), y="max |partial − exact|:Q",
+        color=alt.Color("Q block:N"), tooltip=list(df.columns))
+    rule = alt.Chart(pd.DataFrame({"step": [current]})).mark_rule(color="#f58518", strokeWidth=2).encode(x="step:Q")
+    return (line + rule).properties(height=200)

@@ -30,7 +30,8 @@ st.write("A fused attention kernel computes softmax(QKᵀ/√d)·V one tile at a
          "scores to GPU memory. The tabs open it up: the algorithm step by step, the bytes it saves, how it "
          "trains, how masks let it skip work, and how fast each way of writing it runs on an H200.")
 shape = common.require_shape()
-lengths = tuple(sorted({max(16, shape.q_len // 4), max(16, shape.q_len // 2), shape.q_len, shape.q_len * 2}))
+# T = S for the compiled-memory charts: the sidebar's T and past flash_jax's 512-wide tile (compiles only)
+lengths = tuple(sorted({max(16, shape.q_len // 2), shape.q_len, 2 * shape.q_len, 2048, 4096}))
 found = ladder.load_shipped()
 tabs = st.tabs(["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"])
 
@@ -56,9 +57,7 @@ with tabs[0]:
     if s.kind == "skipped":
         right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
     common.table(fused_ui.step_table(s), hide_index=False, drop_empty=False)
-    errors = pd.DataFrame({"step": range(1, len(walk) + 1), "max |partial − exact|": [x.max_error for x in walk],
-                           "Q block": [str(x.q_block) for x in walk]}).iloc[:n]
-    st.line_chart(errors, x="step", y="max |partial − exact|", color="Q block", height=220)
+    st.altair_chart(fused_ui.error_chart(walk, n), width="stretch")
     st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                "rounding (float32 against float64).")
     st.code(fused_ui.flash_update_source(), language="python")
@@ -70,17 +69,20 @@ with tabs[1]:
             "in bytes to and from GPU memory, for the sidebar's B, N, K, H and dtype.")
     bq_t = st.select_slider("query block of the flash kernel", [64, 128, 256], value=128, key="p10_traffic_bq")
     dims = (shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize)
-    model = pd.DataFrame([{"T = S": t, "implementation": impl, "bytes": f["total"]}
-                          for t in (2 ** e for e in range(7, 16)) for impl, f in (
-        ("naive", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
-        ("flash (model)", flash_traffic.traffic_flash(dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
-    st.altair_chart(fused_ui.bytes_chart(model, "T = S", "bytes", "implementation", "GPU memory traffic (model)",
+    model = pd.DataFrame([{"T = S": t, "model": m, "bytes": f["total"]} for t in (2 ** e for e in range(7, 16))
+                          for m, f in (("naive: four kernels", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
+                                       ("flash: one kernel", flash_traffic.traffic_flash(
+                                           dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
+    st.altair_chart(fused_ui.bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)",
                                          "T = S"), width="stretch")
     at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
           "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
                                                block_q=min(bq_t, shape.q_len))}
-    st.dataframe(pd.DataFrame(at).fillna(0).map(common.fmt_bytes), width="stretch")
-    st.caption(f"At {shape.describe()}; no cache reuse counted (attnlab/flash_traffic.py says what it assumes).")
+    table = pd.DataFrame(at)
+    st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
+                 width="stretch")
+    st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
+               "change nothing here (attnlab/flash_traffic.py says what it assumes).")
     if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
         df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
         if df is not None:
@@ -102,6 +104,8 @@ with tabs[2]:
         if not ok.empty:
             st.altair_chart(fused_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
                                                  "forward+backward scratch (temp) bytes", "T = S"), width="stretch")
+            st.caption("flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score matrix, so its "
+                       "memory grows like naive's; past it only the number of tiles grows.")
         sections.not_run(df)
 
 with tabs[3]:
@@ -121,7 +125,8 @@ with tabs[3]:
     c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
     c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")
     c2.metric("(query, key) pairs the masks let through", f"{masked.visible_fraction():.0%}")
-    c2.caption("Computed tiles ≥ pairs let through: the difference is masked work inside partial tiles.")
+    c2.caption("Computed tiles ≥ pairs let through: the difference is masked work inside partial tiles."
+               + ("" if share.get("skipped", 0) else " No mask, no skipping: turn on causal or a window above."))
     fused_ui.mask_sweep_block(found)
 
 with tabs[4]:
@@ -130,10 +135,10 @@ with tabs[4]:
             "why: naive attention is bound by memory traffic, a fused kernel by the tensor cores.")
     fused_ui.ladder_block(found)
     st.subheader("The same loop, two ways")
-    c1, c2 = st.columns(2)
-    which = c2.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel")
+    st.code(fused_ui.flash_update_source(), language="python")
+    st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O.")
+    which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
+                     format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
     text, where = fused_ui.pallas_source(which)
-    c1.code(fused_ui.flash_update_source(), language="python")
-    c1.caption("Plain JAX (attnlab/flash.py): m, rescale, l, O.")
-    c2.code(text, language="python")
-    c2.caption(where)
+    st.code(text, language="python")
+    st.caption(f"The same four steps in tokamax's kernel, marked ◀ at the left. {where}")

@@ -30,7 +30,7 @@ def fake_ladder() -> dict:
     for causal in (False, True):
         for rung, name in enumerate(ladder.LADDER):
             row = _row(name, causal=causal, ok=name != "tokamax_mosaic", **anchor)
-            row.update(rung=rung, tflops=100.0 + 100 * rung, device_tflops=100.0 + 100 * rung if row["status"] == "ok"
+            row.update(rung=rung, gflop=None, tflops=100.0 + 100 * rung, device_tflops=100.0 + 100 * rung if row["status"] == "ok"
                        else None)
             rows.append(row)
         rows.append({**_row("flash_jax", causal=causal, pass_="forward+backward", **anchor), "rung": 2})
@@ -146,3 +146,5 @@ def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
     assert len(temp) == 2 and {"naive", "flash_jax"} <= set(temp[1]["implementation"])
     naive = temp[1][temp[1]["implementation"] == "naive"].sort_values("q_len")["temp_bytes"].tolist()
     assert naive == sorted(naive) and naive[-1] > naive[0]
+    at_4096 = temp[1][temp[1]["q_len"] == 4096].set_index("implementation")["temp_bytes"]
+    assert at_4096["flash_jax"] < at_4096["naive"] / 4  # past its 512-wide tile, flash's memory is O(T)
