@@ -96,6 +96,9 @@ def test_run_all_writes_the_shipped_structure(tmp_path, monkeypatch):
     assert {r["implementation"] for r in data["ladder"]} == set(ladder.LADDER)
     assert "reason" in data["ncu"]["sdpa_cudnn"]
     assert ladder.summary(data)[0].startswith(data["environment"]["device"])
+    late = ladder.run_all(None, anchor=TINY, budget_s=0.02, ncu_names=("sdpa_cudnn",), ncu_after_s=0,
+                          log=lambda s: None)
+    assert late["ncu"]["sdpa_cudnn"]["reason"].startswith("skipped")
 
 
 def test_cli_ladder_subcommand_is_wired(monkeypatch, tmp_path, capsys):
