@@ -5,6 +5,7 @@
     sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
     bench      the benchmark suite (suite.py) to JSON; on a GPU this makes the shipped reference
     gpucheck   on a GPU machine: the GPU-marked tests, then the suite, then a short summary
+    ladder     the ladder from XLA to cuDNN, masks and DRAM bytes (ladder.py) to JSON; page 10 ships it
 """
 
 from __future__ import annotations
@@ -137,6 +138,17 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def cmd_ladder(a) -> int:
+    from attnlab import ladder
+
+    _writable(a.out)
+    t0 = time.perf_counter()
+    result = ladder.run_all(a.out, log=lambda s: print(f"[{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr,
+                                                       flush=True))
+    print("\n".join(ladder.summary(result)))
+    return 0
+
+
 def cmd_gpucheck(a) -> int:
     """GPU-marked tests (core and pages), then the suite; the summary table is printed last."""
     import jax
@@ -193,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", help="write the full results as JSON here")
     s.add_argument("--quick", action="store_true", help="a small subset (CPU-sized)")
     s.set_defaults(func=cmd_bench)
+    s = sub.add_parser("ladder", help="the ladder XLA -> cuDNN, masks, DRAM bytes (page 10)")
+    s.add_argument("--out", help="write the results as JSON here (attnlab/shipped/h200_ladder.json)")
+    s.set_defaults(func=cmd_ladder)
     s = sub.add_parser("gpucheck", help="GPU tests + suite + summary (GPU machine)")
     s.add_argument("--out", help="folder for the logs and results.json")
     s.set_defaults(func=cmd_gpucheck)

@@ -1,0 +1,294 @@
+"""The ladder from XLA to cuDNN: each rung's throughput, masks that skip work, DRAM bytes, and the roofline.
+
+`python -m attnlab ladder --out attnlab/shipped/h200_ladder.json` runs `run_all` on a GPU; page 10 (Inside
+the fused kernel) shows that file. Every figure is measured through `runs` (the one harness); the only
+other measurement is Nsight Compute's DRAM byte counters (`ncu_dram_bytes`), optional and read in a
+subprocess. The same code runs on a CPU at small shapes (tests), where the GPU rungs say why they cannot.
+
+JSON written by `run_all` (every table a list of `runs.Result.row()` dicts plus the keys named):
+    environment    suite.environment(): device, compute capability, driver, versions, date, datasheet peak
+    ceilings       suite.ceilings(): measured bf16 matmul TFLOP/s and copy TB/s
+    ladder         rows of LADDER at ANCHOR, causal and not, forward (accuracy + timing) and, for the rungs
+                   in BACKWARD, forward+backward; + 'rung' (0 = XLA ... 6 = cuDNN FP8)
+    flash_t4096    sdpa_xla and flash_jax at ANCHOR with T = S = 4096 (time and compiled temp bytes)
+    masks          MASK_NAMES under each mask of `masks(ANCHOR)`; + 'mask' (its label)
+    backward_memory  naive, flash_jax, sdpa_cudnn forward+backward compiled at T = S = 1024 ... 8192
+    ncu            per implementation: {'read_bytes', 'write_bytes', 'kernel', 'shape'} or {'reason'}
+    seconds        how long run_all took
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from attnlab import flash_traffic, runs
+from attnlab.shapes import AttentionShape
+
+ANCHOR = AttentionShape(batch=4, q_len=8192, kv_len=8192, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
+LADDER = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tokamax_mosaic", "sdpa_cudnn",
+          "cudnn_fp8"]
+BACKWARD = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tokamax_mosaic", "sdpa_cudnn"]
+MASK_NAMES = ["sdpa_cudnn", "sdpa_xla", "flash_jax"]
+BACKWARD_FRACTIONS = (8, 4, 2, 1)  # forward+backward memory at T = S = anchor T / each
+# Which traffic model describes a rung: 'naive' when the scores pass through GPU memory (XLA's kernels,
+# or plain JAX's loop steps), 'flash' when one fused kernel keeps each tile on chip.
+MODEL = {"naive": "naive", "sdpa_xla": "naive", "tokamax_xla_chunked": "naive", "flash_jax": "naive",
+         "tokamax_triton": "flash", "tokamax_mosaic": "flash", "sdpa_cudnn": "flash", "cudnn_fp8": "flash",
+         "te_dpa": "flash", "sdpa_auto": "flash"}
+BLOCK_Q = 128  # the query tile the flash model assumes (cuDNN and tokamax's Hopper kernels use 64-128)
+NCU = "/usr/local/cuda/bin/ncu"
+NCU_KERNEL = {"sdpa_cudnn": "cudnn|fmha|flash", "tokamax_mosaic": "mosaic|attention|flash",
+              "tokamax_triton": "triton|attention|flash", "cudnn_fp8": "cudnn|fmha|flash"}
+
+# What the lead measured on an H200 at ANCHOR (TFLOP/s, not causal / causal): an anchor to compare with,
+# never shown as this file's measurement.
+EXPECTED_H200 = {
+    "sdpa_xla": (121, 42), "tokamax_xla_chunked": (65, 32), "tokamax_triton": (322, 318),
+    "tokamax_mosaic": (702, 659), "sdpa_cudnn": (703, 645), "cudnn_fp8": (1018, 890),
+}
+EXPECTED_MASKS_MS = {"sdpa_cudnn": (3.13, 1.70, 0.55, 0.27, 0.88), "sdpa_xla": (14.8, 23.1, 23.1, 23.1, 15.9)}
+
+
+def masks(shape: AttentionShape, windows: Sequence[int] = (1024, 256), padding: int = 2048
+          ) -> list[tuple[str, AttentionShape]]:
+    """(label, shape) for: no mask, causal, causal + each window (left w, right 0), padding to `padding` keys."""
+    base = shape.replace(causal=False, window=None, kv_lengths=())
+    out = [("no mask", base), ("causal", base.replace(causal=True))]
+    out += [(f"causal + window {w}", base.replace(causal=True, window=(int(w), 0))) for w in windows]
+    real = min(int(padding), shape.kv_len)
+    out.append((f"padding: {real:,} of {shape.kv_len:,} keys real", base.replace(kv_lengths=(real,))))
+    return out
+
+
+def ladder(shapes: Iterable[AttentionShape], names: Sequence[str] = LADDER, *, backward: bool = True,
+           budget_s: float = 0.5) -> list[dict]:
+    """Each rung at each shape: forward (accuracy and timing), then forward+backward for the rungs in
+    BACKWARD. Rows in the run layer's columns plus 'rung' (the position in `names`)."""
+    rows = []
+    for shape in shapes:
+        for r in runs.run(shape, names, accuracy=True, timed=True, budget_s=budget_s):
+            rows.append({**r.row(), "rung": names.index(r.implementation)})
+        if backward:
+            back = [n for n in names if n in BACKWARD]
+            for r in runs.run(shape, back, accuracy=False, timed=True, backward=True, budget_s=budget_s):
+                rows.append({**r.row(), "rung": names.index(r.implementation)})
+    return rows
+
+
+def mask_sweep(shape: AttentionShape, windows: Sequence[int] = (1024, 256), names: Sequence[str] = MASK_NAMES,
+               *, padding: int = 2048, budget_s: float = 0.5) -> list[dict]:
+    """Kernel time of `names` under each mask of `masks(shape, windows, padding)`; + 'mask', 'visible_fraction'."""
+    rows = []
+    for label, s in masks(shape, windows, padding):
+        for r in runs.run(s, names, accuracy=False, timed=True, budget_s=budget_s):
+            rows.append({**r.row(), "mask": label, "visible_fraction": s.visible_fraction()})
+    return rows
+
+
+def model_bytes(shape: AttentionShape, name: str, block_q: int = BLOCK_Q) -> int:
+    """GPU-memory bytes the traffic model (attnlab.flash_traffic) gives `name` at `shape` (forward)."""
+    dims = (shape.batch, shape.q_len, shape.kv_len, shape.heads, shape.kv_heads, shape.head_dim)
+    itemsize = 1 if name == "cudnn_fp8" else shape.itemsize
+    if MODEL.get(name, "naive") == "flash":
+        return flash_traffic.traffic_flash(*dims, itemsize, block_q=min(block_q, shape.q_len))["total"]
+    return flash_traffic.traffic_naive(*dims, itemsize)["total"]
+
+
+def roofline(rows: Iterable[dict], ceilings: dict, block_q: int = BLOCK_Q) -> list[dict]:
+    """Each measured forward row as a point: arithmetic intensity (FLOPs per byte of the traffic model) and
+    achieved TFLOP/s, with what the measured ceilings allow there: min(matmul TFLOP/s, copy TB/s × intensity)."""
+    out = []
+    for r in rows:
+        if r.get("status") != runs.OK or r.get("pass") != "forward":
+            continue
+        achieved = r.get("device_tflops") or r.get("tflops")
+        if not achieved:
+            continue
+        shape = AttentionShape(**{k: r[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+                                                     "dtype", "causal")})
+        flops = float(r.get("gflop") or shape.flops() / 1e9) * 1e9
+        traffic = model_bytes(shape, r["implementation"], block_q)
+        intensity = flops / traffic
+        attainable = min(ceilings["matmul_bf16_tflops"], ceilings["copy_tb_s"] * intensity)
+        out.append({"implementation": r["implementation"], "label": r.get("label"), "causal": r["causal"],
+                    "model": MODEL.get(r["implementation"], "naive"), "model_bytes": traffic,
+                    "intensity": intensity, "achieved_tflops": achieved, "attainable_tflops": attainable,
+                    "pct_of_attainable": 100 * achieved / attainable})
+    return out
+
+
+def roof(ceilings: dict, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> list[dict]:
+    """The roof as points (log-spaced intensity, min(compute, bandwidth × intensity)), and the ridge point."""
+    step = (math.log10(hi) - math.log10(lo)) / (points - 1)
+    xs = [10 ** (math.log10(lo) + i * step) for i in range(points)]
+    ridge = ceilings["matmul_bf16_tflops"] / ceilings["copy_tb_s"]
+    return [{"intensity": x, "tflops": min(ceilings["matmul_bf16_tflops"], ceilings["copy_tb_s"] * x)}
+            for x in sorted(xs + [ridge])]
+
+
+SHIPPED_NAME = "h200_ladder"
+
+
+def load_shipped() -> dict | None:
+    """The shipped `run_all` result (attnlab/shipped/h200_ladder.json), or None before it is measured."""
+    from attnlab import shipped
+
+    return shipped.load(SHIPPED_NAME)
+
+
+def rungs(result: dict, passes: str = "forward") -> list[dict]:
+    """The ladder's rows of one pass with each rung's sentence and its TFLOP/s as a share of the measured
+    bf16 matmul ceiling and of the datasheet peak for its dtype (FP8 for cudnn_fp8, else bf16)."""
+    from attnlab.backends import REGISTRY
+
+    ceiling = (result.get("ceilings") or {}).get("matmul_bf16_tflops")
+    peak = (result.get("environment") or {}).get("peak") or {}
+    out = []
+    for r in result.get("ladder", []):
+        if r.get("pass") != passes:
+            continue
+        best = r.get("device_tflops") or r.get("tflops")
+        sheet = peak.get("fp8_tflops" if r["implementation"] == "cudnn_fp8" else "bf16_tflops")
+        backend = REGISTRY.get(r["implementation"])
+        out.append({**r, "best_tflops": best, "adds": backend.adds if backend else "",
+                    "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling else None,
+                    "pct_of_datasheet": 100 * best / sheet if best and sheet else None,
+                    "datasheet_peak": sheet})
+    return sorted(out, key=lambda r: (r["causal"], r.get("rung", 0)))
+
+
+# --------------------------------------------------------------------------------------------
+# Nsight Compute: the DRAM bytes one kernel moved
+# --------------------------------------------------------------------------------------------
+_SCRIPT = """
+import jax
+from attnlab import runs
+from attnlab.backends import get
+from attnlab.shapes import AttentionShape
+shape = AttentionShape(**{shape!r})
+q, k, v = runs.make_inputs(shape)
+f = get({name!r}).jit(shape)
+for _ in range(2):
+    jax.block_until_ready(f(q, k, v))
+"""
+UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+         "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}
+
+
+def parse_ncu(text: str) -> dict | None:
+    """{'kernel', 'read_bytes', 'write_bytes'} from `ncu --csv` output (any byte unit), or None."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    found: dict = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        metric, unit = rec.get("Metric Name"), (rec.get("Metric Unit") or "byte").strip().lower()
+        if metric not in ("dram__bytes_read.sum", "dram__bytes_write.sum") or unit not in UNITS:
+            continue
+        try:
+            value = float(rec["Metric Value"].replace(",", "")) * UNITS[unit]
+        except (KeyError, ValueError):
+            continue
+        found["read_bytes" if metric.endswith("read.sum") else "write_bytes"] = int(value)
+        found["kernel"] = rec.get("Kernel Name")
+    return found if {"read_bytes", "write_bytes"} <= found.keys() else None
+
+
+def ncu_dram_bytes(shape: AttentionShape, name: str, kernel_regex: str | None = None, *, timeout_s: float = 75,
+                   ncu: str = NCU) -> tuple[dict | None, str]:
+    """(counters, '') for the first kernel matching `kernel_regex` in one call of `name` at `shape`, or
+    (None, why not): no ncu, no GPU counters (permissions), a timeout, or no matching kernel."""
+    if not (os.path.exists(ncu) or shutil.which(ncu)):
+        return None, f"Nsight Compute is not installed here ({ncu} not found)"
+    regex = kernel_regex or NCU_KERNEL.get(name, "attention|fmha|flash")
+    fields = {k: v for k, v in shape.__dict__.items()}
+    script = _SCRIPT.format(shape=fields, name=name)
+    cmd = [ncu, "--clock-control", "none", "-k", f"regex:{regex}", "--launch-count", "1", "--csv",
+           "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum", sys.executable, "-c", script]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    except subprocess.TimeoutExpired:
+        return None, f"ncu took longer than {timeout_s:.0f} s"
+    except OSError as e:
+        return None, f"ncu could not start: {e}"
+    counters = parse_ncu(done.stdout)
+    if counters:
+        return counters, ""
+    text = done.stdout + done.stderr
+    if "ERR_NVGPUCTRPERM" in text:
+        return None, "the GPU's performance counters are not readable by this user (ERR_NVGPUCTRPERM)"
+    if "No kernels were profiled" in text:
+        return None, f"no kernel matched {regex!r}"
+    tail = re.sub(r"\s+", " ", text[-300:]).strip()
+    return None, f"ncu gave no DRAM counters (exit {done.returncode}): {tail}"
+
+
+# --------------------------------------------------------------------------------------------
+# everything, as the shipped file
+# --------------------------------------------------------------------------------------------
+def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, budget_s: float = 0.5,
+            ncu_names: Sequence[str] = ("sdpa_cudnn", "tokamax_mosaic"), ncu_after_s: float = 150,
+            log: Callable[[str], None] = print) -> dict:
+    """Everything page 10 shows as measured, as one JSON-able dict (written to `out_path` when given).
+
+    Planned to take under ~4 minutes on an H200: each timing is budgeted (`budget_s`), and Nsight Compute
+    (up to 75 s a kernel) runs only while less than `ncu_after_s` seconds have gone; later it is skipped
+    with that reason."""
+    from attnlab import suite
+
+    t0 = time.perf_counter()
+    result: dict = {"environment": suite.environment(), "anchor": anchor.describe()}
+    log("ceilings ...")
+    result["ceilings"] = suite.ceilings()
+    log(f"ladder at {anchor.describe()}, causal and not ...")
+    result["ladder"] = ladder([anchor, anchor.replace(causal=True)], budget_s=budget_s)
+    short = anchor.replace(q_len=anchor.q_len // 2, kv_len=anchor.kv_len // 2)
+    log(f"plain-JAX flash against XLA at {short.describe()} ...")
+    result["flash_t4096"] = [r.row() for r in runs.run(short, ["sdpa_xla", "flash_jax"], accuracy=False,
+                                                      timed=True, budget_s=budget_s)]
+    log("masks ...")
+    result["masks"] = mask_sweep(anchor, budget_s=budget_s)
+    log("forward+backward compiled memory ...")
+    result["backward_memory"] = [
+        r.row() for t in (anchor.q_len // f for f in BACKWARD_FRACTIONS)
+        for r in runs.run(anchor.replace(q_len=t, kv_len=t), ["naive", "flash_jax", "sdpa_cudnn"], accuracy=False,
+                          program=True, backward=True)]
+    result["ncu"] = {}
+    for name in ncu_names:
+        spent = time.perf_counter() - t0
+        if spent > ncu_after_s:
+            result["ncu"][name] = {"reason": f"skipped: the measurements before it took {spent:.0f} s"}
+            continue
+        log(f"Nsight Compute DRAM bytes of {name} ...")
+        counters, why = ncu_dram_bytes(anchor, name)
+        result["ncu"][name] = {**counters, "shape": anchor.describe()} if counters else {"reason": why}
+    result["seconds"] = time.perf_counter() - t0
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return result
+
+
+def summary(result: dict) -> list[str]:
+    """One line per ladder row and mask row: what the CLI prints last."""
+    lines = [f"{result['environment']['device']}  {result.get('anchor')}  ({result.get('seconds', 0):.0f} s)"]
+    for r in result.get("ladder", []):
+        t = r.get("device_tflops") or r.get("tflops")
+        lines.append(f"{r['implementation']:<20} {r['pass']:<16} causal={r['causal']!s:<5} "
+                     + (f"{t:7.1f} TFLOP/s" if t else f"{r['status']}: {str(r.get('reason'))[:80]}"))
+    for r in result.get("masks", []):
+        ms = r.get("device_ms") or r.get("throughput_ms")
+        lines.append(f"{r['mask']:<34} {r['implementation']:<12} " + (f"{ms:8.3f} ms" if ms else r["status"]))
+    for name, c in result.get("ncu", {}).items():
+        lines.append(f"ncu {name}: " + (f"read {c['read_bytes']:,} B, write {c['write_bytes']:,} B"
+                                        if "read_bytes" in c else c["reason"]))
+    return lines

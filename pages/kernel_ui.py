@@ -1,0 +1,244 @@
+"""UI for page 10 (Inside the fused kernel): mask controls, the tile grid, byte charts, the roofline and
+the kernels' source. No attention math here: it lives in attnlab.flash, flash_traffic and ladder."""
+
+from __future__ import annotations
+
+import inspect
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attnlab import flash, tokamax_backend
+from pages import common
+
+STATES = ["done", "current", "skipped", "to come"]
+STATE_COLORS = ["#4c78a8", "#f58518", "#d9d9d9", "#ffffff"]
+KINDS = ["full", "partial", "skipped"]
+KIND_COLORS = ["#4c78a8", "#9ecae9", "#d9d9d9"]
+
+
+def mask_controls(key: str, shape, kv_len: int) -> tuple[bool, tuple[int, int] | None, int | None]:
+    """Causal, window and padding toggles starting from the sidebar's masks; values kept inside 0..kv_len."""
+    c1, c2, c3 = st.columns(3)
+    causal = c1.toggle("causal", value=shape.causal, key=f"{key}_causal")
+    window = None
+    if c2.toggle("sliding window", value=shape.window is not None, key=f"{key}_use_window"):
+        left0, right0 = shape.window or (kv_len // 4, 0)
+        left = c2.number_input("left", 0, kv_len, min(left0, kv_len), key=f"{key}_left")
+        right = c2.number_input("right", 0, kv_len, min(right0, kv_len), key=f"{key}_right")
+        window = (int(left), int(right))
+    length = None
+    if c3.toggle("padding", value=bool(shape.kv_lengths), key=f"{key}_use_padding"):
+        start = min(shape.kv_lengths[0], kv_len) if shape.kv_lengths else max(1, kv_len * 3 // 4)
+        length = int(c3.number_input("real keys", 0, kv_len, start, key=f"{key}_length",
+                                     help="keys past this one are padding (one sequence here)"))
+    return causal, window, length
+
+
+def tile_frame(kinds: list[list[str]], current: int | None = None) -> pd.DataFrame:
+    """One row per tile: its kind and, while stepping (current = the step's index), its state."""
+    cols = len(kinds[0])
+    rows = []
+    for i, row in enumerate(kinds):
+        for j, kind in enumerate(row):
+            n = i * cols + j
+            state = "skipped" if kind == "skipped" else None
+            if current is not None and state is None:
+                state = "done" if n < current else "current" if n == current else "to come"
+            rows.append({"Q block i": i, "K block j": j, "kind": kind, "state": state or kind,
+                         "step": n + 1, "current": n == current})
+    return pd.DataFrame(rows)
+
+
+def tile_chart(df: pd.DataFrame, field: str, title: str, size: int = 260) -> alt.Chart:
+    domain, colors = (STATES, STATE_COLORS) if field == "state" else (KINDS, KIND_COLORS)
+    base = alt.Chart(df, title=title).encode(x=alt.X("K block j:O"), y=alt.Y("Q block i:O"))
+    rect = base.mark_rect(stroke="#555", strokeWidth=0.5).encode(
+        color=alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=colors), title=None),
+        tooltip=["Q block i", "K block j", "kind", "state", "step"])
+    if len(df) <= 64:
+        rect += base.transform_filter("datum.current").mark_text(text="▶", fontSize=14)
+    return rect.properties(width=size, height=size)
+
+
+def source_lines(fn, start: str, end: str) -> str:
+    """The lines of fn's source from the first starting with `start` to the first after it containing `end`."""
+    lines = inspect.getsource(fn).splitlines()
+    a = next(n for n, ln in enumerate(lines) if ln.strip().startswith(start))
+    b = next(n for n in range(a, len(lines)) if end in lines[n])
+    indent = len(lines[a]) - len(lines[a].lstrip())
+    return "\n".join(ln[indent:] for ln in lines[a:b + 1])
+
+
+def flash_update_source() -> str:
+    return source_lines(flash.flash_attention, "def update(", "return O_new, l_new, m_new")
+
+
+def pallas_source(implementation: str) -> tuple[str, str]:
+    """(the kernel's K/V loop with the online-softmax lines marked, where it comes from)."""
+    live = tokamax_backend.inner_loop_source(implementation)
+    if live:
+        return live, f"from the installed tokamax ({tokamax_backend._KERNELS[implementation][0]})"
+    e = tokamax_backend.EXCERPTS[implementation]
+    text = "\n".join(f"{n:4d} {'◀ ' + mark if mark else '':<12}{line}"
+                     for n, line, mark in tokamax_backend.excerpt_lines(implementation))
+    return text, f"tokamax is not installed here: the excerpt shipped with the lab, {e['path']}. " \
+                 f"{tokamax_backend.LICENCE_NOTE}"
+
+
+def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str) -> alt.Chart:
+    enc_color = common.impl_color(df) if color == "implementation" else alt.Color(f"{color}:N", title=None)
+    return (alt.Chart(df, title=title).mark_line(point=True)
+            .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x_title),
+                    y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(title)),
+                    color=enc_color, tooltip=[x, color, y]))
+
+
+def rung_chart(df: pd.DataFrame) -> alt.Chart:
+    """TFLOP/s per rung, one bar colour per implementation, not causal beside causal."""
+    order = list(dict.fromkeys(df.sort_values("rung")["label"]))
+    return (alt.Chart(df).mark_bar()
+            .encode(y=alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=220)), x=alt.X("best_tflops:Q", title="TFLOP/s"),
+                    color=common.impl_color(df), row=alt.Row("causal:N", title="causal"),
+                    tooltip=["label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
+                             alt.Tooltip("pct_of_measured_matmul:Q", format=".0f")])
+            .properties(width=520))
+
+
+def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> alt.Chart:
+    decades = [10.0 ** e for e in range(6)]
+    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOPs per byte, model)",
+              axis=alt.Axis(values=decades, format=",~g"))
+    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s", axis=alt.Axis(values=decades, format=",~g"))
+    line = alt.Chart(roof).mark_line(color="#555").encode(x=x, y=y)
+    dots = (alt.Chart(points.rename(columns={"achieved_tflops": "tflops"})).mark_point(size=120, filled=True)
+            .encode(x=x, y=y, color=common.impl_color(points), shape=alt.Shape("causal:N"),
+                    tooltip=["label", "causal", "model", alt.Tooltip("intensity:Q", format=".0f"),
+                             alt.Tooltip("tflops:Q", format=".0f"), alt.Tooltip("pct_of_attainable:Q", format=".0f")]))
+    return (line + dots).properties(
+        title=f"Roofline: measured ceilings {ceilings['copy_tb_s']:.2f} TB/s and {ceilings['matmul_bf16_tflops']:.0f} "
+              "TFLOP/s (bf16 matmul)", height=360)
+
+
+def step_table(step) -> pd.DataFrame:
+    """The running max m and sum l of each query row of the block, before and after this tile."""
+    n = len(step.row_max_before)
+    return pd.DataFrame({"m before": step.row_max_before, "m after": step.row_max_after,
+                         "rescale exp(m_old − m_new)": step.rescale, "l before": step.row_sum_before,
+                         "l after": step.row_sum_after},
+                        index=pd.Index(np.arange(n), name="row of the block"))
+
+
+# --------------------------------------------------------------------------------------------
+# the shipped H200 measurements (attnlab/shipped/h200_ladder.json, written by `python -m attnlab ladder`)
+# --------------------------------------------------------------------------------------------
+NOT_MEASURED = ("Not measured yet: run `python -m attnlab ladder --out attnlab/shipped/h200_ladder.json` on a "
+                "GPU to ship these measurements with the lab.")
+
+
+def shipped_caption(found: dict) -> None:
+    e = found["environment"]
+    st.caption(f"📦 Measured on {e['device']} (compute capability {e['compute_capability']}), driver "
+               f"{e.get('driver')}, jax {e['jax']}, cuDNN {e['cudnn']}, on {e['date']}, at {found.get('anchor')}. "
+               "Shipped with the lab, not measured on this machine.")
+
+
+def ncu_block(found: dict | None) -> None:
+    st.markdown("**DRAM bytes counted by the GPU (Nsight Compute)**")
+    ncu = (found or {}).get("ncu") or {}
+    if not found or not ncu:
+        st.info(NOT_MEASURED + " Until then, the model above is all there is.")
+        return
+    from attnlab import ladder
+
+    rows = [{"implementation": n, "kernel": c.get("kernel") or "—", "read": common.fmt_bytes(c.get("read_bytes")),
+             "written": common.fmt_bytes(c.get("write_bytes")),
+             "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
+             "why not measured": c.get("reason") or "—"} for n, c in ncu.items()]
+    common.table(pd.DataFrame(rows))
+    if all("reason" in c for c in ncu.values()):
+        st.info("The GPU's counters could not be read where the file was made (reasons above): the model only.")
+    shipped_caption(found)
+
+
+def mask_sweep_block(found: dict | None) -> None:
+    from attnlab import ladder
+
+    st.markdown("**Kernel time under each mask, B4 T8192 N16 H128 bf16 on an H200**")
+    rows = (found or {}).get("masks")
+    if rows:
+        df = pd.DataFrame(rows)
+        df["ms"] = df["device_ms"].fillna(df["throughput_ms"])
+        ok = df[df["status"] == "ok"]
+        order = list(dict.fromkeys(df["mask"]))
+        st.altair_chart(alt.Chart(ok).mark_bar().encode(
+            x=alt.X("ms:Q", title="kernel time (ms)"),
+            y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
+            yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
+            tooltip=["mask", "implementation", alt.Tooltip("ms:Q", format=".3f")]).properties(width=520, height=300))
+        shipped_caption(found)
+        bad = df[df["status"] != "ok"]
+        if not bad.empty:
+            common.table(bad[["mask", "implementation", "status", "reason"]])
+    else:
+        st.info(NOT_MEASURED)
+    with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
+        masks = [m for m, _ in ladder.masks(ladder.ANCHOR)]
+        st.dataframe(pd.DataFrame({n: ms for n, ms in ladder.EXPECTED_MASKS_MS.items()}, index=masks),
+                     width="stretch")
+        st.caption("Kernel time in ms at B4 T8192 N16 H128 bf16, as the lab's authors measured it.")
+
+
+def ladder_block(found: dict | None) -> None:
+    from attnlab import ladder
+
+    if not found or not found.get("ladder"):
+        st.info(NOT_MEASURED)
+    else:
+        shipped_caption(found)
+        fwd = pd.DataFrame(ladder.rungs(found))
+        ok = fwd[fwd["status"] == "ok"]
+        if not ok.empty:
+            st.altair_chart(rung_chart(ok), width="content")
+        cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
+        cfg = {"best_tflops": st.column_config.NumberColumn("TFLOP/s", format="%.0f"),
+               "pct_of_measured_matmul": st.column_config.NumberColumn(
+                   "% of measured bf16 matmul", format="%.0f",
+                   help=f"of {found['ceilings']['matmul_bf16_tflops']:.0f} TFLOP/s, a large bf16 matmul measured there"),
+               "pct_of_datasheet": st.column_config.NumberColumn(
+                   "% of datasheet peak", format="%.0f", help="bf16 peak; the FP8 peak for the FP8 rung"),
+               "adds": st.column_config.TextColumn("what this rung adds", width="large")}
+        common.table(ok[cols], column_config=cfg)
+        back = pd.DataFrame(ladder.rungs(found, "forward+backward"))
+        if not back.empty and (back["status"] == "ok").any():
+            st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
+            common.table(back[back["status"] == "ok"][cols[:4]], column_config=cfg)
+        for part in (fwd, back):
+            if not part.empty and (part["status"] != "ok").any():
+                common.table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
+        points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
+        if not points.empty:
+            st.altair_chart(roofline_chart(points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"]),
+                            width="stretch")
+            st.caption(f"x: FLOPs over the bytes the traffic model gives each rung (scores through memory for XLA and "
+                       f"plain JAX; the flash model, query blocks of {ladder.BLOCK_Q}, for fused kernels). The roof is "
+                       "min(matmul ceiling, copy bandwidth × intensity). The model counts every K/V re-read from "
+                       "memory; the L2 cache serves many, so a fused kernel can sit above its roof.")
+    with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
+        st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
+                                   for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)
+        st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "
+                   "B4 T4096, compiled scratch 1,356 MiB against XLA's 6,144 MiB.")
+
+
+def error_chart(walk: list, current: int) -> alt.Chart:
+    """max |partial − exact| of each Q block over the whole walk, the current step marked by a rule."""
+    df = pd.DataFrame({"step": range(1, len(walk) + 1), "max |partial − exact|": [x.max_error for x in walk],
+                       "Q block": [str(x.q_block) for x in walk]})
+    line = alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("step:Q", scale=alt.Scale(domain=[1, len(walk)])), y="max |partial − exact|:Q",
+        color=alt.Color("Q block:N"), tooltip=list(df.columns))
+    rule = alt.Chart(pd.DataFrame({"step": [current]})).mark_rule(color="#f58518", strokeWidth=2).encode(x="step:Q")
+    return (line + rule).properties(height=200)

@@ -1,0 +1,150 @@
+"""Page 10 · Inside the fused kernel: the flash algorithm step by step, memory traffic, the backward pass,
+masks that skip tiles, and the shipped ladder (AppTest, CPU backend; a fake ladder stands in for the H200's)."""
+
+import json
+
+import pytest
+
+from attnlab import ladder
+from tests.apptest_util import (
+    CUSTOM,
+    HOSTILE,
+    _row,
+    button,
+    chart_data,
+    charts,
+    frames,
+    metric,
+    open_page,
+    texts,
+)
+
+PAGE = "pages/p10_fused_kernel.py"
+MASKED = {**CUSTOM, "window": "8,0", "kv_lengths": "40,30"}
+TABS = ["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"]
+
+
+def fake_ladder() -> dict:
+    anchor = dict(q_len=8192, batch=4, head_dim=128, heads=16)
+    rows = []
+    for causal in (False, True):
+        for rung, name in enumerate(ladder.LADDER):
+            row = _row(name, causal=causal, ok=name != "tokamax_mosaic", **anchor)
+            row.update(rung=rung, gflop=None, tflops=100.0 + 100 * rung, device_tflops=100.0 + 100 * rung if row["status"] == "ok"
+                       else None)
+            rows.append(row)
+        rows.append({**_row("flash_jax", causal=causal, pass_="forward+backward", **anchor), "rung": 2})
+    masks = [{**_row(n, **anchor), "mask": m, "device_ms": ms}
+             for n in ("sdpa_cudnn", "sdpa_xla") for m, ms in zip([m for m, _ in ladder.masks(ladder.ANCHOR)],
+                                                                   (3.1, 1.7, 0.55, 0.27, 0.88), strict=True)]
+    env = {"date": "2000-01-01", "device": "NVIDIA H200", "compute_capability": "9.0", "driver": "test",
+           "jax": "test", "cudnn": "test", "peak": {"bf16_tflops": 1000.0, "fp8_tflops": 2000.0}}
+    return json.loads(json.dumps({
+        "environment": env, "anchor": "B4 T8192 S8192 N16 K16 H128 bfloat16",
+        "ceilings": {"matmul_bf16_tflops": 800.0, "copy_tb_s": 4.0}, "ladder": rows, "masks": masks,
+        "ncu": {"sdpa_cudnn": {"kernel": "cudnn_test", "read_bytes": 2**30, "write_bytes": 2**28},
+                "tokamax_mosaic": {"reason": "test reason: counters not readable"}}}))
+
+
+@pytest.fixture
+def no_ladder(monkeypatch):
+    monkeypatch.setattr(ladder, "load_shipped", lambda: None)
+
+
+@pytest.fixture
+def with_ladder(monkeypatch):
+    data = fake_ladder()
+    monkeypatch.setattr(ladder, "load_shipped", lambda: data)
+    return data
+
+
+@pytest.mark.parametrize("params", [None, MASKED], ids=["default", "masked"])
+def test_every_tab_renders(params, no_ladder):
+    at = open_page(PAGE, params)
+    assert [t.label for t in at.tabs] == TABS
+    assert metric(at, "tile (Q block 0, K block 0)") in ("full", "partial", "skipped")
+    assert any("def update(" in c.value for c in at.code)  # the plain-JAX online softmax
+    assert any("◀ max" in c.value for c in at.code)  # the shipped Pallas excerpt, its lines marked
+    assert "GPU memory traffic (model)" in "".join(charts(at))
+
+
+def test_masks_start_from_the_sidebar_and_skip_tiles(no_ladder):
+    at = open_page(PAGE, MASKED)
+    assert at.toggle(key="p10_masks_causal").value and at.toggle(key="p10_masks_use_padding").value
+    assert (at.number_input(key="p10_masks_left").value, at.number_input(key="p10_masks_length").value) == (8, 40)
+    assert metric(at, "tiles skipped") != "0%"
+    tiles = next(d for d in chart_data(at) if "kind" in d.columns and "state" in d.columns and d["K block j"].max() > 0
+                 and len(d) != 16)
+    assert {"skipped", "partial"} <= set(tiles["kind"])
+
+
+def test_step_through_last_step_reaches_the_exact_output():
+    at = open_page(PAGE)
+    at.toggle(key="p10_walk_causal").set_value(True).run()
+    slider = at.slider(key="p10_step")
+    assert slider.max == 16  # 4 × 4 tiles of 4
+    slider.set_value(slider.max).run()
+    assert not at.exception
+    assert float(metric(at, "max |partial − exact|")) < 1e-5
+    tiles = next(d for d in chart_data(at) if "state" in d.columns and len(d) == 16)
+    assert (tiles["state"] == "skipped").sum() == 6  # causal: the tiles above the diagonal
+    assert tiles["current"].sum() == 1 and tiles.loc[tiles["current"], "step"].item() == 16
+    table = next(f for f in frames(at) if "rescale exp(m_old − m_new)" in f.columns)
+    assert len(table) == 4 and (table["rescale exp(m_old − m_new)"] <= 1).all()
+
+
+def test_step_through_first_step_is_far_and_slider_shrinks_with_bigger_blocks():
+    at = open_page(PAGE)
+    assert float(metric(at, "max |partial − exact|")) > 1e-3  # one key block of four: not the answer yet
+    at.slider(key="p10_step").set_value(10).run()
+    at.select_slider(key="p10_bq").set_value(8).run()
+    at.select_slider(key="p10_bk").set_value(8).run()
+    assert not at.exception and at.slider(key="p10_step").max == 4 and at.slider(key="p10_step").value == 1
+
+
+def test_hostile_query_string_gives_messages():
+    at = open_page(PAGE, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert any("computes nothing" in w.value for w in at.warning)
+
+
+def test_absent_ladder_is_explained(no_ladder):
+    at = open_page(PAGE)
+    assert "Not measured yet: run `python -m attnlab ladder" in texts(at, "info")
+    assert "the model above is all there is" in texts(at, "info")
+    assert "Expected on an H200 (anchor" in " ".join(e.label for e in at.expander)
+    assert "Roofline" not in "".join(charts(at))
+
+
+def test_fake_ladder_chart_table_and_roofline(with_ladder):
+    at = open_page(PAGE)
+    spec = "".join(charts(at))
+    assert "Roofline" in spec and "best_tflops" in spec
+    table = next(f for f in frames(at) if "adds" in f.columns)
+    xla = table[(table["label"] == "sdpa_xla") & ~table["causal"]].iloc[0]
+    assert xla["best_tflops"] == 100 and xla["pct_of_measured_matmul"] == pytest.approx(12.5)
+    fp8 = table[table["label"] == "cudnn_fp8"].iloc[0]
+    assert fp8["pct_of_datasheet"] == pytest.approx(35.0)  # 700 of the FP8 peak 2000
+    assert "tokamax_mosaic" not in set(table["label"])  # it did not run: in the reasons table instead
+    assert any("test reason" in str(v) for f in frames(at) for v in f.get("reason", []))
+    roof = next(d for d in chart_data(at) if "intensity" in d.columns and "model" in d.columns)
+    assert set(roof["implementation"]) == set(ladder.LADDER) - {"tokamax_mosaic"}
+    assert "Measured on NVIDIA H200" in texts(at, "caption")
+    assert any("3.1" in str(d["ms"].tolist()) for d in chart_data(at) if "mask" in d.columns)
+
+
+def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
+    at = open_page(PAGE, {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "2", "kv_heads": "2",
+                          "head_dim": "16"})
+    button(at, "btn_p10_compiled").click().run()
+    button(at, "btn_p10_backward").click().run()
+    assert not at.exception
+    spec = "".join(charts(at))
+    assert "compiled scratch (temp) bytes" in spec and "forward+backward scratch (temp) bytes" in spec
+    temp = [d for d in chart_data(at) if "temp_bytes" in d.columns]
+    assert len(temp) == 2 and {"naive", "flash_jax"} <= set(temp[1]["implementation"])
+    naive = temp[1][temp[1]["implementation"] == "naive"].sort_values("q_len")["temp_bytes"].tolist()
+    assert naive == sorted(naive) and naive[-1] > naive[0]
+    at_4096 = temp[1][temp[1]["q_len"] == 4096].set_index("implementation")["temp_bytes"]
+    assert at_4096["flash_jax"] < at_4096["naive"] / 4  # past its 512-wide tile, flash's memory is O(T)

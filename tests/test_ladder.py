@@ -1,0 +1,110 @@
+"""attnlab.ladder: the ladder, the mask sweep, Nsight Compute's DRAM bytes and the roofline (CPU)."""
+
+import json
+
+import pytest
+
+from attnlab import flash_traffic, ladder, runs
+from attnlab.shapes import AttentionShape
+
+TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16, dtype="bfloat16")
+NAMES = ["sdpa_xla", "flash_jax", "sdpa_cudnn"]
+
+
+def test_ladder_rows_have_the_run_layers_columns_and_say_why_a_rung_cannot_run():
+    rows = ladder.ladder([TINY], NAMES, budget_s=0.05)
+    assert all(set(runs.COLUMNS) <= r.keys() for r in rows)
+    forward = [r for r in rows if r["pass"] == "forward"]
+    assert [r["implementation"] for r in forward] == NAMES and [r["rung"] for r in forward] == [0, 1, 2]
+    ok = {r["implementation"]: r for r in forward if r["status"] == runs.OK}
+    assert {"sdpa_xla", "flash_jax"} <= ok.keys()
+    assert all(ok[n]["allclose"] and ok[n]["tflops"] > 0 for n in ("sdpa_xla", "flash_jax"))
+    back = [r for r in rows if r["pass"] == "forward+backward"]
+    assert {r["implementation"] for r in back} == set(NAMES)  # all three are in BACKWARD
+    cudnn = next(r for r in forward if r["implementation"] == "sdpa_cudnn")
+    if cudnn["status"] != runs.OK:
+        assert cudnn["reason"]
+
+
+def test_mask_sweep_labels_each_mask_and_its_visible_fraction():
+    rows = ladder.mask_sweep(TINY.replace(q_len=64, kv_len=64), (16, 8), ["sdpa_xla"], padding=16, budget_s=0.05)
+    assert [r["mask"] for r in rows] == ["no mask", "causal", "causal + window 16", "causal + window 8",
+                                         "padding: 16 of 64 keys real"]
+    assert all(set(runs.COLUMNS) <= r.keys() and r["status"] == runs.OK for r in rows)
+    fractions = [r["visible_fraction"] for r in rows]
+    assert fractions[0] == 1.0 and fractions[1] == pytest.approx(65 / 128) and fractions[-1] == 0.25
+    assert fractions[1] > fractions[2] > fractions[3]
+    assert rows[3]["window"] == "8,0" and rows[-1]["kv_lengths"] == "16"
+
+
+def test_ncu_absent_gives_none_and_a_reason():
+    counters, why = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu="/nonexistent/ncu")
+    assert counters is None and "not installed" in why
+
+
+def test_ncu_failure_is_a_reason_not_an_exception(tmp_path):
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - no permission' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    counters, why = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu=str(fake), timeout_s=10)
+    assert counters is None and "ERR_NVGPUCTRPERM" in why
+
+
+def test_parse_ncu_csv_in_any_byte_unit():
+    text = ('==PROF== Connected\n"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+            '"0","cudnn_fmha_kernel","dram__bytes_read.sum","Mbyte","1,234.5"\n'
+            '"0","cudnn_fmha_kernel","dram__bytes_write.sum","byte","2048"\n')
+    assert ladder.parse_ncu(text) == {"kernel": "cudnn_fmha_kernel", "read_bytes": 1_234_500_000,
+                                      "write_bytes": 2048}
+    assert ladder.parse_ncu("no csv here") is None
+
+
+def test_roofline_math():
+    ceilings = {"matmul_bf16_tflops": 700.0, "copy_tb_s": 4.0}
+    shape = ladder.ANCHOR
+    row = {"implementation": "sdpa_cudnn", "label": "cuDNN", "status": "ok", "pass": "forward", "tflops": 600.0,
+           "device_tflops": None, "gflop": shape.flops() / 1e9, **shape.__dict__}
+    naive_row = {**row, "implementation": "sdpa_xla", "tflops": 100.0}
+    skipped = {**row, "status": "cannot run here"}
+    fused, xla = ladder.roofline([row, naive_row, skipped], ceilings)
+    dims = (4, 8192, 8192, 16, 16, 128, 2)
+    assert fused["model_bytes"] == flash_traffic.traffic_flash(*dims, block_q=128)["total"]
+    assert xla["model_bytes"] == flash_traffic.traffic_naive(*dims)["total"]
+    assert fused["intensity"] == pytest.approx(shape.flops() / fused["model_bytes"])
+    # TB/s × FLOP/byte = TFLOP/s, capped by the matmul ceiling
+    for p in (fused, xla):
+        assert p["attainable_tflops"] == pytest.approx(min(700.0, 4.0 * p["intensity"]))
+        assert p["pct_of_attainable"] == pytest.approx(100 * p["achieved_tflops"] / p["attainable_tflops"])
+    assert xla["intensity"] < fused["intensity"] / 2  # the scores' round trips dominate naive traffic
+    big_tiles = ladder.roofline([row], ceilings, block_q=1024)[0]
+    assert big_tiles["attainable_tflops"] == 700.0  # fewer K/V re-reads: past the ridge, compute-bound
+    roof = ladder.roof(ceilings)
+    assert max(p["tflops"] for p in roof) == 700.0
+    assert any(p["intensity"] == pytest.approx(175.0) for p in roof)  # the ridge point, 700 / 4
+
+
+def test_run_all_writes_the_shipped_structure(tmp_path, monkeypatch):
+    from attnlab import suite
+
+    monkeypatch.setattr(suite, "ceilings", lambda: {"matmul_bf16_tflops": 1.0, "copy_tb_s": 0.1})
+    out = tmp_path / "ladder.json"
+    monkeypatch.setattr(ladder, "BACKWARD_FRACTIONS", (1,))
+    result = ladder.run_all(str(out), anchor=TINY, budget_s=0.02, ncu_names=("sdpa_cudnn",), log=lambda s: None)
+    data = json.loads(out.read_text())
+    assert data.keys() == result.keys() >= {"environment", "ceilings", "ladder", "masks", "flash_t4096",
+                                            "backward_memory", "ncu", "seconds"}
+    assert {r["implementation"] for r in data["ladder"]} == set(ladder.LADDER)
+    assert "reason" in data["ncu"]["sdpa_cudnn"]
+    assert ladder.summary(data)[0].startswith(data["environment"]["device"])
+    late = ladder.run_all(None, anchor=TINY, budget_s=0.02, ncu_names=("sdpa_cudnn",), ncu_after_s=0,
+                          log=lambda s: None)
+    assert late["ncu"]["sdpa_cudnn"]["reason"].startswith("skipped")
+
+
+def test_cli_ladder_subcommand_is_wired(monkeypatch, tmp_path, capsys):
+    from attnlab import cli
+
+    fake = {"environment": {"device": "cpu"}, "anchor": "x", "seconds": 1.0}
+    monkeypatch.setattr(ladder, "run_all", lambda out, log: fake)
+    assert cli.main(["ladder", "--out", str(tmp_path / "l.json")]) == 0
+    assert capsys.readouterr().out.startswith("cpu")
