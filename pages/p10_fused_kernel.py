@@ -25,7 +25,7 @@ def compiled_memory(shape: AttentionShape, lengths: tuple) -> pd.DataFrame:
     return memory.compiled_memory(shape, NAMES, lengths)
 
 
-st.title("Inside the fused kernel")
+st.title("5b · Inside the fused kernel")
 st.write("A fused attention kernel computes softmax(QKᵀ/√d)·V one tile at a time and never writes the T × S "
          "scores to GPU memory. The tabs open it up: the algorithm step by step, the bytes it saves, how it "
          "trains, how masks let it skip work, and how fast each way of writing it runs on an H200.")

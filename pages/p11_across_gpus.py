@@ -12,7 +12,7 @@ from pages import common, ring_ui, sections
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
 SHIPPED = {P: f"ring_h200x{P}" for P in (2, 4, 8)}
 
-st.title("11 · Across GPUs")
+st.title("10 · Across GPUs")
 st.write(
     "When a sequence is too long for one GPU, split it: each of P GPUs keeps T/P queries and S/P keys and "
     "values. Ring attention then passes the K/V blocks around a ring: at every step each GPU attends its "

@@ -1,4 +1,4 @@
-"""Page 11 · Across GPUs: the ring drawn per step, bytes against compute per step, the shipped 2 × H200
+"""Page 10 · Across GPUs: the ring drawn per step, bytes against compute per step, the shipped 2 × H200
 measurements (timeline, speed-up, scaling) or why they are absent, and the live ring only on several GPUs."""
 
 import json
