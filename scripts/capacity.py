@@ -37,10 +37,8 @@ AppTest is meant for one test at a time; `server_like_apptest()` patches it in t
 that sessions in threads share one Runtime and one ScriptCache, as a server's sessions do (without
 it, sessions break each other: see its docstring). `--raw-apptest` leaves AppTest as it is.
 
-Longest queue wait: read from the lab if it exposes one (`attnlab.queue`, or attributes of
-`attnlab.bench.DEVICE_QUEUE` such as `longest_wait_s`, or a `stats()` mapping); failing that, the
-device queue's `slot()` context manager is wrapped in this process and the wait it yields (else the
-time to enter it) is recorded. `--no-queue-wrap` turns the wrapping off; with neither, "n/a".
+Longest queue wait and the peak bytes admitted at once: the device queue's own statistics
+(`attnlab.queue.DEVICE.stats`), reset at the start of each run.
 
 Exit status: 0 when every planned page was served with no errors, 1 otherwise.
 """
@@ -51,7 +49,6 @@ import argparse
 import ast
 import contextlib
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -125,96 +122,33 @@ def discover_pages(app: Path = APP) -> list[str]:
 # the longest queue wait: read from the lab if it says, else wrap the device queue's slot()
 # --------------------------------------------------------------------------------------------
 _PATCHED: list[str] | None = None  # what server_like_apptest() did, once per process
-WAIT_ATTRS = ("longest_wait_s", "max_wait_s", "longest_wait", "max_wait", "peak_wait_s")
-
-
-def _wait_from(obj: Any) -> float | None:
-    for attr in WAIT_ATTRS:
-        value = getattr(obj, attr, None)
-        if callable(value):
-            with contextlib.suppress(Exception):
-                value = value()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    stats = getattr(obj, "stats", None)
-    if callable(stats):
-        with contextlib.suppress(Exception):
-            stats = stats()
-    if isinstance(stats, dict):
-        for attr in WAIT_ATTRS:
-            if isinstance(stats.get(attr), (int, float)):
-                return float(stats[attr])
-    elif stats is not None and stats is not obj:
-        return _wait_from(stats)
-    return None
 
 
 class QueueProbe:
-    """Where the longest queue wait comes from; `read()` gives seconds or None."""
+    """The device queue's own figures (attnlab.queue.DEVICE.stats): longest wait, runs that waited,
+    peak bytes admitted at once."""
 
-    def __init__(self, wrap: bool = True):
-        self.source = "n/a"
-        self._objects: list[tuple[str, Any]] = []
-        self._wrapped_max: float | None = None
-        self.waits = 0
-        self._lock = threading.Lock()
-        for modname in ("attnlab.queue", "attnlab.bench"):
-            try:
-                mod = importlib.import_module(modname)
-            except Exception:
-                continue
-            self._objects.append((modname, mod))
-            for name in dir(mod):
-                if name.isupper() and not name.startswith("_"):
-                    self._objects.append((f"{modname}.{name}", getattr(mod, name)))
-        for name, obj in self._objects:
-            if _wait_from(obj) is not None:
-                self.source = name
-                return
-        if wrap:
-            self._wrap()
+    source = "attnlab.queue.DEVICE.stats"
 
-    def _wrap(self) -> None:
-        try:
-            from attnlab import bench
-        except Exception:
-            return
-        queue = getattr(bench, "DEVICE_QUEUE", None)
-        original = getattr(queue, "slot", None)
-        if queue is None or not callable(original):
-            return
-        probe = self
+    def __init__(self, wrap: bool = True):  # `wrap` kept for the command line; the queue keeps its own stats
+        from attnlab.queue import DEVICE, Stats
 
-        @contextlib.contextmanager
-        def slot(*args: Any, **kwargs: Any):
-            start = time.perf_counter()
-            with original(*args, **kwargs) as waited:
-                wait = waited if isinstance(waited, (int, float)) and not isinstance(waited, bool) \
-                    else time.perf_counter() - start
-                with probe._lock:
-                    probe.waits += 1
-                    probe._wrapped_max = max(probe._wrapped_max or 0.0, float(wait))
-                yield waited
+        self._device, self._stats_type = DEVICE, Stats
 
-        try:
-            queue.slot = slot  # an instance attribute: every `DEVICE_QUEUE.slot()` call finds it
-        except Exception:
-            return
-        self.source = "wrapped attnlab.bench.DEVICE_QUEUE.slot"
-        self._wrapped_max = 0.0
+    @property
+    def waits(self) -> int:
+        return self._device.stats.waited
 
     def reset(self) -> None:
-        """Start counting afresh (only the wrapped measurement can be reset)."""
-        with self._lock:
-            self.waits = 0
-            if self._wrapped_max is not None:
-                self._wrapped_max = 0.0
+        self._device.stats = self._stats_type()
 
     def read(self) -> float | None:
-        for name, obj in self._objects:
-            if name == self.source:
-                return _wait_from(obj)
-        return self._wrapped_max
+        return self._device.stats.longest_wait_s
+
+    def peaks(self) -> dict:
+        s = self._device.stats
+        return {"queue_peak_device_bytes": s.peak_device_bytes, "queue_peak_host_bytes": s.peak_host_bytes,
+                "queue_admitted": s.admitted}
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,6 +370,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "p95_page_s": percentile(times, 95), "worst_page_s": max(times) if times else None,
         "button_presses": len(presses), "median_press_s": statistics.median(presses) if presses else None,
         "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
+        **probe.peaks(),
         "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed,
         "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
         "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),

@@ -58,13 +58,15 @@ def test_percentile_is_nearest_rank():
     assert capacity.percentile([1.0, 2.0, 10.0], 50) == 2.0
 
 
-def test_queue_probe_prefers_what_the_lab_exposes():
-    class Queue:
-        longest_wait_s = 1.5
+def test_queue_probe_reads_the_queues_own_statistics():
+    from attnlab.queue import DEVICE
 
-    assert capacity._wait_from(Queue()) == 1.5
-    assert capacity._wait_from(type("Q", (), {"stats": lambda self: {"max_wait_s": 2}})()) == 2.0
-    assert capacity._wait_from(object()) is None
+    probe = capacity.QueueProbe()
+    probe.reset()
+    DEVICE.stats.longest_wait_s, DEVICE.stats.waited = 1.5, 3
+    assert probe.read() == 1.5 and probe.waits == 3 and "queue_peak_device_bytes" in probe.peaks()
+    probe.reset()
+    assert probe.read() == 0.0
 
 
 @pytest.mark.load
