@@ -6,17 +6,11 @@ in the URL, and the device). Each page is a thin script in pages/ over the `attn
 
 import os
 import threading
-from pathlib import Path
 
-# JAX's persistent compilation cache: programs compiled once are reused after a restart (the GKE
-# image points this at its cache volume). Set before JAX is imported.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parent / ".cache" / "jax"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.05")
+import streamlit as st
 
-import streamlit as st  # noqa: E402
-
-from attnlab import warm  # noqa: E402
-from pages import common  # noqa: E402
+from attnlab import warm
+from pages import common
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 

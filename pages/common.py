@@ -42,9 +42,11 @@ def device_info() -> device.DeviceInfo:
 
 @st.cache_data(**CACHE)
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
-        program: bool = False, backward: bool = False) -> list[runs.Result]:
-    """runs.run, cached: every learner who asks for the same thing shares one result."""
-    return runs.run(shape, list(names), accuracy=accuracy, timed=timed, program=program, backward=backward)
+        program: bool = False, backward: bool = False, budget_s: float | None = None) -> list[runs.Result]:
+    """runs.run, cached: every learner who asks for the same thing shares one result. `budget_s`: a
+    shorter timing (seconds per implementation), for timings a page takes without being asked."""
+    kw = {} if budget_s is None else {"budget_s": budget_s}
+    return runs.run(shape, list(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
 
 
 def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:

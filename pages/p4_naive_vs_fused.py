@@ -10,6 +10,8 @@ from attnlab.backends import REGISTRY
 from attnlab.checks import TOLERANCES
 from pages import common, fused_ui, sections
 
+PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
+
 st.title("4 · Naive vs fused")
 st.write(
     "Attention from scratch is four stages in `jax.numpy` (scores, scale, softmax, attend). "
@@ -29,9 +31,13 @@ fused_ui.none_is_xla(shape)
 
 st.subheader("Same answer?")
 tol = TOLERANCES[shape.dtype]
-if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", shape, auto=sections.small(shape)):
-    acc = sections.guarded(common.frame, shape, tuple(REGISTRY), what="Running every implementation")
-    res = {r.implementation: r for r in common.run(shape, tuple(REGISTRY))} if acc is not None else {}
+every = st.toggle("every implementation in the registry, not only this page's four", key="p4_every",
+                  help="Adds the plain-JAX flash attention, tokamax's kernels, TransformerEngine and FP8 where they run.")
+compared = tuple(REGISTRY) if every else PAGE_NAMES
+if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (shape, compared),
+                      auto=sections.small(shape) and not every):
+    acc = sections.guarded(common.frame, shape, compared, what="Running the implementations")
+    res = {r.implementation: r for r in common.run(shape, compared)} if acc is not None else {}
     naive, auto = res.get("naive"), res.get("sdpa_auto")
     if naive and auto and naive.ok and auto.ok:
         diff = runs.max_difference(naive, auto)

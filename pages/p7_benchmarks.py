@@ -27,10 +27,16 @@ with here:
     st.header(f"Every implementation at {shape.describe()}")
     st.caption("**What to look at:** wall against throughput (how much is Python's dispatch), the spread (how far "
                "to trust a difference), and TFLOP/s. The notes under the table say what each oddity means.")
-    if sections.on_demand("p7_here", f"Time {len(names)} implementations at this shape", shape,
-                          auto=sections.small(shape)):
+    codelab = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn") if n in names]  # timed without asking
+    every = st.toggle(f"all {len(names)} implementations that run here", key="p7_every",
+                      help="The codelab's three are timed as soon as the page opens (small shapes); the others on the "
+                           "button.")
+    timed = names if every else codelab
+    if sections.on_demand("p7_here", f"Time {len(timed)} implementations at this shape", (shape, tuple(timed)),
+                          auto=sections.small(shape) and not every):
         sections.queue_notice()
-        df = sections.guarded(common.frame, shape, names, timed=True, what="Timing")
+        df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",
+                              budget_s=None if every else 0.5)
         if df is not None:
             df = timing_demo.annotate(df)
             common.table(df[df["status"] == "ok"][["implementation", "label", "compile", "wall_ms",

@@ -333,6 +333,11 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     shapes = session_shapes(mode, n, rng)
     firsts = [rng.randrange(len(pages)) for _ in range(n)]
     probe = probe or QueueProbe(wrap=wrap_queue)
+    warm_s = None
+    if os.environ.get("CAPACITY_WARM") == "1":  # the server's own start-up warm-up, before the class arrives
+        from attnlab import warm
+
+        warm_s = warm.warm()
     probe.reset()
     visits: list[Visit] = []
     barrier = threading.Barrier(n)
@@ -371,7 +376,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "button_presses": len(presses), "median_press_s": statistics.median(presses) if presses else None,
         "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
         **probe.peaks(),
-        "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed,
+        "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed, "warm_s": warm_s,
         "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
         "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),
         "error_messages": messages,
@@ -449,6 +454,7 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
                "--timeout", str(args.timeout), "--seed", str(args.seed), "--in-process", "--json", str(out),
                "--quiet"]
         cmd += ["--press-buttons"] if args.press_buttons else []
+        cmd += ["--warm"] if args.warm else []
         cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
         cmd += ["--raw-apptest"] if args.raw_apptest else []
         proc = subprocess.run(cmd, cwd=ROOT)
@@ -466,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=["shared", "own"], default="shared")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page run")
     ap.add_argument("--json", type=Path, help="write every figure and visit here")
+    ap.add_argument("--warm", action="store_true",
+                    help="first warm the server as it warms itself at start (attnlab.warm), then the class arrives")
     ap.add_argument("--press-buttons", action="store_true",
                     help="on each page, press its primary measurement buttons (type primary, or keyed *_time)")
     ap.add_argument("--in-process", action="store_true",
@@ -476,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.warm:
+        os.environ["CAPACITY_WARM"] = "1"
     os.chdir(ROOT)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # attnlab and pages/ as app.py finds them
