@@ -1,5 +1,5 @@
 """Many learners at once on one server (scripts/load_test.py), and the check it relies on: that
-attnlab.bench logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
+attnlab.timing logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
 queue keeps those intervals apart.
 
 The load test itself is marked `load` (and `browser`): 20 concurrent browser contexts through all
@@ -41,7 +41,7 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
     import jax
     import jax.numpy as jnp
 
-    from attnlab import bench
+    from attnlab import timing
 
     log = tmp_path / "timings.log"
     monkeypatch.setenv("ATTNLAB_TIMING_LOG", str(log))
@@ -51,7 +51,7 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
 
     def measure():
         try:
-            bench.time_compiled(compiled, args, repeats=5, budget_s=0.05, device_time=False)
+            timing.time_compiled(compiled, args, repeats=5, budget_s=0.05, device_time=False)
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -70,12 +70,12 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
 def test_without_the_variable_nothing_is_logged(tmp_path, monkeypatch):
     import jax.numpy as jnp
 
-    from attnlab import bench
+    from attnlab import timing
 
     monkeypatch.delenv("ATTNLAB_TIMING_LOG", raising=False)
     monkeypatch.chdir(tmp_path)
     compiled = __import__("jax").jit(lambda x: x + 1).lower(jnp.ones(4)).compile()
-    bench.time_compiled(compiled, [jnp.ones(4)], repeats=3, budget_s=0.01, device_time=False)
+    timing.time_compiled(compiled, [jnp.ones(4)], repeats=3, budget_s=0.01, device_time=False)
     assert list(tmp_path.iterdir()) == []
 
 
