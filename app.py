@@ -10,7 +10,7 @@ import threading
 import streamlit as st
 
 from attnlab import warm
-from pages import common
+from pages import sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 
@@ -49,6 +49,6 @@ if os.environ.get("ATTNLAB_WARM", "1") == "1":
     warm_once()
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
-common.device_badge()
-st.session_state["shape"] = common.shape_sidebar()
+sidebar.device_badge()
+st.session_state["shape"] = sidebar.shape_sidebar()
 page.run()

@@ -1,0 +1,151 @@
+"""The shape sidebar: widgets <-> the URL's query parameters, model presets, and the device badge.
+
+The URL is the source of truth when it names a shape (a shared link, a reload); otherwise the
+session's last shape is written back into the URL, so every page can be shared as a link. Every
+value passes `AttentionShape.from_query_params` (the one parser for URL text and widget text alike).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from attnlab import presets
+from attnlab.backend import streamed_bytes
+from attnlab.queue import DEVICE
+from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
+from pages.common import device_info_static, literal
+
+SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
+LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "heads": "heads (N)",
+          "kv_heads": "kv_heads (K)", "head_dim": "head_dim (H)"}
+
+
+def _url_shape_params() -> dict[str, str]:
+    return {k: v for k, v in st.query_params.to_dict().items() if k in SHAPE_KEYS}
+
+
+MASK_KEYS = ("window", "kv_lengths")  # text widgets: "" for none, else numbers separated by commas
+
+
+def _widget_value(key: str, value):
+    if key in MASK_KEYS:
+        return ",".join(map(str, value)) if value else ""
+    return value
+
+
+def _seed_widgets(shape: AttentionShape) -> None:
+    st.session_state["shape_values"] = {k: _widget_value(k, getattr(shape, k)) for k in SHAPE_KEYS}
+    for k in SHAPE_KEYS:
+        st.session_state[f"shape_{k}"] = _widget_value(k, getattr(shape, k))
+
+
+def _reset() -> None:
+    """Back to the codelab's shape (a callback: it runs before the widgets are drawn)."""
+    _seed_widgets(AttentionShape())
+    st.session_state["shape_url_problems"] = []
+
+
+def _widgets_changed() -> None:
+    st.session_state["shape_values"] = {k: st.session_state[f"shape_{k}"] for k in SHAPE_KEYS}
+    st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
+
+
+CUSTOM = "— custom —"
+
+
+def _apply_preset() -> None:
+    """A model's heads, kv_heads and head_dim into the widgets (a callback: before they are drawn);
+    the rest of the shape stays, and the URL then carries the new values like any other change."""
+    ss = st.session_state
+    preset = presets.BY_NAME.get(ss.get("shape_preset"))
+    if preset is not None:
+        for k, v in (("heads", preset.heads), ("kv_heads", preset.kv_heads), ("head_dim", preset.head_dim)):
+            ss[f"shape_{k}"] = v
+        _widgets_changed()
+
+
+def _preset_selectbox(sb) -> None:
+    """'model preset': back to custom once the heads no longer match the chosen model; its source shown."""
+    ss = st.session_state
+    chosen = presets.BY_NAME.get(ss.get("shape_preset"))
+    if chosen and (ss["shape_heads"], ss["shape_kv_heads"], ss["shape_head_dim"]) != (
+            chosen.heads, chosen.kv_heads, chosen.head_dim):
+        ss["shape_preset"], chosen = CUSTOM, None
+    sb.selectbox("model preset", [CUSTOM, *presets.BY_NAME], key="shape_preset", on_change=_apply_preset,
+                 help="Sets heads, kv_heads and head_dim to a published model's; the rest of the shape stays.")
+    if chosen:
+        sb.caption(f"{chosen.describe()}. Source: {chosen.source}." + (f" {chosen.note}." if chosen.note else ""))
+
+
+def shape_sidebar() -> AttentionShape | None:
+    """Render the shape controls in the sidebar; return the valid shape, or None (messages shown).
+
+    The URL is the source of truth when it names a shape (a shared link, a reload); otherwise the
+    session's last shape is written back into the URL, so every page can be shared as a link.
+    """
+    ss = st.session_state
+    url = _url_shape_params()
+    if "shape_batch" not in ss or (url and url != ss.get("shape_url_seen")):
+        shape, problems = AttentionShape.from_query_params(url)
+        _seed_widgets(shape or AttentionShape())
+        ss["shape_url_problems"] = problems
+        ss["shape_url_seen"] = url
+    else:
+        # Streamlit resets widget state when a page change interrupts a run, and these widgets then
+        # come back at their defaults (every field 1); the shape itself lives in a plain key.
+        for k, v in ss.get("shape_values", {}).items():
+            ss[f"shape_{k}"] = v
+
+    sb = st.sidebar
+    sb.markdown("### Shape")
+    _preset_selectbox(sb)
+    c1, c2 = sb.columns(2)
+    for i, f in enumerate(INT_FIELDS):
+        (c1 if i % 2 == 0 else c2).number_input(
+            LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed)
+    sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
+    sb.toggle("causal", key="shape_causal", on_change=_widgets_changed)
+    with sb.expander("More masks", expanded=bool(ss.get("shape_window") or ss.get("shape_kv_lengths"))):
+        st.text_input("sliding window: left, right", key="shape_window", on_change=_widgets_changed,
+                      placeholder="e.g. 256,0", help="Query i sees keys i-left .. i+right "
+                      "(jax.nn.dot_product_attention's local_window_size). Empty: no window.")
+        st.text_input("padding: real keys per sequence", key="shape_kv_lengths", on_change=_widgets_changed,
+                      placeholder="e.g. 100 or 100,64", help="One number for every sequence, or one per sequence "
+                      "of the batch (key_value_seq_lengths). Empty: no padding.")
+    sb.button("Reset to the codelab's shape", use_container_width=True, key="shape_reset", on_click=_reset)
+
+    if ss.get("shape_url_problems"):
+        for p in ss["shape_url_problems"]:
+            st.error(f"From the URL: {literal(p)}")
+        st.info("Fix the values in the sidebar (or use Reset); nothing is computed until the shape is valid.")
+        return None
+    typed = {k: str(ss[f"shape_{k}"]).lower() if isinstance(ss[f"shape_{k}"], bool) else str(ss[f"shape_{k}"])
+             for k in SHAPE_KEYS}
+    shape, problems = AttentionShape.from_query_params(typed)
+    if problems:
+        for p in problems:
+            st.error(literal(p))
+        return None
+    too_big = DEVICE.check(streamed_bytes(shape), 0)
+    if too_big:
+        st.error(f"Even a fused kernel at {shape.describe()} {too_big}. Make batch, q_len, kv_len or heads smaller.")
+        return None
+    wanted = shape.to_query_params()
+    if wanted != url:
+        for k in SHAPE_KEYS:
+            if k in st.query_params and k not in wanted:
+                del st.query_params[k]
+        st.query_params.update(wanted)
+        ss["shape_url_seen"] = wanted
+    return shape
+
+
+def device_badge() -> None:
+    info = device_info_static()
+    if info.backend == "gpu":
+        st.sidebar.success(f"**{info.device_kind}** · compute capability {info.compute_capability_str}")
+    else:
+        st.sidebar.info(f"**{info.backend.upper()} backend** ({info.device_kind}). GPU-only paths say so "
+                        "on each page; shipped H200 results are shown where it helps.")
