@@ -1,5 +1,6 @@
-"""Shared UI for every page: the shape sidebar (kept in the URL), cached calls into attnlab,
-availability badges, and table + chart + CSV download. No attention math lives here.
+"""Shared UI for every page: cached calls into the run layer, the page's shape, tables with one
+vocabulary of labels, charts with one colour per implementation, CSV downloads. No attention math
+lives here (the shape sidebar is pages/sidebar.py; page sections are pages/sections.py).
 """
 
 from __future__ import annotations
