@@ -3,9 +3,10 @@
     info       the device, and which implementations can run a shape here (and why not)
     compare    every implementation at one shape: error against float64, allclose, timings
     sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
-    bench      the benchmark suite (suite.py) to JSON; on a GPU this makes the shipped reference
+    bench      the benchmark suite (suite.py) to JSON; on a GPU this makes attnlab/shipped/h200.json
+    ladder     the ladder XLA -> Pallas -> cuDNN -> FP8, the mask sweep and DRAM bytes (attnlab/ladder.py)
+    warm       compile and check the codelab's shape for every backend (a server does this at start)
     gpucheck   on a GPU machine: the GPU-marked tests, then the suite, then a short summary
-    ladder     the ladder from XLA to cuDNN, masks and DRAM bytes (ladder.py) to JSON; page 10 ships it
 """
 
 from __future__ import annotations
@@ -149,6 +150,14 @@ def cmd_ladder(a) -> int:
     return 0
 
 
+def cmd_warm(a) -> int:
+    from attnlab import warm
+
+    seconds = warm.warm(log=print)
+    print(f"warm: the codelab's shape compiled and checked for every backend that runs here in {seconds:.1f} s")
+    return 0
+
+
 def cmd_gpucheck(a) -> int:
     """GPU-marked tests (core and pages), then the suite; the summary table is printed last."""
     import jax
@@ -208,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("ladder", help="the ladder XLA -> cuDNN, masks, DRAM bytes (page 10)")
     s.add_argument("--out", help="write the results as JSON here (attnlab/shipped/h200_ladder.json)")
     s.set_defaults(func=cmd_ladder)
+    s = sub.add_parser("warm", help="compile the codelab's shape for every backend (what a server does at start)")
+    s.set_defaults(func=cmd_warm)
     s = sub.add_parser("gpucheck", help="GPU tests + suite + summary (GPU machine)")
     s.add_argument("--out", help="folder for the logs and results.json")
     s.set_defaults(func=cmd_gpucheck)

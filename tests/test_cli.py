@@ -86,3 +86,9 @@ def test_sweep_values_that_are_all_invalid_exit_non_zero(capsys):
         main(["sweep", "--over", "kv_heads", "--values", "3", "5"])
     with pytest.raises(SystemExit, match="invalid sweep values"):
         main(["sweep", "--over", "q_len", "--values", "0"])
+
+
+def test_warm_compiles_the_codelab_shape_for_every_backend_that_runs(capsys):
+    assert main(["warm"]) == 0
+    out = capsys.readouterr().out
+    assert "naive: ok" in out and "warm: the codelab's shape compiled" in out

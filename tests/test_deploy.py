@@ -284,9 +284,10 @@ def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_a_vol
     assert _one("PersistentVolumeClaim")["metadata"]["name"] == claim
 
 
-def test_learners_share_the_gpu_one_job_at_a_time():
-    assert _env(_container())["ATTNLAB_MAX_CONCURRENT_GPU_JOBS"] == "1"
-    assert _dockerfile_env()["ATTNLAB_MAX_CONCURRENT_GPU_JOBS"] == "1"
+def test_learners_results_are_kept_on_the_cache_volume_across_restarts():
+    assert _env(_container())["ATTNLAB_PERSIST_RESULTS"] == "1"
+    assert _dockerfile_env()["ATTNLAB_PERSIST_RESULTS"] == "1"
+    assert "ln -s /cache/streamlit /home/attnlab/.streamlit/cache" in (REPO / "deploy" / "Dockerfile").read_text()
 
 
 def test_deployment_image_is_a_placeholder_that_kustomize_overrides():
