@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import masks
+from attnlab import attention, masks
 from attnlab.flash import BACKWARD_PLAN, flash_attention, step_through, tile_map
 from attnlab.flash_traffic import traffic_flash, traffic_naive
 
@@ -15,30 +15,16 @@ TOLERANCE = {"float32": 2e-3, "bfloat16": 1e-2, "float16": 5e-3}
 
 
 def reference(q, k, v, *, causal=False, window=None, kv_lengths=None):
-    """float64 softmax(Q·Kᵀ/√H)·V; q (B, T, N, H), k, v (B, S, K, H); 0 for a query with no key.
-
-    Also returns the log-sum-exp (B, N, T), -inf for a query with no key.
-    """
+    """The lab's float64 reference (attnlab.attention in NumPy; 0 for a query with no key) and the
+    log-sum-exp (B, N, T) of the scaled, masked scores, -inf for a query with no key."""
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
-    B, T, N, H = q.shape
-    S, K = k.shape[1], k.shape[2]
-    k = np.repeat(k, N // K, axis=2)  # query head n reads K/V head n // (N // K)
-    v = np.repeat(v, N // K, axis=2)
-    i, j = np.arange(T)[:, None], np.arange(S)[None, :]
-    allowed = np.ones((B, 1, T, S), bool)
-    if causal:
-        allowed &= j <= i
-    if window is not None:
-        allowed &= (j >= i - window[0]) & (j <= i + window[1])
-    if kv_lengths is not None:
-        allowed &= j[None, None] < np.asarray(kv_lengths)[:, None, None, None]
-    s = np.where(allowed, np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(H), -np.inf)  # (B, N, T, S)
+    out = attention.attention(q, k, v, causal=causal, window=window, kv_lengths=kv_lengths, xp=np)
+    s = attention.scale(attention.scores(q, k, np), q.shape[-1])
+    allowed = masks.allowed(q.shape[1], k.shape[1], causal=causal, window=window, kv_lengths=kv_lengths, xp=np)
+    s = s if allowed is None else np.where(allowed, s, -np.inf)
     m = s.max(-1, keepdims=True)
-    p = np.exp(s - np.where(np.isneginf(m), 0, m))
-    row_sum = p.sum(-1, keepdims=True)
-    out = np.einsum("bnts,bsnh->btnh", p / np.where(row_sum == 0, 1, row_sum), v)
     with np.errstate(divide="ignore"):
-        lse = (m + np.log(row_sum))[..., 0]
+        lse = np.log(np.exp(s - np.where(np.isneginf(m), 0, m)).sum(-1)) + np.where(np.isneginf(m), 0, m)[..., 0]
     return out, lse
 
 

@@ -1,7 +1,6 @@
 """tokamax_backend.py: an optional GPU dependency whose absence is explained, not an error."""
 
 import importlib.util
-import math
 from types import SimpleNamespace
 
 import jax
@@ -9,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnlab import attention
 from attnlab import tokamax_backend as tk
 
 CPU = SimpleNamespace(is_cuda=False, compute_capability=None, backend="cpu")
@@ -18,24 +18,9 @@ TOKAMAX_INSTALLED = importlib.util.find_spec("tokamax") is not None
 
 
 def reference(q, k, v, *, causal=False, window=None, kv_lengths=None):
-    """float64 softmax(Q·Kᵀ/√H)·V; q (B, T, N, H), k, v (B, S, K, H); 0 for a query with no key."""
+    """The lab's float64 reference: attnlab.attention in NumPy (0 for a query with no key)."""
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
-    B, T, N, H = q.shape
-    S, K = k.shape[1], k.shape[2]
-    k, v = np.repeat(k, N // K, axis=2), np.repeat(v, N // K, axis=2)
-    i, j = np.arange(T)[:, None], np.arange(S)[None, :]
-    allowed = np.ones((B, 1, T, S), bool)
-    if causal:
-        allowed &= j <= i
-    if window is not None:
-        allowed &= (j >= i - window[0]) & (j <= i + window[1])
-    if kv_lengths is not None:
-        allowed &= j[None, None] < np.asarray(kv_lengths)[:, None, None, None]
-    s = np.where(allowed, np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(H), -np.inf)  # (B, N, T, S)
-    m = s.max(-1, keepdims=True)
-    p = np.exp(s - np.where(np.isneginf(m), 0, m))
-    row_sum = p.sum(-1, keepdims=True)
-    return np.einsum("bnts,bsnh->btnh", p / np.where(row_sum == 0, 1, row_sum), v)
+    return attention.attention(q, k, v, causal=causal, window=window, kv_lengths=kv_lengths, xp=np)
 
 
 @pytest.mark.skipif(TOKAMAX_INSTALLED, reason="tokamax is installed here")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apptest_util import open_page, texts
+from tests.apptest_util import HOSTILE, open_page, texts
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 PAGES = re.findall(r'st\.Page\("(pages/p\d+_\w+\.py)"', APP.read_text())
@@ -50,3 +50,13 @@ def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link)
         assert rise < RISE_LIMIT, f"{page} at {link}: peak memory rose by {rise / 2**30:.2f} GiB"
     if link == "over-the-budget":
         assert "over this lab's budget" in texts(at) or "Even a fused kernel" in texts(at)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_malformed_link_gives_messages_and_computes_nothing_on_every_page(page):
+    at = open_page(page, HOSTILE)
+    errors = " ".join(e.value for e in at.error)
+    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
+    assert "`" in errors  # URL text is shown as code, never as Markdown
+    if page != "pages/p1_attention.py":  # page 1 uses its own tiny example, not the sidebar's shape
+        assert any("computes nothing" in w.value for w in at.warning)

@@ -8,7 +8,6 @@ import pytest
 from attnlab import ladder
 from tests.apptest_util import (
     CUSTOM,
-    HOSTILE,
     _row,
     button,
     chart_data,
@@ -101,12 +100,6 @@ def test_step_through_first_step_is_far_and_slider_shrinks_with_bigger_blocks():
     at.select_slider(key="p10_bk").set_value(8).run()
     assert not at.exception and at.slider(key="p10_step").max == 4 and at.slider(key="p10_step").value == 1
 
-
-def test_hostile_query_string_gives_messages():
-    at = open_page(PAGE, HOSTILE)
-    errors = " ".join(e.value for e in at.error)
-    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
-    assert any("computes nothing" in w.value for w in at.warning)
 
 
 def test_absent_ladder_is_explained(no_ladder):

@@ -10,7 +10,6 @@ import pytest
 from attnlab import shipped
 from tests.apptest_util import (
     CUSTOM,
-    HOSTILE,
     button,
     chart_data,
     charts,
@@ -117,12 +116,6 @@ def test_no_live_ring_on_a_cpu_and_the_page_says_why():
     assert "so the ring cannot run here" in texts(at)
     assert not [b for b in at.button if b.key == "btn_p11_live"]
 
-
-def test_hostile_query_string_gives_messages_not_exceptions():
-    at = open_page(PAGE, HOSTILE)
-    errors = " ".join(e.value for e in at.error)
-    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
-    assert any("computes nothing" in w.value for w in at.warning)
 
 
 @pytest.mark.gpu

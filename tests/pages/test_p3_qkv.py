@@ -4,7 +4,7 @@ import pytest
 
 from attnlab import layout
 from attnlab.shapes import AttentionShape
-from tests.apptest_util import CUSTOM, CUSTOM_SHAPE, HOSTILE, button, frame_with, frames, open_page, texts
+from tests.apptest_util import CUSTOM, CUSTOM_SHAPE, button, frame_with, frames, open_page, texts
 
 PAGE = "pages/p3_qkv.py"
 
@@ -35,10 +35,3 @@ def test_big_arrays_are_made_only_on_a_click():
     assert not frames(at, "devices()")  # nothing allocated on page load
     button(at, "btn_p3_placement").click().run()
     assert not at.exception and frames(at, "devices()")
-
-
-def test_hostile_query_string_gives_messages_not_exceptions():
-    at = open_page(PAGE, HOSTILE)
-    errors = " ".join(e.value for e in at.error)
-    assert "batch must be a positive whole number" in errors and "dtype must be one of" in errors
-    assert any("computes nothing" in w.value for w in at.warning)

@@ -8,7 +8,6 @@ import pytest
 from attnlab.checks import TOLERANCES
 from tests.apptest_util import (
     CUSTOM,
-    HOSTILE,
     button,
     chart_data,
     frame_with,
@@ -25,13 +24,6 @@ on_gpu = jax.default_backend() == "gpu"
 def weight_maps(at):
     return [c for c in chart_data(at) if "weight" in c.columns]
 
-
-def test_hostile_query_string_gives_messages_not_exceptions():
-    at = open_page(PAGE, HOSTILE)
-    errors = " ".join(e.value for e in at.error)
-    assert "batch must be a positive whole number" in errors
-    assert "dtype must be one of" in errors
-    assert any("computes nothing" in w.value for w in at.warning)
 
 
 def test_causal_page_shows_first_vs_last_table_with_zero_last_row_when_t_equals_s():
