@@ -125,9 +125,15 @@ def io_bytes(shape: AttentionShape) -> int:
     return shape.input_bytes() + shape.output_bytes()
 
 
+def upcast_bytes(shape: AttentionShape) -> int:
+    """float32 copies of half-precision Q, K and V, which XLA may make to compute in float32 (on a CPU it does)."""
+    return shape.input_bytes() * 4 // shape.itemsize if shape.itemsize < 4 else 0
+
+
 def materialised_bytes(copies: int) -> Callable[[AttentionShape], int]:
-    """Inputs, output and `copies` float32 (B, N, T, S) matrices (scores, weights...): O(T·S)."""
-    return lambda shape: io_bytes(shape) + copies * shape.score_bytes()
+    """Inputs, output, `copies` float32 (B, N, T, S) matrices (scores, weights...): O(T·S); and float32
+    copies of half-precision inputs."""
+    return lambda shape: io_bytes(shape) + copies * shape.score_bytes() + upcast_bytes(shape)
 
 
 def streamed_bytes(shape: AttentionShape) -> int:

@@ -236,3 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a file that could not be written after all, a full disk
         print(f"error: {e.strerror or e}: {e.filename or ''}", file=sys.stderr)
         return 1
+    except Exception as e:  # anything else: one line, never a traceback (runs words their own failures)
+        from attnlab.backend import error_text
+
+        print(f"error: {error_text(e)}", file=sys.stderr)
+        return 1

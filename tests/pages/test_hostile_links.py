@@ -46,6 +46,7 @@ def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link)
     measured = _reset_peak()
     at = open_page(page, LINKS[link])  # no exception (open_page asserts it)
     rise = _rss_peak() - baseline
+    print(f"PEAK {page} {link} {rise / 2**20:.0f} MiB")
     if measured:
         assert rise < RISE_LIMIT, f"{page} at {link}: peak memory rose by {rise / 2**30:.2f} GiB"
     if link == "over-the-budget":
