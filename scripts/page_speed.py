@@ -124,11 +124,13 @@ def sweep(browser, base_url: str, what: str, timeout_ms: float) -> dict:
         page.locator(TITLE).filter(has_text="Benchmarks").first.wait_for(timeout=timeout_ms)
         wait_idle(page, timeout_ms)
         main = page.locator(MAIN)
+        main.get_by_role("tab", name="Sweeps").click()  # page 7's sweeps live in its third tab
         button = main.get_by_role("button", name=re.compile(rf"^Run the {what}"))
+        button.wait_for(timeout=timeout_ms)
         label = button.inner_text().strip()
         t0 = time.monotonic()
         rerun_after(page, button.click, timeout_ms=timeout_ms)
-        main.get_by_text(re.compile(rf"^Last run: {what} from")).wait_for(timeout=timeout_ms)
+        main.get_by_text(re.compile(rf"^{what.capitalize()}: done \(\d+ cells\)")).wait_for(timeout=timeout_ms)
         return {"s": round(time.monotonic() - t0, 2), "button": label, "problems": []}
     except Exception as e:
         return {"s": None, "problems": [f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"]}

@@ -1,5 +1,5 @@
 """Shared by the browser tests (tests/test_browser.py) and the load test (scripts/load_test.py):
-a live `streamlit run app.py` on a free port, Debian's Chromium for Playwright, the nine pages,
+a live `streamlit run app.py` on a free port, Debian's Chromium for Playwright, the app's pages (read from app.py),
 and how to tell that Streamlit has finished a run.
 
 Playwright cannot download its own browser here, so Chromium is Debian's (/usr/bin/chromium),
@@ -8,6 +8,7 @@ launched with flags that keep it from reaching for the (closed) network at start
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -30,18 +31,31 @@ CHROMIUM_ARGS = [
 ]
 VIEWPORT = {"width": 1400, "height": 900}
 
+def _app_pages() -> list[tuple[str, str]]:
+    """(url path, the page's st.title) for every page of app.py's st.navigation, in its order, read from
+    app.py and the pages' sources (nothing imported, so no Streamlit is needed). The default page is
+    served at the root URL, not at its own url_path, so its path here is the first alias app.py
+    gives it (/attention)."""
+    tree = ast.parse((ROOT / "app.py").read_text())
+    found, aliases = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PAGES"]:
+            for call in node.value.elts:
+                kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+                source = (ROOT / ast.literal_eval(call.args[0])).read_text()
+                title = next(ast.literal_eval(n.args[0]) for n in ast.walk(ast.parse(source))
+                             if isinstance(n, ast.Call) and ast.unparse(n.func) == "st.title")
+                found.append((kw["url_path"], title, kw.get("default", False)))
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["ALIASES"]:
+            aliases = list(ast.literal_eval(node.value.generators[0].iter))  # (path for path in (...))
+    if not found:
+        raise RuntimeError("no PAGES = [st.Page(...), ...] in app.py")
+    return [(aliases[0] if default and aliases else path, title) for path, title, default in found]
+
+
 # (url path, the page's st.title): the order of app.py's st.navigation
-PAGES: list[tuple[str, str]] = [
-    ("attention", "1 · How attention works"),
-    ("gpu-check", "2 · GPU check"),
-    ("qkv", "3 · Q, K, V"),
-    ("naive-vs-fused", "4 · Naive vs fused"),
-    ("cudnn", "5 · cuDNN"),
-    ("causal", "6 · Causal masking"),
-    ("benchmarks", "7 · Benchmarks"),
-    ("mha-gqa-mqa", "8 · MHA, GQA, MQA"),
-    ("te-fp8", "9 · TransformerEngine and FP8"),
-]
+PAGES: list[tuple[str, str]] = _app_pages()
+
 
 # Selectors (Streamlit 1.40+: data-testid; the run state is an attribute of the app's root)
 MAIN = '[data-testid="stMain"]'

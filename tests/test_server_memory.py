@@ -4,14 +4,13 @@ The server is started inside a cgroup (v1 memory controller, as root) limited to
 pod's memory limit holds it; the lab reads that limit for its budget. Skipped where no memory cgroup
 can be made (not root, or no v1 memory controller)."""
 
-import re
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.browser_util import EXCEPTION, IDLE, StreamlitServer, healthy, launch_kwargs, page_url
+from tests.browser_util import EXCEPTION, PAGES, StreamlitServer, healthy, launch_kwargs, open_page
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +18,6 @@ CGROUPS = Path("/sys/fs/cgroup/memory")
 LIMIT = 6 * 2**30
 LINKS = ["batch=2&q_len=1&kv_len=2048&heads=512&kv_heads=1&head_dim=512",
          "batch=16&q_len=4096&kv_len=4096&heads=16&head_dim=128&dtype=bfloat16&causal=true"]
-PATHS = re.findall(r'url_path="([\w-]+)"', (ROOT / "app.py").read_text())
 
 
 @pytest.fixture
@@ -47,10 +45,9 @@ def test_a_server_in_six_gib_survives_every_page_with_heavy_links(memory_cgroup)
         browser = p.chromium.launch(**launch_kwargs())
         page = browser.new_page()
         visited = []
-        for path in PATHS:
+        for path, title in PAGES:  # app.py's pages (the first by its alias: the default page has no path of its own)
             for query in LINKS:
-                page.goto(page_url(server.url, path, query))
-                page.wait_for_selector(IDLE, timeout=240_000)
+                open_page(page, server.url, path, title, query, timeout_ms=240_000)  # its title, then its run's end
                 assert page.locator(EXCEPTION).count() == 0, (path, query)
                 assert server.proc.poll() is None, f"the server died at /{path}?{query}:\n{server.log()}"
                 visited.append(path)
@@ -59,5 +56,5 @@ def test_a_server_in_six_gib_survives_every_page_with_heavy_links(memory_cgroup)
         peak = int((memory_cgroup / "memory.max_usage_in_bytes").read_text())
         oom = (memory_cgroup / "memory.oom_control").read_text()
         assert "oom_kill 0" in oom or "oom_kill" not in oom, oom
-        assert peak < LIMIT and len(visited) == 2 * len(PATHS)
+        assert peak < LIMIT and len(visited) == 2 * len(PAGES)
         print(f"peak memory of the server in its cgroup: {peak / 2**30:.2f} GiB over {len(visited)} pages")
