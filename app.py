@@ -45,10 +45,10 @@ def warm_once() -> threading.Thread:
     return t
 
 
-if os.environ.get("ATTNLAB_WARM", "1") == "1":
-    warm_once()
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
 sidebar.device_badge()
 st.session_state["shape"] = sidebar.shape_sidebar()
 page.run()
+if os.environ.get("ATTNLAB_WARM", "1") == "1":
+    warm_once()  # after the first page has rendered, so the first learner never waits for it
