@@ -119,9 +119,10 @@ def compile_text(compile_ms, compiled_before) -> str | None:
         return None
     if not isinstance(compiled_before, str) or not compiled_before:
         return f"{compile_ms:,.1f} ms"
+    who = compiled_before.split(" at ")[0]  # the backend's name; the shape is this row's own
     if compile_ms < CACHED_MS:
-        return f"cached ({compile_ms:,.1f} ms lookup): compiled first by {compiled_before}"
-    return f"{compile_ms:,.1f} ms, compiled again (compiled first by {compiled_before})"
+        return f"cached, {compile_ms:,.1f} ms (compiled first by {who})"
+    return f"{compile_ms:,.1f} ms, again (compiled first by {who})"
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
