@@ -5,6 +5,7 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import altair as alt
@@ -142,6 +143,21 @@ def table(data, *, column_config: dict | None = None, hide_index: bool = True, w
     else:
         config = {}
     st.dataframe(data, hide_index=hide_index, width=width, column_config={**config, **(column_config or {})}, **kwargs)
+
+
+SHAPE_FIELDS = {f.name for f in dataclasses.fields(AttentionShape)}
+
+
+def text_table(df: pd.DataFrame) -> None:
+    """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off."""
+    df = df.loc[:, [c for c in df.columns if df[c].notna().any()]]
+    num = lambda x: f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"  # noqa: E731 (7, not 7.0000)
+    df = df.assign(**{c: df[c].map(lambda x: num(x) if pd.notna(x) else x) for c in df.columns
+                      if pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool and c not in SHAPE_FIELDS})
+    df = df.astype(object).where(df.notna(), "—")
+    # shape fields keep their names (q_len, kv_heads: the lab's vocabulary); other raw names read as words
+    name = lambda c: label(c) if c in SHAPE_FIELDS else label(c).replace("_", " ")  # noqa: E731
+    st.table(df.rename(columns=name).set_index(name(df.columns[0])))
 
 
 def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:

@@ -34,16 +34,6 @@ def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     return df.assign(scratch=df["temp_bytes"].map(common.fmt_bytes))
 
 
-def text_table(df: pd.DataFrame) -> None:
-    """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off."""
-    df = df.loc[:, [c for c in df.columns if df[c].notna().any()]]
-    num = lambda x: f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"  # noqa: E731 (7, not 7.0000)
-    df = df.assign(**{c: df[c].map(lambda x: num(x) if pd.notna(x) else x) for c in df.columns
-                      if pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool})
-    df = df.astype(object).where(df.notna(), "—")
-    st.table(df.rename(columns=lambda c: common.label(c).replace("_", " ")).set_index(common.label(df.columns[0])))
-
-
 def not_run(df: pd.DataFrame) -> None:
     """What did not run, once per implementation and reason, with the lengths it applies to."""
     bad = df[df["status"] != runs.OK]
@@ -52,13 +42,13 @@ def not_run(df: pd.DataFrame) -> None:
     rows = bad.groupby(["implementation", "status", "reason"], sort=False)["q_len"].agg(
         lambda t: ", ".join(f"{int(x):,}" for x in sorted(set(t)))).reset_index()
     st.markdown("**Not run here**")
-    text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
+    common.text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
 
 
 def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     """The compiled programs of None, 'xla' and 'cudnn' here, and what they say, in a sentence each."""
     df = programs(shape, names)
-    text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
+    common.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
                .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
     rows = df.set_index("implementation")
     auto, cudnn = rows.loc["sdpa_auto"], rows.loc["sdpa_cudnn"]

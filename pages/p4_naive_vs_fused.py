@@ -100,7 +100,7 @@ if sections.on_demand("p4_memory", "Compile across lengths", (mem_shape, lengths
                               f"{measure} (log)")
         fused_ui.growth(mem, measures[measure])
         ok = mem[mem["status"] == runs.OK]
-        fused_ui.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
+        common.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
                                       scratch=ok["temp_bytes"].map(common.fmt_bytes))
                             [["implementation", "q_len", "scratch", "total", "what_ran"]])
         fused_ui.not_run(mem)

@@ -60,7 +60,7 @@ with here:
     cannot = common.support_table(shape).query("`runs here` == 'no'")
     if len(cannot):
         st.markdown("**Cannot run this shape here**")
-        common.table(cannot[["implementation", "label", "why not"]])
+        common.text_table(cannot[["implementation", "label", "why not"]])
     with st.expander("📦 The codelab's shape on an H200 (float32 and bfloat16)", expanded=not on_gpu):
         ref = sections.shipped_frame("default")
         if ref.empty:

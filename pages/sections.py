@@ -82,7 +82,7 @@ def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None
     bad = df[df["status"] != runs.OK]
     if not bad.empty:
         st.markdown("**Not run here**")
-        common.table(bad[[*keys, "status", "reason"]].drop_duplicates())
+        common.text_table(bad[[*keys, "status", "reason"]].drop_duplicates())
 
 
 def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:

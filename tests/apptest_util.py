@@ -33,8 +33,10 @@ def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = 
 
 
 def frames(at: AppTest, column: str | None = None) -> list[pd.DataFrame]:
-    """The tables on the page (those with `column`, if given)."""
-    return [d.value for d in at.dataframe if column is None or column in d.value.columns]
+    """The tables on the page, interactive (st.dataframe) and static (st.table, whose long text wraps;
+    its first column is the index, put back as a column), those with `column` if given."""
+    found = [d.value for d in at.dataframe] + [t.value.reset_index() for t in at.table]
+    return [df for df in found if column is None or column in df.columns]
 
 
 def frame_with(at: AppTest, column: str) -> pd.DataFrame:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.apptest_util import frame_with  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 
@@ -19,6 +21,6 @@ def test_gpu_check_page_shows_the_gpu_and_cudnn_available():
     assert not at.exception
     device = at.table[0].value
     assert device.loc["backend", "value"] == "gpu" and device.loc["cuDNN", "value"] != "not present"
-    support = at.dataframe[0].value.set_index("implementation")
+    support = frame_with(at, "runs here").set_index("implementation")
     assert support.loc["sdpa_cudnn", "runs here"] == "yes"
     assert support.loc["naive", "runs here"] == "yes"
