@@ -203,18 +203,16 @@ def ladder_block(found: dict | None) -> None:
         if not ok.empty:
             st.altair_chart(rung_chart(ok), width="content")
         cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
-        cfg = {"best_tflops": st.column_config.NumberColumn("TFLOP/s", format="%.0f"),
-               "pct_of_measured_matmul": st.column_config.NumberColumn(
-                   "% of measured bf16 matmul", format="%.0f",
-                   help=f"of {found['ceilings']['matmul_bf16_tflops']:.0f} TFLOP/s, a large bf16 matmul measured there"),
-               "pct_of_datasheet": st.column_config.NumberColumn(
-                   "% of datasheet peak", format="%.0f", help="bf16 peak; the FP8 peak for the FP8 rung"),
-               "adds": st.column_config.TextColumn("what this rung adds", width="large")}
-        common.table(ok[cols], column_config=cfg)
+        common.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
+                          .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
+                                           "pct_of_measured_matmul": "% of the bf16 matmul measured there",
+                                           "pct_of_datasheet": "% of datasheet peak (FP8 peak for FP8)"}))
         back = pd.DataFrame(ladder.rungs(found, "forward+backward"))
         if not back.empty and (back["status"] == "ok").any():
             st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
-            common.table(back[back["status"] == "ok"][cols[:4]], column_config=cfg)
+            common.text_table(back[back["status"] == "ok"][cols[:4]].round({"best_tflops": 0})
+                              .rename(columns={"best_tflops": "TFLOP/s"}))
+            st.caption("Rungs missing here did not run forward + backward; why is listed below.")
         for part in (fwd, back):
             if not part.empty and (part["status"] != "ok").any():
                 common.table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
