@@ -1,13 +1,16 @@
 """AttnLab's core: scaled dot-product attention on GPUs with JAX, computed and timed headless.
 
-    shapes           AttentionShape: sizes, validation, FLOPs, memory estimates, URL round trip
-    device           what is here (backend, compute capability, memory, versions) and datasheet peaks
-    implementations  the one registry: naive, SDPA (auto, XLA, cuDNN), TransformerEngine, FP8
-    bench            the one timing harness, sweeps, the device queue
-    masks, weights   attention masks and weight matrices for heatmaps
-    te, fp8          TransformerEngine and FP8 (optional; their absence is a normal state)
-    reference        measurements shipped from a real GPU
-    cli              python -m attnlab ...
+Bottom to top (an import only ever points down):
+
+    shapes, masks, device, kernels, presets   facts: the shape and its masks, what is here
+    attention, checks                          the math once, and the float64 reference built on it
+    backend, backends/                         what a backend is, and one file per backend (the registry)
+    queue, timing, compiled, runs              the run layer: admission, the one harness, compiled
+                                               programs, run(shape, names) -> typed Results
+    memory, weights, layout, kvcache, flash, ladder, fp8_study, suite, context_parallel, ...
+                                               studies built on runs
+    shipped                                    measurements from real GPUs, labelled
+    cli                                        python -m attnlab ...
 
 Nothing here imports streamlit: the same code runs in the app, the CLI and on the GPU machine.
 """
@@ -15,4 +18,4 @@ Nothing here imports streamlit: the same code runs in the app, the CLI and on th
 from attnlab.shapes import AttentionShape
 
 __all__ = ["AttentionShape"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

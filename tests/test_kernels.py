@@ -1,4 +1,4 @@
-"""Kernel names in words, on names CUPTI reported on the H200 (attnlab/reference/h200.json)."""
+"""Kernel names in words, on names CUPTI reported on the H200 (attnlab/shipped/h200.json)."""
 
 import pytest
 
