@@ -60,3 +60,16 @@ def without_shipped(monkeypatch):
     from attnlab import shipped
 
     monkeypatch.setattr(shipped, "load", lambda name="h200": None)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Debian Chromium for every browser test (Playwright's sync API allows one per process)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser_util import launch_kwargs
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(**launch_kwargs())
+        yield b
+        b.close()

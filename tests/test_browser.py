@@ -26,7 +26,6 @@ from browser_util import (
     TITLE,
     VIEWPORT,
     StreamlitServer,
-    launch_kwargs,
     open_page,
     rerun_after,
     screenshot,
@@ -49,16 +48,6 @@ def server():
         pytest.fail(str(e), pytrace=False)
     yield srv
     srv.stop()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(**launch_kwargs())
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_util import EXCEPTION, PAGES, StreamlitServer, healthy, launch_kwargs, open_page
+from tests.browser_util import EXCEPTION, PAGES, StreamlitServer, healthy, open_page
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,13 +37,11 @@ def memory_cgroup():
             time.sleep(0.5)
 
 
-def test_a_server_in_six_gib_survives_every_page_with_heavy_links(memory_cgroup):
-    from playwright.sync_api import sync_playwright
-
+def test_a_server_in_six_gib_survives_every_page_with_heavy_links(memory_cgroup, browser):
     prefix = ["sh", "-c", f'echo $$ > {memory_cgroup}/cgroup.procs && exec "$@"', "sh"]
-    with StreamlitServer(prefix=prefix, env={"ATTNLAB_WARM": "0"}) as server, sync_playwright() as p:
-        browser = p.chromium.launch(**launch_kwargs())
-        page = browser.new_page()
+    with StreamlitServer(prefix=prefix, env={"ATTNLAB_WARM": "0"}) as server:
+        context = browser.new_context()
+        page = context.new_page()
         visited = []
         for path, title in PAGES:  # app.py's pages (the first by its alias: the default page has no path of its own)
             for query in LINKS:
@@ -51,7 +49,7 @@ def test_a_server_in_six_gib_survives_every_page_with_heavy_links(memory_cgroup)
                 assert page.locator(EXCEPTION).count() == 0, (path, query)
                 assert server.proc.poll() is None, f"the server died at /{path}?{query}:\n{server.log()}"
                 visited.append(path)
-        browser.close()
+        context.close()
         assert healthy(server.url)
         peak = int((memory_cgroup / "memory.max_usage_in_bytes").read_text())
         oom = (memory_cgroup / "memory.oom_control").read_text()
