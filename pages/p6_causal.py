@@ -25,12 +25,6 @@ def first_vs_last(shape: AttentionShape) -> pd.DataFrame:
     return weights.first_vs_last(shape)
 
 
-def clamp(key: str, high: int, default: int = 0) -> None:
-    """Keep a widget's remembered value inside its current bounds (the shape may have shrunk)."""
-    if key in st.session_state and not 0 <= st.session_state[key] <= high:
-        st.session_state[key] = min(max(default, 0), high)
-
-
 st.title("6 · Causal masking")
 st.write(
     "A language model predicts each token from the ones before it, so query i must not see keys after i. "
@@ -46,8 +40,8 @@ if view.batch != shape.batch or (view.q_len, view.kv_len) != (shape.q_len, shape
                f"positions of your shape ({shape.describe()}), so they stay readable and cheap.")
 
 c1, c2 = st.columns(2)
-clamp("p6_batch", view.batch - 1)
-clamp("p6_head", shape.heads - 1)
+sections.clamp("p6_batch", view.batch - 1)
+sections.clamp("p6_head", shape.heads - 1)
 b = c1.selectbox("batch element", list(range(view.batch)), key="p6_batch")
 h = c2.selectbox(f"head (of {shape.heads})", list(range(shape.heads)), key="p6_head")
 if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sections.small(view)):
@@ -108,8 +102,8 @@ use_padding = c3.toggle("padding (kv lengths)", value=bool(shape.kv_lengths), ke
 window = None
 if use_window:
     left0, right0 = shape.window or (4, 0)
-    clamp("p6_left", view.kv_len - 1, left0)
-    clamp("p6_right", view.kv_len - 1, right0)
+    sections.clamp("p6_left", view.kv_len - 1, left0)
+    sections.clamp("p6_right", view.kv_len - 1, right0)
     left = c2.number_input("left", 0, view.kv_len - 1, min(left0, view.kv_len - 1), key="p6_left")
     right = c2.number_input("right", 0, view.kv_len - 1, min(right0, view.kv_len - 1), key="p6_right")
     window = (int(left), int(right))
@@ -117,7 +111,7 @@ lengths = ()
 if use_padding:
     start = masked_view.kv_lengths_per_batch() or [max(1, view.kv_len - 8 * (i + 1)) for i in range(view.batch)]
     for i in range(view.batch):
-        clamp(f"p6_len_{i}", view.kv_len, start[i])
+        sections.clamp(f"p6_len_{i}", view.kv_len, start[i])
         lengths += (int(c3.number_input(f"kv length, batch {i}", 0, view.kv_len, min(start[i], view.kv_len),
                                         key=f"p6_len_{i}")),)
 masked_view = masked_view.replace(causal=use_causal, window=window, kv_lengths=lengths)

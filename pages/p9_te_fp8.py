@@ -98,8 +98,7 @@ st.markdown(
 cc = device.FP8_MATMUL_MIN_CC
 why_a = get("te_dpa").unmet(half, info) or (None if info.at_least(cc) else
                                               f"FP8 autocast needs compute capability {cc[0]}.{cc[1]} or newer")
-tab_a, tab_b, tab_c = st.tabs(["(a) autocast around attention", "(b) FP8 in TE's dense layers",
-                               "(c) cuDNN's FP8 attention"])
+tab_a, tab_b, tab_c = st.tabs(["(a) autocast around attention", "(b) FP8 in TE's dense layers", "(c) cuDNN's FP8 attention"])
 with tab_a:
     st.caption("What to look at: the two kernel lists are the same, and the outputs do not differ.")
     result = fp8_ui.study("p9_autocast", why_a, f"Compare with and without autocast at {half.describe()}", half,

@@ -46,6 +46,12 @@ def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | N
     return False
 
 
+def clamp(key: str, high: int, default: int = 0) -> None:
+    """Keep a widget's remembered value inside its current bounds (the shape may have shrunk)."""
+    if key in st.session_state and not 0 <= st.session_state[key] <= high:
+        st.session_state[key] = min(max(default, 0), high)
+
+
 def guarded(fn: Callable, *args, what: str = "This computation", **kwargs):
     """fn(*args, **kwargs), or None with a message on the page when it cannot be done now."""
     try:

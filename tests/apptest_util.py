@@ -17,6 +17,8 @@ CUSTOM = {"batch": "2", "q_len": "32", "kv_len": "48", "heads": "4", "kv_heads":
 CUSTOM_SHAPE = AttentionShape(batch=2, q_len=32, kv_len=48, heads=4, kv_heads=2, head_dim=16, causal=True)
 SMALL = {"batch": "1", "q_len": "32", "kv_len": "32", "heads": "4", "kv_heads": "2", "head_dim": "16"}
 HOSTILE = {"batch": "__import__('os')", "dtype": "<script>"}
+# valid, yet many GiB if a page computed it on load: MQA with 512 query heads of 512
+HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
 
 
 def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = True) -> AppTest:
@@ -30,6 +32,15 @@ def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = 
     if check:
         assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def record_runs(monkeypatch) -> list[dict]:
+    """Every runs.run call a page makes from now on, as its keyword arguments (the parts it asked for)."""
+    from attnlab import runs
+
+    calls, real = [], runs.run
+    monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))
+    return calls
 
 
 def frames(at: AppTest, column: str | None = None) -> list[pd.DataFrame]:

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# AppTests run app.py in this process: no background warm-up there (it would compete with, and show up in,
+# what a test measures); the warm-up itself is tested through `python -m attnlab warm`
+os.environ.setdefault("ATTNLAB_WARM", "0")
 sys.path.insert(0, str(ROOT))
 
 

@@ -7,12 +7,12 @@ import jax
 import numpy as np
 import pytest
 
-from attnlab import runs
 from attnlab.checks import TOLERANCES
 from attnlab.shapes import AttentionShape
 from tests.apptest_util import (
     CUSTOM,
     CUSTOM_SHAPE,
+    HEAVY,
     button,
     chart_data,
     charts,
@@ -20,20 +20,17 @@ from tests.apptest_util import (
     frames,
     metric,
     open_page,
+    record_runs,
     texts,
 )
 
 PAGE = "pages/p4_naive_vs_fused.py"
 on_gpu = jax.default_backend() == "gpu"
 FLOAT_PATHS = ["naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn", "te_dpa"]
-HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
-
 
 
 def test_valid_but_heavy_link_opens_and_runs_nothing_heavy_without_a_click(monkeypatch):
-    calls = []
-    real = runs.run
-    monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))
+    calls = record_runs(monkeypatch)
     at = open_page(PAGE, HEAVY)
     assert all(not kw.get("accuracy", True) and not kw.get("timed") for kw in calls), calls  # compiles only
     assert button(at, "btn_p4_same").label.startswith("Run naive")  # the float64 check waits for a click

@@ -3,19 +3,14 @@
 import jax
 import pytest
 
-from attnlab import runs
-from tests.apptest_util import CUSTOM, button, frame_with, metric, open_page, texts
+from tests.apptest_util import CUSTOM, HEAVY, button, frame_with, metric, open_page, record_runs, texts
 
 PAGE = "pages/p5_cudnn.py"
 on_gpu = jax.default_backend() == "gpu"
-HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
-
 
 
 def test_valid_but_heavy_link_opens_and_runs_nothing_heavy_without_a_click(monkeypatch):
-    calls = []
-    real = runs.run
-    monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))
+    calls = record_runs(monkeypatch)
     at = open_page(PAGE, HEAVY)
     assert all(not kw.get("accuracy", True) and not kw.get("timed") for kw in calls), calls  # compiles only
     assert button(at, "btn_p5_compare")  # the bfloat16 check waits for a click
