@@ -94,10 +94,13 @@ def _nothing(q: Array) -> tuple[Array, Array]:
 # --------------------------------------------------------------------------------------------
 # which part of a visiting block my queries may see (causal); `ring_schedule.block_kind` on paper
 # --------------------------------------------------------------------------------------------
-def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block) -> tuple[Array, Array]:
+def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block,
+            steps: str = "switch") -> tuple[Array, Array]:
     """My queries against the K/V block of device `owner`; skipped parts are not computed.
 
-    `owner is me` says statically that it is my own block (the ring's first step).
+    `owner is me` says statically that it is my own block (the ring's first step). steps (zig-zag,
+    causal): 'switch' runs the one block shape this device needs; 'uniform' two equal blocks, no branch,
+    which is right only where owner ≠ me is certain (the ring's later steps).
     """
     def run(q, k, v, c):
         o, lse = block(q, k, v, c)
@@ -125,14 +128,36 @@ def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block) -> t
         branches = [earlier, own, later]
     if owner is me:
         return branches[1](q, k, v)
+    if layout == "zigzag" and steps == "uniform":
+        return _zigzag_uniform(q, k, v, me, owner, run)
     # lax.switch runs only the branch taken on this device: masked blocks cost no FLOPs
     return lax.switch(jnp.sign(owner - me) + 1, branches, q, k, v)
+
+
+def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
+    """The zig-zag visit (owner ≠ me) as two c×c blocks of the same shape on every device, with no branch.
+
+    Either way the visible part is 2c² scores: owner earlier, both my chunks see its early chunk; owner
+    later, my late chunk sees both of its chunks. Both contain (my late chunk, its early chunk); the other
+    c×c block is chosen by a select, so every device runs the same two kernels (lax.switch instead reads
+    the branch index back to the host before it can launch the branch).
+    """
+    c = q.shape[1] // 2
+    earlier = owner < me
+    o_a, lse_a = run(q[:, c:], k[:, :c], v[:, :c], False)  # my late chunk x its early chunk, always
+    pick = lambda mine, theirs: jnp.where(earlier, mine, theirs)  # noqa: E731
+    o_b, lse_b = run(pick(q[:, :c], q[:, c:]), pick(k[:, :c], k[:, c:]), pick(v[:, :c], v[:, c:]), False)
+    nothing_o, nothing_lse = _nothing(q[:, :c])
+    early = (jnp.where(earlier, o_b, nothing_o), jnp.where(earlier, lse_b, nothing_lse))  # my early rows
+    late = merge(o_a, lse_a, jnp.where(earlier, nothing_o, o_b), jnp.where(earlier, nothing_lse, lse_b))
+    return jnp.concatenate([early[0], late[0]], axis=1), jnp.concatenate([early[1], late[1]], axis=1)
 
 
 # --------------------------------------------------------------------------------------------
 # the ring and the all-gather, per device (inside shard_map)
 # --------------------------------------------------------------------------------------------
-def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block):
+def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block,
+          steps: str = "switch"):
     """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
@@ -142,7 +167,7 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
         last = step == devices - 1
         if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
             kv_next = lax.ppermute(kv, axis, right)
-        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block)
+        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
         o, lse = part if o is None else merge(o, lse, *part)
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
@@ -152,8 +177,11 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     return o.astype(q.dtype)
 
 
-def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, block: Block):
-    """Gather every device's K/V once (B, S, K, H), then attend locally, skipping masked blocks."""
+def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, block: Block,
+                steps: str = "switch"):
+    """Gather every device's K/V once (B, S, K, H), then attend locally, skipping masked blocks.
+
+    `steps` is ignored: a block here may be my own (owner is traced), so the branch decides."""
     k_all = lax.all_gather(k, axis, axis=1, tiled=True)  # (B, S, K, H), device j's block at j·S/P
     v_all = lax.all_gather(v, axis, axis=1, tiled=True)
     if not causal:
@@ -170,13 +198,14 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
 
 def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, causal: bool = False,
                                layout: str = "zigzag", method: str = "ring", overlap: bool = True,
-                               block: Block | None = None, axis: str = "seq") -> Array:
+                               block: Block | None = None, axis: str = "seq", steps: str = "switch") -> Array:
     """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
 
     q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order
     (`to_zigzag` for 'zigzag'; the output comes back in the same order). method: 'ring' or 'all_gather';
     overlap: issue each ring transfer before the step's compute (True) or after it (False).
-    block: the per-block attention, `default_block()` if None.
+    block: the per-block attention, `default_block()` if None. steps (causal zig-zag ring): 'switch' (one
+    block of the shape this device needs, chosen by lax.switch) or 'uniform' (two equal blocks, no branch).
     """
     devices = mesh.shape[axis]
     chunks = 2 * devices if causal and layout == "zigzag" else devices
@@ -189,7 +218,10 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
         raise ValueError(f"causal attention here needs q_len ({q.shape[1]}) == kv_len ({k.shape[1]})")
     if layout not in ("zigzag", "contiguous"):
         raise ValueError(f"layout must be 'zigzag' or 'contiguous', not {layout!r}")
-    common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block())
+    if steps not in ("switch", "uniform"):
+        raise ValueError(f"steps must be 'switch' or 'uniform', not {steps!r}")
+    common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block(),
+                  steps=steps)
     if method == "ring":
         per_device = partial(_ring, overlap=overlap, **common)
     elif method == "all_gather":

@@ -11,6 +11,7 @@ import pandas as pd
 MASKS = ("non_causal", "causal")
 VARIANTS = {  # key in the JSON -> what the page calls it
     "ring": "ring (overlapped)",
+    "ring_uniform": "ring, two equal blocks per step (no branch)",
     "ring_no_overlap": "ring (send after compute)",
     "all_gather": "all-gather",
     "ring_unbalanced": "ring, contiguous (unbalanced)",

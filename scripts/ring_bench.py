@@ -33,15 +33,17 @@ def _accepted(flag: str) -> bool:
     return probe.returncode == 0
 
 
-def set_xla_flags() -> list[str]:
-    flags = [f for f in XLA_OVERLAP_FLAGS if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _accepted(f)]
+def set_xla_flags(extra: list[str]) -> list[str]:
+    wanted = XLA_OVERLAP_FLAGS + extra
+    flags = [f for f in wanted if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _accepted(f)]
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast on shared hosts
     return flags
 
 
-if __name__ == "__main__":
-    FLAGS_SET = set_xla_flags()
+if __name__ == "__main__":  # flags must be set before jax is imported
+    _extra = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--xla-flag=")]
+    FLAGS_SET = set_xla_flags(_extra)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -72,6 +74,30 @@ def clock_ms(f, *args, budget_s: float = 2.0, rounds: int = 5) -> float:
     return 1e3 * statistics.median(times)
 
 
+def interleaved_ms(fns: dict, rounds: int = 7, round_s: float = 0.03) -> dict[str, list[float]]:
+    """Per-call ms of each (f, args) in `fns`, measured in rounds that visit every function in turn.
+
+    One GPU's clock drifts with temperature and power by several per cent over a run, so a speed-up
+    is taken per round (same moment, same clock state) and its median reported, rather than the
+    ratio of medians measured minutes apart."""
+    calls = {}
+    for label, (f, args) in fns.items():
+        jax.block_until_ready(f(*args))  # compile
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))  # warm
+        one = max(time.perf_counter() - start, 1e-6)
+        calls[label] = 1 if jax.default_backend() == "cpu" else max(1, min(50, int(round_s / one)))
+    times = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, (f, args) in fns.items():
+            start = time.perf_counter()
+            out = [f(*args) for _ in range(calls[label])]
+            jax.block_until_ready(out)
+            times[label].append(1e3 * (time.perf_counter() - start) / calls[label])
+            del out
+    return times
+
+
 def one_device_attention(gpu: bool):
     impl = "cudnn" if gpu else "xla"
     return lambda causal: jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal,
@@ -97,6 +123,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes, for CPU virtual devices")
     parser.add_argument("--lengths", type=int, nargs="*", default=None)
     parser.add_argument("--budget-s", type=float, default=200.0, help="stop starting new lengths after this")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per length")
+    parser.add_argument("--xla-flag", action="append", default=[], dest="xla_flag",
+                        help="an extra XLA flag for this run, e.g. --xla-flag=--xla_gpu_use_memcpy_local_p2p=true "
+                             "(probed first; the '=' form is required)")
+    parser.add_argument("--tag", default="", help="suffix of the output file name, e.g. _memcpy")
     args = parser.parse_args()
 
     mesh = cp.sequence_mesh(args.devices)
@@ -116,9 +147,10 @@ def main() -> None:
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "flags_set_by_bench": FLAGS_SET,
            "block": block.__name__, "shape": {"B": B, "N": N, "K": K, "H": H, "dtype": jnp.dtype(dtype).name}}
 
-    def ring(causal, layout="zigzag", method="ring", overlap=True):
+    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch"):
         return jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, causal=causal, layout=layout,
-                                                                     method=method, overlap=overlap, block=block))
+                                                                     method=method, overlap=overlap, block=block,
+                                                                     steps=steps))
 
     # ---- correctness at one shape: ring vs one device (relative error), and the block's lse vs float32 XLA
     T = lengths[0]
@@ -148,23 +180,29 @@ def main() -> None:
         for name, causal, variants in [
             ("non_causal", False, {"ring": ring(False), "ring_no_overlap": ring(False, overlap=False),
                                    "all_gather": ring(False, method="all_gather")}),
-            ("causal", True, {"ring": ring(True), "ring_no_overlap": ring(True, overlap=False),
+            ("causal", True, {"ring": ring(True), "ring_uniform": ring(True, steps="uniform"),
+                              "ring_no_overlap": ring(True, overlap=False),
                               "all_gather": ring(True, method="all_gather"),
                               "ring_unbalanced": ring(True, layout="contiguous")}),
         ]:
-            base = clock_ms(one(causal), q1, k1, v1)
-            row[f"{name}_one_device_ms"] = base
-            for label, f in variants.items():
-                ms = clock_ms(f, qs, ks, vs)
-                row[f"{name}_{label}_ms"] = ms
-                row[f"{name}_{label}_speedup"] = base / ms
-                row[f"{name}_{label}_efficiency"] = base / ms / P
+            fns = {"one_device": (one(causal), (q1, k1, v1)), **{k: (f, (qs, ks, vs)) for k, f in variants.items()}}
+            times = interleaved_ms(fns, rounds=args.rounds)
+            base = times.pop("one_device")
+            row[f"{name}_one_device_ms"] = statistics.median(base)
+            row[f"{name}_one_device_spread"] = (max(base) - min(base)) / statistics.median(base)
+            for label, t in times.items():
+                ratios = [b / x for b, x in zip(base, t, strict=True)]
+                row[f"{name}_{label}_ms"] = statistics.median(t)
+                row[f"{name}_{label}_speedup"] = statistics.median(ratios)
+                row[f"{name}_{label}_speedup_range"] = (min(ratios), max(ratios))
+                row[f"{name}_{label}_efficiency"] = statistics.median(ratios) / P
         rows.append(row)
         del q1, k1, v1, qs, ks, vs
 
     measured = [r for r in rows if "skipped" not in r]
     crossover = {}
-    for key in ("non_causal_ring", "causal_ring", "causal_ring_unbalanced", "non_causal_all_gather"):
+    for key in ("non_causal_ring", "causal_ring", "causal_ring_uniform", "causal_ring_unbalanced",
+                "non_causal_all_gather"):
         beats = [r["T"] for r in measured if r[f"{key}_speedup"] > 1]
         crossover[key] = min(beats) if beats else None
 
@@ -176,7 +214,7 @@ def main() -> None:
               "timeline": timeline, "kernels": kernel_profile(ring(False), T, B, N, K, H, dtype, seq) if gpu else None,
               "wall_s": time.perf_counter() - T0}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"ring_h200x{P}.json"
+    path = args.out / f"ring_h200x{P}{args.tag}.json"
     path.write_text(json.dumps(result, indent=2, default=str))
 
     print(f"{env['device_kind']} x{P}, jax {env['jax_version']}, block {env['block']}, flags {env['xla_flags']!r}")
@@ -186,13 +224,16 @@ def main() -> None:
     for name, t in timeline.items():
         print(f"timeline {name} T={T}: step compute {t['step_compute_ms']}, send {t['send_ms']:.3f} ms "
               f"({t['send_GBps']:.0f} GB/s), ring {t['ring_ms']:.3f} vs no-overlap {t['ring_no_overlap_ms']:.3f} ms, "
-              f"transfer hidden {t['transfer_hidden']:.0%}")
+              f"transfer hidden {t['transfer_hidden']:.0%}; one block with its log-sum-exp {t['block_with_lse_ms']:.3f} "
+              f"ms vs without {t['block_without_lse_ms']:.3f} ms ({t['lse_cost']:+.1%})")
     print(f"crossover T (shortest where ring beats one device): {crossover}")
     print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'no-ovl':>6} {'allgat':>6} | "
-          f"{'causal: 1dev ms':>15} {'ring':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}  (speed-ups)")
+          f"{'causal: 1dev ms':>15} {'ring':>6} {'unif':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
+          "  (speed-ups: median over interleaved rounds)")
     for r in measured:
         nc = [r[f"non_causal_{v}_speedup"] for v in ("ring", "ring_no_overlap", "all_gather")]
-        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_no_overlap", "all_gather", "ring_unbalanced")]
+        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_uniform", "ring_no_overlap", "all_gather",
+                                                   "ring_unbalanced")]
         print(f"{r['T']:>7} {r['bytes_per_step'] / 2**20:>8.1f} | {r['non_causal_one_device_ms']:>19.3f} "
               + " ".join(f"{s:>5.2f}x" for s in nc) + f" | {r['causal_one_device_ms']:>15.3f} "
               + " ".join(f"{s:>5.2f}x" for s in c))
@@ -214,9 +255,16 @@ def step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured) -> 
     half_q = jax.jit(lambda q, k, v: block(q[:, : c // 2], k, v, False))  # zig-zag: late chunk vs both
     o, lse = full(q, k, v)
     merge = jax.jit(cp.merge)
-    merge_ms = clock_ms(merge, o.astype(jnp.float32), lse, o.astype(jnp.float32), lse)
-    steps = {"non_causal": [clock_ms(full, q, k, v)] * P,
-             "causal": [clock_ms(diag, q, k, v)] + [clock_ms(half_q, q, k, v)] * (P - 1)}
+    o32 = o.astype(jnp.float32)
+    gpu = jax.default_backend() == "gpu"
+    plain = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation="cudnn" if gpu else None))
+    t = {k: statistics.median(v) for k, v in interleaved_ms({
+        "full": (full, (q, k, v)), "plain": (plain, (q, k, v)), "diag": (diag, (q, k, v)),
+        "half_q": (half_q, (q, k, v)), "merge": (merge, (o32, lse, o32, lse))}).items()}
+    merge_ms = t["merge"]
+    steps = {"non_causal": [t["full"]] * P, "causal": [t["diag"]] + [t["half_q"]] * (P - 1)}
+    lse_cost = {"block_with_lse_ms": t["full"], "block_without_lse_ms": t["plain"],
+                "lse_cost": t["full"] / t["plain"] - 1}
     out = {}
     for name, compute in steps.items():
         ring_ms, serial_ms = row[f"{name}_ring_ms"], row[f"{name}_ring_no_overlap_ms"]
@@ -230,6 +278,7 @@ def step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured) -> 
             "ideal_overlap_ms": sum(compute) + P * merge_ms,
             "ring_ms": ring_ms, "ring_no_overlap_ms": serial_ms,
             "transfer_hidden": max(0.0, min(1.0, (serial_ms - ring_ms) / transfer_total)) if transfer_total else 1.0,
+            **lse_cost,
         }
     return out
 

@@ -49,31 +49,33 @@ def main(devices: int, quick: bool) -> None:
     assert np.array_equal(np.asarray(cp.from_zigzag(cp.to_zigzag(q, devices), devices)), np.asarray(q))
     print(f"ok P={devices} zigzag round-trip")
 
-    cases = [  # (causal, layout, method, overlap)
-        (True, "zigzag", "ring", True),
-        (True, "zigzag", "all_gather", True),
+    cases = [  # (causal, layout, method, overlap, steps)
+        (True, "zigzag", "ring", True, "switch"),
+        (True, "zigzag", "all_gather", True, "switch"),
+        (True, "zigzag", "ring", True, "uniform"),
     ]
     if not quick:
         cases = [
-            (False, "contiguous", "ring", True),
-            (False, "contiguous", "ring", False),
-            (False, "contiguous", "all_gather", True),
+            (False, "contiguous", "ring", True, "switch"),
+            (False, "contiguous", "ring", False, "switch"),
+            (False, "contiguous", "all_gather", True, "switch"),
             *cases,
-            (True, "zigzag", "ring", False),
-            (True, "contiguous", "ring", True),
-            (True, "contiguous", "ring", False),
-            (True, "contiguous", "all_gather", True),
+            (True, "zigzag", "ring", False, "switch"),
+            (True, "zigzag", "ring", False, "uniform"),
+            (True, "contiguous", "ring", True, "switch"),
+            (True, "contiguous", "ring", False, "switch"),
+            (True, "contiguous", "all_gather", True, "switch"),
         ]
-    for causal, layout, method, overlap in cases:
+    for causal, layout, method, overlap, steps in cases:
         zig = causal and layout == "zigzag"
         arrange = (lambda x: cp.to_zigzag(x, devices)) if zig else (lambda x: x)
-        fn = jax.jit(lambda q, k, v, c=causal, lay=layout, m=method, o=overlap: cp.context_parallel_attention(
-            q, k, v, mesh, causal=c, layout=lay, method=m, overlap=o, block=cp.xla_block))
+        fn = jax.jit(lambda q, k, v, c=causal, lay=layout, m=method, o=overlap, st=steps: cp.context_parallel_attention(
+            q, k, v, mesh, causal=c, layout=lay, method=m, overlap=o, block=cp.xla_block, steps=st))
         out = fn(arrange(q), arrange(k), arrange(v))
         out = np.asarray(cp.from_zigzag(out, devices) if zig else out)
         single = np.asarray(jax.nn.dot_product_attention(q, k, v, is_causal=causal))
         ref = reference_attention(q, k, v, causal)
-        name = f"P={devices} causal={causal} layout={layout} method={method} overlap={overlap}"
+        name = f"P={devices} causal={causal} layout={layout} method={method} overlap={overlap} steps={steps}"
         err_ref, err_single = np.abs(out - ref).max(), np.abs(out - single).max()
         assert err_ref < 2e-5 and err_single < 2e-5, f"{name}: max error {err_ref:.2e} vs float64, {err_single:.2e}"
         print(f"ok {name} max_err_vs_float64={err_ref:.1e} vs_single_device={err_single:.1e}")
