@@ -125,15 +125,16 @@ def io_bytes(shape: AttentionShape) -> int:
     return shape.input_bytes() + shape.output_bytes()
 
 
-def upcast_bytes(shape: AttentionShape) -> int:
-    """float32 copies of half-precision Q, K and V, which XLA may make to compute in float32 (on a CPU it does)."""
-    return shape.input_bytes() * 4 // shape.itemsize if shape.itemsize < 4 else 0
+def working_copy_bytes(shape: AttentionShape) -> int:
+    """float32 copies of Q, K and V that XLA may make: half-precision inputs upcast to compute in float32
+    (on a CPU it does), or K and V transposed for a dot (seen on a CPU at q_len 1: a copy as large as K and V)."""
+    return shape.input_bytes() * 4 // shape.itemsize
 
 
 def materialised_bytes(copies: int) -> Callable[[AttentionShape], int]:
     """Inputs, output, `copies` float32 (B, N, T, S) matrices (scores, weights...): O(T·S); and float32
-    copies of half-precision inputs."""
-    return lambda shape: io_bytes(shape) + copies * shape.score_bytes() + upcast_bytes(shape)
+    working copies of the inputs."""
+    return lambda shape: io_bytes(shape) + copies * shape.score_bytes() + working_copy_bytes(shape)
 
 
 def streamed_bytes(shape: AttentionShape) -> int:

@@ -10,7 +10,9 @@ host memory the reference needs stays under `REFERENCE_MAX_BYTES`, whatever the 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -84,6 +86,20 @@ class Accuracy:
     atol: float
 
 
+@partial(jax.jit, static_argnums=1)
+def _gather(x, batch: int, rows, heads):
+    """x[:batch][:, rows][:, :, heads] in float32, on x's device: one compiled program per shape and
+    slice size (indexing op by op would compile a small program for every step, for every shape)."""
+    return x[:batch][:, rows][:, :, heads].astype(jnp.float32)
+
+
+def _to_host(x, batch: int, rows, heads) -> np.ndarray:
+    """The slice of x, copied to the host as float64; NumPy inputs are sliced on the host."""
+    if isinstance(x, np.ndarray):
+        return x[:batch][:, rows][:, :, heads].astype(np.float64)
+    return np.asarray(_gather(x, batch, jnp.asarray(rows), jnp.asarray(heads)), dtype=np.float64)
+
+
 @dataclasses.dataclass(frozen=True)
 class Reference:
     """The float64 reference of one call's inputs, on `slice` (the whole shape when it fits)."""
@@ -112,9 +128,7 @@ class Reference:
 
     def take(self, out) -> np.ndarray:
         """The reference's slice of a whole (B, T, N, H) output, as float64 (sliced before copying)."""
-        s = self.slice
-        part = out[: s.batch][:, np.asarray(s.rows)][:, :, self.slice.query_heads(self.shape)]
-        return np.asarray(jnp.asarray(part, dtype=jnp.float32), dtype=np.float64)
+        return _to_host(out, self.slice.batch, np.asarray(self.slice.rows), self.slice.query_heads(self.shape))
 
     def check(self, out) -> Accuracy:
         tol = TOLERANCES[self.shape.dtype]
@@ -137,10 +151,10 @@ def float64_reference(shape: AttentionShape, q, k, v, max_bytes: int | None = No
     s = choose_slice(shape, max_bytes)
     rows = np.asarray(s.rows)
     heads = s.query_heads(shape)
-    f64 = lambda x: np.asarray(jnp.asarray(x, dtype=jnp.float32), dtype=np.float64)  # noqa: E731
-    q64 = f64(q[: s.batch][:, rows][:, :, heads])  # (b, t, n, H)
-    k64 = f64(k[: s.batch, :, : s.kv_heads])  # (b, S, kv, H)
-    v64 = f64(v[: s.batch, :, : s.kv_heads])
+    every_key, kv_heads = np.arange(shape.kv_len), np.arange(s.kv_heads)
+    q64 = _to_host(q, s.batch, rows, heads)  # (b, t, n, H)
+    k64 = _to_host(k, s.batch, every_key, kv_heads)  # (b, S, kv, H)
+    v64 = _to_host(v, s.batch, every_key, kv_heads)
     lengths = shape.kv_lengths_per_batch()
     allowed = masks.allowed(shape.q_len, shape.kv_len, causal=shape.causal, window=shape.window,
                             kv_lengths=None if lengths is None else lengths[: s.batch], rows=rows, xp=np)

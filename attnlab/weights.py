@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -90,7 +91,19 @@ def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
     """The weights (B, N, T, S) of `shape` under its masks, as float32 NumPy (for small shapes)."""
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, _):
-        return np.asarray(attention.weights(q, k, **shape.mask_args()), np.float32)
+        return np.asarray(_weights(q, k, **shape.mask_args()), np.float32)
+
+
+# compiled once per shape (op by op, each new shape would compile a dozen small programs)
+_weights = jax.jit(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
+
+
+@jax.jit
+def _change_by_causal(q, k, v):
+    """max over batch, heads and features of |attention without mask − causal attention|, per query."""
+    full = attention.attention(q, k, v)
+    causal = attention.attention(q, k, v, causal=True)
+    return jnp.abs(full.astype(jnp.float32) - causal.astype(jnp.float32)).max(axis=(0, 2, 3))
 
 
 def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:
@@ -115,9 +128,7 @@ def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     """
     full_shape = shape.replace(causal=False, window=None, kv_lengths=())
     with runs.inputs(full_shape, seed, device_bytes=2 * NAIVE.device_bytes(full_shape)) as (q, k, v):
-        full = attention.attention(q, k, v, **full_shape.mask_args())
-        causal = attention.attention(q, k, v, **full_shape.replace(causal=True).mask_args())
-        diff = np.asarray(jnp.abs(full.astype(jnp.float32) - causal.astype(jnp.float32)).max(axis=(0, 2, 3)))
+        diff = np.asarray(_change_by_causal(q, k, v))
     T, S = full_shape.q_len, full_shape.kv_len
     picks = sorted({0, min(1, T - 1), T // 2, T - 1})  # T may be 1
     return pd.DataFrame({

@@ -48,7 +48,7 @@ def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
     be admitted for a passing reason (a busy GPU is not cached: the next visit tries again)."""
     results = run(shape, tuple(names), **parts)
     if any(r.status == runs.BUSY for r in results):
-        run.clear()  # a busy queue is not an answer worth keeping
+        run.clear(shape, tuple(names), **parts)  # a busy queue is not an answer worth keeping (only this entry)
     return runs.to_frame(results)
 
 

@@ -19,9 +19,12 @@ def output_checks(shape: AttentionShape, names: tuple[str, ...]) -> pd.DataFrame
 
 def decode_steps(shapes: list[AttentionShape], names: tuple[str, ...]) -> pd.DataFrame:
     """One timed decode step per (variant, implementation); each shape's run is cached by common.run."""
-    results = [r for d in shapes for r in common.run(d, names, accuracy=False, timed=True)]
-    if any(r.status == runs.BUSY for r in results):
-        common.run.clear()  # a busy queue is not an answer worth keeping
+    results = []
+    for d in shapes:
+        got = common.run(d, names, accuracy=False, timed=True)
+        if any(r.status == runs.BUSY for r in got):
+            common.run.clear(d, names, accuracy=False, timed=True)  # a busy queue is not an answer worth keeping
+        results += got
     return kvcache.decode_table(results)
 
 
@@ -53,7 +56,7 @@ if sections.on_demand("p8_checks", f"Run the {len(variants)} variants and check 
     with st.spinner("Running each variant and checking it against float64 ..."):
         checks = sections.guarded(output_checks, shape, names, what="The output check")
     if checks is not None and (checks["status"] == runs.BUSY).any():
-        output_checks.clear()  # a busy queue is not an answer worth keeping
+        output_checks.clear(shape, names)  # a busy queue is not an answer worth keeping
 else:
     st.caption(f"At {shape.describe()} the variants are too big to run on page load; the button runs them.")
 if checks is not None:

@@ -49,6 +49,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import math
 import os
@@ -214,19 +215,20 @@ class Visit:
 
 def _visit(at: Any, session: int, page: str | None, timeout: float, press: bool) -> Visit:
     start = time.perf_counter()
-    failure = None
+    failure, failure_trace = None, None
     try:
         if page is not None:
             at.switch_page(page)
         at.run(timeout=timeout)
     except Exception as e:  # a timeout, or AppTest failing to run the page
         failure = f"{type(e).__name__}: {e}"
+        failure_trace = traceback.format_exc()
     wall = time.perf_counter() - start
     exceptions, boxes = _problems(at)
     if failure is None and not exceptions and not _main_elements(at):
         failure = "the page came back empty (its script did not run)"
     visit = Visit(session, page or "entry", wall, failure is None and not exceptions, exceptions, boxes, failure,
-                  _traces(at) if exceptions else [])
+                  (_traces(at) if exceptions else []) + ([failure_trace] if failure_trace else []))
     if press and visit.ok:
         for key in _buttons_to_press(at):
             t0 = time.perf_counter()
@@ -418,7 +420,9 @@ def summary_line(r: dict[str, Any]) -> str:
     return (f"N={r['sessions']} {r['mode']}: {r['pages_served']}/{r['pages_planned']} pages served in "
             f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
-            f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}")
+            f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}"
+            + "\n  page medians (worst): " + ", ".join(
+                f"{Path(p).stem} {_s(v['median_s'])} ({_s(v['worst_s'])})" for p, v in (r.get("per_page") or {}).items()))
 
 
 def table(results: list[dict[str, Any]], cold: bool) -> str:
@@ -450,13 +454,15 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
     """Run one N in a fresh Python process; its figures back through a temporary JSON file."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--sessions", str(n), "--mode", args.mode,
+        cmd = [sys.executable, "-X", "faulthandler",  # a crash prints every thread's Python stack
+               str(Path(__file__).resolve()), "--sessions", str(n), "--mode", args.mode,
                "--timeout", str(args.timeout), "--seed", str(args.seed), "--in-process", "--json", str(out),
                "--quiet"]
         cmd += ["--press-buttons"] if args.press_buttons else []
         cmd += ["--warm"] if args.warm else []
         cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
         cmd += ["--raw-apptest"] if args.raw_apptest else []
+        cmd += ["--dump-after", str(args.dump_after)] if args.dump_after else []
         proc = subprocess.run(cmd, cwd=ROOT)
         if out.is_file():
             return json.loads(out.read_text())[0]
@@ -482,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--raw-apptest", action="store_true",
                     help="leave AppTest as it is (no shared Runtime / ScriptCache): shows its artefacts under threads")
     ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
+    ap.add_argument("--dump-after", type=float, default=0.0,
+                    help="if an N is still running after this many seconds, print every thread's stack once")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
@@ -499,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     probe = None
+    if args.in_process and args.dump_after:  # where a slow or stuck run spends its time
+        faulthandler.dump_traceback_later(args.dump_after, repeat=False)
     for n in args.sessions:
         if args.in_process:
             probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
