@@ -5,7 +5,7 @@
     sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
     bench      the benchmark suite (suite.py) to JSON; on a GPU this makes attnlab/shipped/h200.json
     ladder     the ladder XLA -> Pallas -> cuDNN -> FP8, the mask sweep and DRAM bytes (attnlab/ladder.py)
-    warm       compile and check the codelab's shape for every backend (a server does this at start)
+    warm       compile and check the codelab's shape for every backend, and the model presets (a server does this at start)
     gpucheck   on a GPU machine: the GPU-marked tests, then the suite, then a short summary
 """
 
@@ -154,7 +154,8 @@ def cmd_warm(a) -> int:
     from attnlab import warm
 
     seconds = warm.warm(log=print)
-    print(f"warm: the codelab's shape compiled and checked for every backend that runs here in {seconds:.1f} s")
+    print(f"warm: the codelab's shape (every backend that runs here) and the model presets (the codelab's "
+          f"implementations) compiled and checked in {seconds:.1f} s")
     return 0
 
 

@@ -88,7 +88,7 @@ def merge(o_a: Array, lse_a: Array, o_b: Array, lse_b: Array) -> tuple[Array, Ar
 
 def _nothing(q: Array) -> tuple[Array, Array]:
     """The result of attending to no keys: o = 0, lse = -inf (the identity of `merge`)."""
-    return jnp.zeros(q.shape, jnp.float32), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
+    return jnp.zeros(q.shape, q.dtype), jnp.full(q.shape[:3], -jnp.inf, jnp.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,9 +102,9 @@ def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block,
     causal): 'switch' runs the one block shape this device needs; 'uniform' two equal blocks, no branch,
     which is right only where owner ≠ me is certain (the ring's later steps).
     """
-    def run(q, k, v, c):
+    def run(q, k, v, c):  # the block's output in the inputs' dtype (cuDNN's already is); merge reads float32
         o, lse = block(q, k, v, c)
-        return o.astype(jnp.float32), lse
+        return o.astype(q.dtype), lse
 
     if not causal:
         return run(q, k, v, False)

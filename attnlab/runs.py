@@ -54,6 +54,7 @@ class Result:
     timing: timing.Timing | None = None
     timing_note: str = ""
     peak_tflops: float | None = None
+    queue_wait_s: float = 0.0  # seconds this run waited for the device before its shared part
 
     @property
     def ok(self) -> bool:
@@ -195,46 +196,63 @@ def run(
         else:
             runnable.append(n)
     if runnable:
-        dev, host = memory_needed(shape, runnable, accuracy=accuracy, backward=backward) if allocates else (0, 0)
-        try:
-            with DEVICE.slot(dev, host, exclusive=timed, on_wait=on_wait) as waited:
-                results.update(_run_held(shape, runnable, info, accuracy, timed, program, backward, seed, waited,
-                                         timing_kw))
+        dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
+        try:  # outputs, the reference and compiles share the device with other learners' runs
+            with DEVICE.slot(dev, host, on_wait=on_wait) as waited:
+                results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
+        if timed:  # only the measurement itself holds the device alone, one implementation at a time
+            for n in runnable:
+                if results[n].ok:
+                    results[n] = _time(results[n], info, seed, on_wait, timing_kw)
     return [results[n] for n in names]
 
 
-def _run_held(shape, names, info, accuracy, timed, program, backward, seed, waited, timing_kw) -> dict:
-    q, k, v = make_inputs(shape, seed) if accuracy or timed else (None, None, None)
+def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
+    q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
     ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
-    waiting = DEVICE.waiting
-    if waiting and timed:  # others are queued behind this run: measure briefly and say so
-        timing_kw = {"budget_s": 0.3, "repeats": 10, **timing_kw}
     out = {}
     for n in names:
-        parts: dict = {}
+        parts: dict = {"queue_wait_s": waited}
         try:
             if accuracy and not backward:  # the program a timing would use: compiled once, not twice
                 y = compiled.compile_backend(n, shape, False)[0](q, k, v)
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))
                 del y
-            if timed or program:
+            if compile_:
                 exe, ms, before = compiled.compile_backend(n, shape, backward)
                 parts.update(compile_ms=ms, compiled_before=before, program=compiled.describe_compiled(exe))
-            if timed:
-                t = timing.time_compiled(exe, (q, k, v), compile_ms=ms, **timing_kw)
-                parts.update(timing=dataclasses.replace(t, queue_wait_s=waited),
-                             peak_tflops=timing.peak_tflops(shape.dtype, info),
-                             timing_note=f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting"
-                             if waiting else "")
             out[n] = Result(shape, n, OK, "", backward, **parts)
         except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
             status, reason = failure(e)
             out[n] = Result(shape, n, status, reason, backward, **parts)
     return out
+
+
+def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
+    """The four timings of an implementation already compiled, holding the device alone while they run.
+
+    The inputs are drawn again inside the exclusive slot (the same seed gives the same arrays), so no
+    array is held uncounted between the shared part of the run and this one."""
+    shape, n, backward = result.shape, result.implementation, result.backward
+    dev, host = memory_needed(shape, [n], accuracy=False, backward=backward)
+    try:
+        with DEVICE.slot(dev, host, exclusive=True, on_wait=on_wait) as waited:
+            waiting = DEVICE.waiting
+            if waiting:  # others are queued behind this measurement: measure briefly and say so
+                timing_kw = {"budget_s": 0.2, "repeats": 10, "warmup_s": 0.05, **timing_kw}
+            exe, ms, _ = compiled.compile_backend(n, shape, backward)
+            t = timing.time_compiled(exe, make_inputs(shape, seed), compile_ms=ms, **timing_kw)
+    except Exception as e:  # busy queue, out of memory while timing
+        status, reason = failure(e)
+        return dataclasses.replace(result, status=status, reason=reason)
+    return dataclasses.replace(
+        result, timing=dataclasses.replace(t, queue_wait_s=result.queue_wait_s + waited),
+        peak_tflops=timing.peak_tflops(shape.dtype, info),
+        timing_note=f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting" if waiting else "")
 
 
 def sweep(base: AttentionShape, field: str, values: Iterable, names: Sequence[str], **run_kw) -> Iterator[Result]:

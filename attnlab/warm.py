@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import time
 
-from attnlab import device, runs
+from attnlab import device, presets, runs
 from attnlab.backends import REGISTRY
 from attnlab.shapes import AttentionShape
 
 SHAPES = (AttentionShape(), AttentionShape(dtype="bfloat16"), AttentionShape(dtype="bfloat16", causal=True))
+# the sidebar's model presets at the codelab's batch and length, for the codelab's implementations only
+CODELAB = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
+PRESET_SHAPES = tuple(presets.apply(p, AttentionShape(dtype=d)) for p in presets.PRESETS for d in ("float32", "bfloat16"))
 
 
-def warm(shapes=SHAPES, log=lambda s: None) -> float:
-    """Run and compile `shapes` for every backend that can run them here; seconds it took."""
+def warm(shapes=SHAPES, log=lambda s: None, preset_shapes=PRESET_SHAPES) -> float:
+    """Run and compile `shapes` for every backend that can run them here, then `preset_shapes` for
+    the codelab's implementations; seconds it took."""
     t0, info = time.perf_counter(), device.info()
-    for shape in shapes:
-        names = [n for n, b in REGISTRY.items() if b.unmet(shape, info) is None]
+    for shape, among in [(s, REGISTRY) for s in shapes] + [(s, CODELAB) for s in preset_shapes]:
+        names = [n for n in among if REGISTRY[n].unmet(shape, info) is None]
         for r in runs.run(shape, names, accuracy=True, program=True):
             log(f"warm {shape.describe()} {r.implementation}: {r.status}")
     return time.perf_counter() - t0

@@ -8,6 +8,7 @@ inputs made by the run layer inside a queue slot.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -25,21 +26,28 @@ def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> di
     scaled=False drops the 1/sqrt(H) of stage 2, to show what it is for.
     """
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, v):
-        s = attention.scores(q, k)  # 1. (B, N, T, S)
-        logits = attention.scale(s, shape.head_dim) if scaled else s  # 2.
-        allowed = masks.allowed(shape.q_len, shape.kv_len, **shape.mask_args())
-        w = attention.softmax(logits, allowed)  # 3.
-        out = attention.attend(w, v)  # 4. (B, T, N, H)
-        masked = allowed if allowed is None else jnp.broadcast_to(allowed, s.shape)[0, 0]
-        return {
-            "q": np.asarray(q[0, :, 0], np.float32),  # (T, H)
-            "k": np.asarray(k[0, :, 0], np.float32),  # (S, H): key/value head 0 serves query head 0
-            "v": np.asarray(v[0, :, 0], np.float32),
-            "scores": np.asarray(s[0, 0]),  # (T, S)
-            "scaled": np.asarray(logits[0, 0] if masked is None else jnp.where(masked, logits[0, 0], -jnp.inf)),
-            "weights": np.asarray(w[0, 0]),
-            "out": np.asarray(out[0, :, 0], np.float32),  # (T, H)
-        }
+        return {name: np.asarray(x) for name, x in _stages(q, k, v, scaled=scaled, **shape.mask_args()).items()}
+
+
+@partial(jax.jit, static_argnames=("scaled", "causal", "window", "kv_lengths"))
+def _stages(q, k, v, *, scaled: bool, causal: bool, window, kv_lengths) -> dict:
+    """four_stages' arithmetic, compiled once per shape (op by op, every new shape compiles a dozen)."""
+    s = attention.scores(q, k)  # 1. (B, N, T, S)
+    logits = attention.scale(s, q.shape[-1]) if scaled else s  # 2.
+    allowed = masks.allowed(q.shape[1], k.shape[1], causal=causal, window=window, kv_lengths=kv_lengths)
+    w = attention.softmax(logits, allowed)  # 3.
+    out = attention.attend(w, v)  # 4. (B, T, N, H)
+    shown = logits[0, 0] if allowed is None else jnp.where(jnp.broadcast_to(allowed, s.shape)[0, 0], logits[0, 0],
+                                                           -jnp.inf)
+    return {
+        "q": q[0, :, 0].astype(jnp.float32),  # (T, H)
+        "k": k[0, :, 0].astype(jnp.float32),  # (S, H): key/value head 0 serves query head 0
+        "v": v[0, :, 0].astype(jnp.float32),
+        "scores": s[0, 0],  # (T, S)
+        "scaled": shown,
+        "weights": w[0, 0],
+        "out": out[0, :, 0].astype(jnp.float32),  # (T, H)
+    }
 
 
 def entropy(w) -> np.ndarray:

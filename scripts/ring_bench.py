@@ -210,7 +210,11 @@ def main() -> None:
     T = max(r["T"] for r in measured)
     timeline = step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured)
 
+    schedule = {name: program_order(f, T, B, N, K, H, dtype, seq, args.out / f"ring_hlo_{name}{args.tag}.txt")
+                for name, f in (("non_causal", ring(False)), ("causal", ring(True)),
+                                ("causal_uniform", ring(True, steps="uniform")))}
     result = {"environment": env, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
+              "schedule": schedule,
               "timeline": timeline, "kernels": kernel_profile(ring(False), T, B, N, K, H, dtype, seq) if gpu else None,
               "wall_s": time.perf_counter() - T0}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -227,6 +231,8 @@ def main() -> None:
               f"transfer hidden {t['transfer_hidden']:.0%}; one block with its log-sum-exp {t['block_with_lse_ms']:.3f} "
               f"ms vs without {t['block_without_lse_ms']:.3f} ms ({t['lse_cost']:+.1%})")
     print(f"crossover T (shortest where ring beats one device): {crossover}")
+    for name, order in schedule.items():
+        print(f"program order, {name}: " + " ".join(o.replace('custom_call_target=', '') for o in order)[:600])
     print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'no-ovl':>6} {'allgat':>6} | "
           f"{'causal: 1dev ms':>15} {'ring':>6} {'unif':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
           "  (speed-ups: median over interleaved rounds)")
@@ -281,6 +287,22 @@ def step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured) -> 
             **lse_cost,
         }
     return out
+
+
+def program_order(f, T, B, N, K, H, dtype, seq, path: Path) -> list[str]:
+    """The compiled program's order of transfers and attention calls (does a send start before the
+    step's attention and finish after it?); the whole optimised HLO is written to `path`."""
+    import re
+
+    q = jax.ShapeDtypeStruct((B, T, N, H), dtype, sharding=seq)
+    kv = jax.ShapeDtypeStruct((B, T, K, H), dtype, sharding=seq)
+    text = f.lower(q, kv, kv).compile().as_text() or ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    entry = text[text.rfind("ENTRY"):]
+    pattern = r"(collective-permute-start|collective-permute-done|collective-permute\(|all-gather-start|all-gather-done|" \
+              r"custom_call_target=\"[^\"]+\"|conditional\(|\bfusion\(|\bcopy\()"
+    return [m.group(1) for m in re.finditer(pattern, entry)][:80]
 
 
 def kernel_profile(f, T, B, N, K, H, dtype, seq) -> dict | None:
