@@ -8,9 +8,11 @@ a CPU library fusion) may use a workspace of its own that is not counted there.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import re
+import threading
 import time
 
 import jax
@@ -65,7 +67,9 @@ def compile_backend(name: str, shape: AttentionShape, backward: bool = False):
     return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}")
 
 
-_SEEN: dict[int, str] = {}  # hash of a lowered program -> the first call that compiled it in this process
+# hash of a lowered program -> (who compiled it first, the executable), the 256 most recent
+_SEEN: collections.OrderedDict[int, tuple[str, object]] = collections.OrderedDict()
+_LOCK = threading.Lock()
 
 
 def compile_timed(fn, args, who: str = ""):
@@ -79,9 +83,18 @@ def compile_timed(fn, args, who: str = ""):
     t0 = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     key = hash(lowered.as_text())
-    compiled = lowered.compile()
+    with _LOCK:
+        first, compiled = _SEEN.get(key, (None, None))
+    if compiled is None:  # a program seen before (sdpa_auto is sdpa_xla today) is not compiled again
+        compiled = lowered.compile()
+        with _LOCK:
+            first, compiled = _SEEN.setdefault(key, (who, compiled))
+            while len(_SEEN) > 256:
+                _SEEN.popitem(last=False)
+    with _LOCK:
+        if key in _SEEN:
+            _SEEN.move_to_end(key)
     ms = (time.perf_counter() - t0) * 1e3
-    first = _SEEN.setdefault(key, who)
     return compiled, ms, (first or "an earlier call") if first != who else None
 
 

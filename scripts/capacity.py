@@ -322,7 +322,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queue: bool = True,
-            probe: QueueProbe | None = None, raw_apptest: bool = False) -> dict[str, Any]:
+            probe: QueueProbe | None = None, raw_apptest: bool = False, deadline_s: float = 0.0) -> dict[str, Any]:
     """N sessions at once in this process; the figures as a dict (JSON-ready)."""
     os.chdir(ROOT)
     if str(ROOT) not in sys.path:
@@ -340,6 +340,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         from attnlab import warm
 
         warm_s = warm.warm()
+        os.environ["CAPACITY_WARM"] = "done"  # once per process
     probe.reset()
     visits: list[Visit] = []
     barrier = threading.Barrier(n)
@@ -350,7 +351,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     for t in threads:
         t.start()
     # each visit is bounded by the timeout; leave room for all of them and the entry run
-    deadline = start + (len(pages) + 1) * timeout * (4 if press else 1) + 60
+    deadline = start + (deadline_s or (len(pages) + 1) * timeout * (4 if press else 1) + 60)
     for t in threads:
         t.join(timeout=max(1.0, deadline - time.perf_counter()))
     elapsed = time.perf_counter() - start
@@ -417,7 +418,8 @@ def gpu_peak_text(r: dict[str, Any]) -> str:
 
 
 def summary_line(r: dict[str, Any]) -> str:
-    return (f"N={r['sessions']} {r['mode']}: {r['pages_served']}/{r['pages_planned']} pages served in "
+    warmed = f" (after a {r['warm_s']:.0f} s warm-up)" if r.get("warm_s") else ""
+    return (f"N={r['sessions']} {r['mode']}{warmed}: {r['pages_served']}/{r['pages_planned']} pages served in "
             f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
             f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}"
@@ -425,7 +427,7 @@ def summary_line(r: dict[str, Any]) -> str:
                 f"{Path(p).stem} {_s(v['median_s'])} ({_s(v['worst_s'])})" for p, v in (r.get("per_page") or {}).items()))
 
 
-def table(results: list[dict[str, Any]], cold: bool) -> str:
+def table(results: list[dict[str, Any]], cold: bool, clear: bool = False) -> str:
     head = ["sessions", "mode", "served/planned", "median s", "p95 s", "worst s", "queue wait s",
             "GPU mem peak", "RSS peak", "errors"]
     rows = [[str(r["sessions"]), r["mode"], f"{r['pages_served']}/{r['pages_planned']}", _s(r["median_page_s"]),
@@ -445,7 +447,8 @@ def table(results: list[dict[str, Any]], cold: bool) -> str:
     sources = sorted({r["queue_wait_source"] for r in results})
     lines.append(f"queue wait from: {', '.join(sources)}")
     lines.append("each N ran in a fresh process (cold start: empty caches, nothing compiled)" if cold else
-                 "the N values ran one after another in one process (caches kept between them)")
+                 "the N values ran one after another in one process (" + (
+                     "results cleared between them, compiled programs kept)" if clear else "caches kept between them)"))
     return "\n".join(lines)
 
 
@@ -463,6 +466,7 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
         cmd += ["--raw-apptest"] if args.raw_apptest else []
         cmd += ["--dump-after", str(args.dump_after)] if args.dump_after else []
+        cmd += ["--deadline", str(args.deadline)] if args.deadline else []
         proc = subprocess.run(cmd, cwd=ROOT)
         if out.is_file():
             return json.loads(out.read_text())[0]
@@ -488,6 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--raw-apptest", action="store_true",
                     help="leave AppTest as it is (no shared Runtime / ScriptCache): shows its artefacts under threads")
     ap.add_argument("--seed", type=int, default=0, help="for the random first pages")
+    ap.add_argument("--clear-between", action="store_true",
+                    help="with --in-process: clear every st.cache_data result between N values (compiled programs "
+                         "and the warm-up stay), so each N computes its pages' results itself")
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="report after this many seconds of class time even if sessions are still running "
+                         "(their unvisited pages count as not served, each stuck session as an error)")
     ap.add_argument("--dump-after", type=float, default=0.0,
                     help="if an N is still running after this many seconds, print every thread's stack once")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
@@ -509,12 +519,16 @@ def main(argv: list[str] | None = None) -> int:
     probe = None
     if args.in_process and args.dump_after:  # where a slow or stuck run spends its time
         faulthandler.dump_traceback_later(args.dump_after, repeat=False)
-    for n in args.sessions:
+    for i, n in enumerate(args.sessions):
+        if args.in_process and args.clear_between and i:
+            import streamlit as st
+
+            st.cache_data.clear()  # every result computed again; compiled programs stay, as on a server up a while
         if args.in_process:
             probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
             try:
                 r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe,
-                            raw_apptest=args.raw_apptest)
+                            raw_apptest=args.raw_apptest, deadline_s=args.deadline)
             except Exception:
                 traceback.print_exc()
                 raise
@@ -528,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     if not args.quiet:
         print()
-        print(table(results, cold=not args.in_process))
+        print(table(results, cold=not args.in_process, clear=args.clear_between))
     ok = all(r["errors"] == 0 and r["pages_served"] == r["pages_planned"] for r in results)
     return 0 if ok else 1
 
