@@ -161,19 +161,20 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
-    # K and V travel as one array: one transfer per step. (Two ppermutes become two collectives, and
-    # XLA overlaps one collective at a time with compute by default: the second one ran exposed.)
-    kv, o, lse = jnp.stack([k, v]), None, None  # kv: (2, B, S/P, K, H); o, lse once the first block is in
+    # K and V are two transfers per step. XLA overlaps one collective at a time with compute unless
+    # told otherwise (--xla_gpu_experimental_parallel_collective_overlap_limit, scripts/ring_bench.py);
+    # stacking them into one array did not help: XLA then ran the one transfer synchronously.
+    kv, o, lse = (k, v), None, None  # o: (B, T/P, N, H), lse: (B, T/P, N) once the first block is in
     for step in range(devices):
         owner = me if step == 0 else (me - step) % devices
         last = step == devices - 1
         if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
             kv_next = lax.ppermute(kv, axis, right)
-        part = _attend(q, kv[0], kv[1], me, owner, causal=causal, layout=layout, block=block, steps=steps)
+        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
         o, lse = part if o is None else merge(o, lse, *part)
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
-            kv_next = lax.ppermute(kv + after.astype(kv.dtype), axis, right)
+            kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
         if not last:
             kv = kv_next
     return o.astype(q.dtype)

@@ -23,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-XLA_OVERLAP_FLAGS = ["--xla_gpu_enable_latency_hiding_scheduler=true"]
+# the latency-hiding scheduler overlaps a collective with compute; by default only one collective at a
+# time, and a ring step sends two (K and V): the compiled program showed V's send run synchronously
+XLA_OVERLAP_FLAGS = ["--xla_gpu_enable_latency_hiding_scheduler=true",
+                     "--xla_gpu_experimental_parallel_collective_overlap_limit=2"]
 
 
 def _accepted(flag: str) -> bool:
@@ -74,7 +77,7 @@ def clock_ms(f, *args, budget_s: float = 2.0, rounds: int = 5) -> float:
     return 1e3 * statistics.median(times)
 
 
-def interleaved_ms(fns: dict, rounds: int = 7, round_s: float = 0.03) -> dict[str, list[float]]:
+def interleaved_ms(fns: dict, rounds: int = 7, round_s: float = 0.1) -> dict[str, list[float]]:
     """Per-call ms of each (f, args) in `fns`, measured in rounds that visit every function in turn.
 
     One GPU's clock drifts with temperature and power by several per cent over a run, so a speed-up
@@ -90,6 +93,12 @@ def interleaved_ms(fns: dict, rounds: int = 7, round_s: float = 0.03) -> dict[st
     times = {label: [] for label in fns}
     for _ in range(rounds):
         for label, (f, args) in fns.items():
+            # untimed first: a GPU left idle while the others ran has dropped its clock (the ring's second
+            # GPU idles during the one-GPU runs); ~0.1 s of work brings it back before the timed calls
+            end = time.perf_counter() + (0.1 if jax.default_backend() == "gpu" else 0.0)
+            jax.block_until_ready(f(*args))
+            while time.perf_counter() < end:
+                jax.block_until_ready(f(*args))
             start = time.perf_counter()
             out = [f(*args) for _ in range(calls[label])]
             jax.block_until_ready(out)
