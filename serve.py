@@ -10,11 +10,16 @@ which knows no page called /causal, and so the first visitor after a (re)start w
 shared link gets a 'Page not found' modal ('Running the app's main page') over the right page
 (streamlit/streamlit#9992). The lab needs its top-level `pages/` folder, so this launcher tells
 Streamlit before the server starts what `st.navigation` would tell it on its first run.
+It also puts a small ASGI middleware in front of Streamlit's own (`Harden`): security headers on
+every HTTP response (no framing by other sites, no MIME sniffing, no referrer to other sites) and
+Streamlit's `/_stcore/metrics` closed (404), since it describes every learner's session and cache to
+anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it.
 Everything else is `streamlit run app.py` as is (same options, same config.toml).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -30,10 +35,56 @@ def use_st_navigation_from_the_first_session() -> None:
     PagesManager.uses_pages_directory = False  # what st.navigation sets on its first run
 
 
+HEADERS = [  # what every HTTP response carries (the websocket upgrade is not an HTTP response)
+    (b"x-frame-options", b"SAMEORIGIN"),
+    (b"content-security-policy", b"frame-ancestors 'self'; object-src 'none'; base-uri 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
+
+
+class Harden:
+    """ASGI middleware: HEADERS on every HTTP response; /_stcore/metrics answered 404 unless ATTNLAB_METRICS=1."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["path"].rstrip("/").endswith("/_stcore/metrics") and os.environ.get("ATTNLAB_METRICS") != "1":
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain"),
+                                                                                   *HEADERS]})
+            await send({"type": "http.response.body", "body": b"not found"})
+            return
+
+        async def with_headers(message):
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  *(h for h in HEADERS if h[0] not in names)]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def harden_the_server() -> None:
+    """Put `Harden` first in Streamlit's middleware stack (Streamlit >= 1.5x serves with Starlette)."""
+    try:
+        from starlette.middleware import Middleware
+        from streamlit.web.server.starlette import starlette_app
+    except ImportError:
+        print("serve.py: this Streamlit does not serve with Starlette; headers not added", file=sys.stderr)
+        return
+    own = starlette_app.create_streamlit_middleware
+    starlette_app.create_streamlit_middleware = lambda: [Middleware(Harden), *own()]
+
+
 def main(argv: list[str] | None = None) -> None:
     from streamlit.web import cli
 
     use_st_navigation_from_the_first_session()
+    harden_the_server()
     args = sys.argv[1:] if argv is None else argv
     sys.argv = ["streamlit", "run", str(APP), *args]
     cli.main(prog_name="streamlit")

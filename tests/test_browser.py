@@ -338,3 +338,19 @@ def test_a_shared_link_is_the_first_request_of_a_fresh_server_and_shows_its_page
                 (SHOTS / "last").mkdir(parents=True, exist_ok=True)
                 tab.page.screenshot(path=str(SHOTS / "last" / "fresh_server_deep_link.png"), timeout=10_000)
             tab.context.close()
+
+
+def test_security_headers_and_no_public_metrics(server):
+    # serve.py's middleware: every response refuses framing by other sites; Streamlit's metrics are closed
+    import urllib.error
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "/", timeout=30) as r:
+        assert r.headers["X-Frame-Options"] == "SAMEORIGIN"
+        assert "frame-ancestors 'self'" in r.headers["Content-Security-Policy"]
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(server.url + "/_stcore/metrics", timeout=30)
+    assert e.value.code == 404
+    with urllib.request.urlopen(server.url + "/_stcore/health", timeout=30) as r:
+        assert r.status == 200 and r.headers["X-Frame-Options"] == "SAMEORIGIN"
