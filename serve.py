@@ -10,12 +10,16 @@ which knows no page called /causal, and so the first visitor after a (re)start w
 shared link gets a 'Page not found' modal ('Running the app's main page') over the right page
 (streamlit/streamlit#9992). The lab needs its top-level `pages/` folder, so this launcher tells
 Streamlit before the server starts what `st.navigation` would tell it on its first run.
-Everything else is `streamlit run app.py` as is (same options, same config.toml).
+Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
+start: while the server starts, a background thread imports what the first page needs and compiles
+its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -30,10 +34,37 @@ def use_st_navigation_from_the_first_session() -> None:
     PagesManager.uses_pages_directory = False  # what st.navigation sets on its first run
 
 
+def head_start() -> None:
+    """The first run's one-time costs, in the background, overlapping the server's start and the
+    first browser's download of Streamlit's JavaScript (2-3 s of the first page's run otherwise,
+    measured with cProfile on a 2-core machine): page 1's imports and JAX compiles, and two costs
+    Streamlit pays on the first run of a process."""
+    if os.environ.get("ATTNLAB_WARM", "1") != "1":
+        return
+
+    def run() -> None:
+        try:
+            import inspect
+
+            from attnlab import warm
+
+            warm.head_start()
+            import streamlit.emojis  # noqa: F401  (st.set_page_config's icon check loads this catalogue)
+
+            # Streamlit's first element of a process calls inspect.stack() (its is-this-a-REPL check),
+            # which resolves the path of every loaded module (0.3-0.6 s); inspect caches them.
+            inspect.stack()
+        except Exception as e:  # only a head start: the first run does all of it itself when this fails
+            print(f"serve.py: head start failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    threading.Thread(target=run, name="attnlab-head-start", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     from streamlit.web import cli
 
     use_st_navigation_from_the_first_session()
+    head_start()
     args = sys.argv[1:] if argv is None else argv
     sys.argv = ["streamlit", "run", str(APP), *args]
     cli.main(prog_name="streamlit")

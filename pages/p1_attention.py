@@ -10,7 +10,7 @@ from attnlab.shapes import AttentionShape
 from pages import common, sections
 from pages.weights_ui import heatmap, matrix
 
-EXAMPLE_LEN = 6  # T = S = 6 positions: small enough to read every number
+EXAMPLE_LEN = weights.EXAMPLE_LEN
 
 
 @st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner=False)
@@ -43,8 +43,7 @@ scaled = c3.toggle("scale by 1/√d", value=True, key="p1_scaled",
                    help="Turn off to see what the softmax does to raw dot products.")
 causal = c4.toggle("causal mask", value=False, key="p1_causal", help="Query i may only see keys 0..i (page 6).")
 
-tiny = AttentionShape(batch=1, q_len=EXAMPLE_LEN, kv_len=EXAMPLE_LEN, heads=1, kv_heads=1, head_dim=int(head_dim),
-                      causal=causal)
+tiny = weights.example_shape(int(head_dim), causal)
 s = sections.guarded(stages, tiny, int(seed), scaled, what="The tiny example")
 if s is None:
     st.stop()
