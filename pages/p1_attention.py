@@ -8,7 +8,7 @@ import streamlit as st
 from attnlab import weights
 from attnlab.shapes import AttentionShape
 from pages import common, sections
-from pages.weights_ui import heatmap, matrix
+from pages.weights_ui import heatmap, matrix_table
 
 EXAMPLE_LEN = weights.EXAMPLE_LEN
 
@@ -53,18 +53,18 @@ cut = f" (first {shown} of {head_dim} columns)" if head_dim > shown else ""
 with st.expander(f"The inputs: Q, K, V are {EXAMPLE_LEN} × {head_dim} random normal matrices{cut}"):
     for name in ("q", "k", "v"):
         st.caption(name.upper())
-        st.dataframe(matrix(s[name][:, :shown], "position", "d").style.format("{:.2f}"), width="stretch")
+        matrix_table(s[name][:, :shown], "position", "d")
 
 left, right = st.columns(2)
 with left:
     st.markdown("**1 · Scores** `Q @ K.T` (T × S)")
     st.caption("Entry (i, j) is the dot product of query i with key j: large when they point the same way.")
-    st.dataframe(matrix(s["scores"], "query", "key").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["scores"], "query", "key")
 with right:
     st.markdown("**2 · Scaled scores** " + ("`scores / sqrt(d)`" if scaled else "(scale turned off)"))
     st.caption(f"Divided by √{head_dim} so their spread no longer grows with d."
                if scaled else "Unscaled: the logits keep the spread of the dot products, which grows as √d.")
-    st.dataframe(matrix(s["scaled"], "query", "key").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["scaled"], "query", "key")
     if causal:
         st.caption("Masked entries (key after query) are −∞ before the softmax, so they get weight 0.")
 
@@ -79,7 +79,7 @@ with left:
 with right:
     st.markdown("**4 · Output** `weights @ V` (T × d)")
     st.caption(f"Row i is the weights-averaged value vectors: what query i takes from the sequence{cut}.")
-    st.dataframe(matrix(s["out"][:, :shown], "query", "d").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["out"][:, :shown], "query", "d")
 
 st.subheader("Why divide by √d?")
 st.write(

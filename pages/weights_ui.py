@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import numpy as np
 import pandas as pd
+import streamlit as st
 
 from attnlab import weights
 
@@ -14,6 +15,13 @@ MASKED_GREY = "#d9d9d9"
 def matrix(a: np.ndarray, row: str, col: str) -> pd.DataFrame:
     """A small 2-D array as a table whose index and columns say what they count."""
     return pd.DataFrame(a, index=pd.Index(range(a.shape[0]), name=row), columns=[f"{col}{j}" for j in range(a.shape[1])])
+
+
+def matrix_table(a: np.ndarray, row: str, col: str) -> None:
+    """`matrix` shown with two decimals, by st.dataframe's own number format (a pandas Styler did
+    the same at several times the cost of marshalling, for each of page 1's six tables)."""
+    df = matrix(a, row, col)
+    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
 
 
 def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vmax: float = 1.0,
