@@ -103,7 +103,7 @@ st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 head
 
 x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
 color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
-tooltip = ["head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f")]
+tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"))
 c1, c2 = st.columns(2)
 c1.altair_chart(alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
                 .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),
