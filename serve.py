@@ -14,13 +14,16 @@ It also puts a small ASGI middleware in front of Streamlit's own (`Harden`): sec
 every HTTP response (no framing by other sites, no MIME sniffing, no referrer to other sites) and
 Streamlit's `/_stcore/metrics` closed (404), since it describes every learner's session and cache to
 anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it.
-Everything else is `streamlit run app.py` as is (same options, same config.toml).
+Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
+start: while the server starts, a background thread imports what the first page needs and compiles
+its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -80,11 +83,38 @@ def harden_the_server() -> None:
     starlette_app.create_streamlit_middleware = lambda: [Middleware(Harden), *own()]
 
 
+def head_start() -> None:
+    """The first run's one-time costs, in the background, overlapping the server's start and the
+    first browser's download of Streamlit's JavaScript (2-3 s of the first page's run otherwise,
+    measured with cProfile on a 2-core machine): page 1's imports and JAX compiles, and two costs
+    Streamlit pays on the first run of a process."""
+    if os.environ.get("ATTNLAB_WARM", "1") != "1":
+        return
+
+    def run() -> None:
+        try:
+            import inspect
+
+            from attnlab import warm
+
+            warm.head_start()
+            import streamlit.emojis  # noqa: F401  (st.set_page_config's icon check loads this catalogue)
+
+            # Streamlit's first element of a process calls inspect.stack() (its is-this-a-REPL check),
+            # which resolves the path of every loaded module (0.3-0.6 s); inspect caches them.
+            inspect.stack()
+        except Exception as e:  # only a head start: the first run does all of it itself when this fails
+            print(f"serve.py: head start failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    threading.Thread(target=run, name="attnlab-head-start", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     from streamlit.web import cli
 
     use_st_navigation_from_the_first_session()
     harden_the_server()
+    head_start()
     args = sys.argv[1:] if argv is None else argv
     sys.argv = ["streamlit", "run", str(APP), *args]
     cli.main(prog_name="streamlit")

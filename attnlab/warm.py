@@ -20,6 +20,20 @@ CODELAB = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
 PRESET_SHAPES = tuple(presets.apply(p, AttentionShape(dtype=d)) for p in presets.PRESETS for d in ("float32", "bfloat16"))
 
 
+def head_start() -> float:
+    """Page 1's own work on a fresh server, done ahead: the imports its first run needs (JAX,
+    pandas, Altair) and the JAX operations of its default tiny example, each compiled on first use
+    (about 1 s on a CPU). serve.py runs it in a background thread while the server starts and the
+    first browser loads Streamlit's JavaScript, so the first learner finds it done. Seconds it took."""
+    t0 = time.perf_counter()
+    import altair  # noqa: F401  (pages/common.py's charts)
+
+    from attnlab import weights
+
+    weights.four_stages(weights.example_shape())
+    return time.perf_counter() - t0
+
+
 def warm(shapes=SHAPES, log=lambda s: None, preset_shapes=PRESET_SHAPES) -> float:
     """Run and compile `shapes` for every backend that can run them here, then `preset_shapes` for
     the codelab's implementations; seconds it took."""

@@ -19,6 +19,14 @@ from attnlab import attention, masks, runs
 from attnlab.backends.naive import NAIVE
 from attnlab.shapes import AttentionShape
 
+EXAMPLE_LEN = 6  # page 1's example: T = S = 6 positions, small enough to read every number
+
+
+def example_shape(head_dim: int = 4, causal: bool = False) -> AttentionShape:
+    """Page 1's tiny float32 example: one sequence, one head, EXAMPLE_LEN positions."""
+    return AttentionShape(batch=1, q_len=EXAMPLE_LEN, kv_len=EXAMPLE_LEN, heads=1, kv_heads=1, head_dim=head_dim,
+                          causal=causal)
+
 
 def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> dict[str, np.ndarray]:
     """The lab's four stages on one small example, every intermediate kept (batch 0, head 0).

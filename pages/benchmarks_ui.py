@@ -49,7 +49,7 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     for col, c in zip(st.columns(len(cols)), cols, strict=True):
         col.altair_chart(alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
             y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
-            color=common.impl_color(ok).legend(None), tooltip=[y, alt.Tooltip(f"{c}:Q", format=".4g")]), width="stretch")
+            color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g"))), width="stretch")
 
 
 def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtype") -> None:
@@ -73,7 +73,7 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
         color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
         strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
                                   legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
-        tooltip=[x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")])
+        tooltip=common.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")))
     st.altair_chart(chart.interactive(), width="stretch")
     for a, b in dict.fromkeys(pairs):
         st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "

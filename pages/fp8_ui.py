@@ -66,8 +66,8 @@ def block(df: pd.DataFrame) -> None:
         st.altair_chart(alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
                         .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
                                 y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None, legend=None),
-                                tooltip=["recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
-                                         alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")]),
+                                tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
+                                         alt.Tooltip("rel_err_vs_bf16:Q", format=".2e"))),
                         width="stretch")
     common.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "top_kernels",
                                  "reason") if c in df]],
@@ -102,7 +102,7 @@ def fp8_attention(df: pd.DataFrame) -> None:
                                 yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
                                 color=alt.Color("precision:N", sort=order, legend=alt.Legend(
                                     orient="bottom", columns=2, labelLimit=400)),
-                                tooltip=["shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")]),
+                                tooltip=common.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f"))),
                         width="stretch")
         errors = [c for c in ERRORS if c in good]
         st.markdown("**Relative error against bf16 cuDNN** (‖FP8 − bf16‖ / ‖bf16‖), by scaling choice")

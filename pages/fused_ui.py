@@ -104,7 +104,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
                 title="sequence length T = S (log)"),
         y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(y_title)),
         color=common.impl_color(ok), strokeDash=alt.StrokeDash("implementation:N", legend=None),
-        tooltip=["implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")])
+        tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)
     points = base.mark_point(size=70, filled=False).encode(**enc, shape=alt.Shape("implementation:N", legend=None))
     st.altair_chart(base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")

@@ -57,7 +57,7 @@ def tile_chart(df: pd.DataFrame, field: str, title: str, size: int = 260) -> alt
     base = alt.Chart(df, title=title).encode(x=alt.X("K block j:O"), y=alt.Y("Q block i:O"))
     rect = base.mark_rect(stroke="#555", strokeWidth=0.5).encode(
         color=alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=colors), title=None),
-        tooltip=["Q block i", "K block j", "kind", "state", "step"])
+        tooltip=common.tips("Q block i", "K block j", "kind", "state", "step"))
     if len(df) <= 64:
         rect += base.transform_filter("datum.current").mark_text(text="▶", fontSize=14)
     return rect.properties(width=size, height=size)
@@ -93,7 +93,7 @@ def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_titl
     return (alt.Chart(df, title=title).mark_line(point=True)
             .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x_title),
                     y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(title)),
-                    color=enc_color, tooltip=[x, color, y]))
+                    color=enc_color, tooltip=common.tips(x, color, y)))
 
 
 def rung_chart(df: pd.DataFrame) -> alt.Chart:
@@ -102,8 +102,8 @@ def rung_chart(df: pd.DataFrame) -> alt.Chart:
     return (alt.Chart(df).mark_bar()
             .encode(y=alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=220)), x=alt.X("best_tflops:Q", title="TFLOP/s"),
                     color=common.impl_color(df), row=alt.Row("causal:N", title="causal"),
-                    tooltip=["label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
-                             alt.Tooltip("pct_of_measured_matmul:Q", format=".0f")])
+                    tooltip=common.tips("label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
+                             alt.Tooltip("pct_of_measured_matmul:Q", format=".0f")))
             .properties(width=520))
 
 
@@ -115,8 +115,8 @@ def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> 
     line = alt.Chart(roof).mark_line(color="#555").encode(x=x, y=y)
     dots = (alt.Chart(points.rename(columns={"achieved_tflops": "tflops"})).mark_point(size=120, filled=True)
             .encode(x=x, y=y, color=common.impl_color(points), shape=alt.Shape("causal:N"),
-                    tooltip=["label", "causal", "model", alt.Tooltip("intensity:Q", format=".0f"),
-                             alt.Tooltip("tflops:Q", format=".0f"), alt.Tooltip("pct_of_attainable:Q", format=".0f")]))
+                    tooltip=common.tips("label", "causal", "model", alt.Tooltip("intensity:Q", format=".0f"),
+                             alt.Tooltip("tflops:Q", format=".0f"), alt.Tooltip("pct_of_attainable:Q", format=".0f"))))
     return (line + dots).properties(
         title=f"Roofline: measured ceilings {ceilings['copy_tb_s']:.2f} TB/s and {ceilings['matmul_bf16_tflops']:.0f} "
               "TFLOP/s (bf16 matmul)", height=360)
@@ -177,7 +177,7 @@ def mask_sweep_block(found: dict | None) -> None:
             x=alt.X("ms:Q", title="kernel time (ms)"),
             y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
             yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
-            tooltip=["mask", "implementation", alt.Tooltip("ms:Q", format=".3f")]).properties(width=520, height=300))
+            tooltip=common.tips("mask", "implementation", alt.Tooltip("ms:Q", format=".3f"))).properties(width=520, height=300))
         shipped_caption(found)
         bad = df[df["status"] != "ok"]
         if not bad.empty:
@@ -237,6 +237,6 @@ def error_chart(walk: list, current: int) -> alt.Chart:
                        "Q block": [str(x.q_block) for x in walk]})
     line = alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[1, len(walk)])), y="max |partial − exact|:Q",
-        color=alt.Color("Q block:N"), tooltip=list(df.columns))
+        color=alt.Color("Q block:N"), tooltip=common.tips(*df.columns))
     rule = alt.Chart(pd.DataFrame({"step": [current]})).mark_rule(color="#f58518", strokeWidth=2).encode(x="step:Q")
     return (line + rule).properties(height=200)

@@ -8,9 +8,9 @@ import streamlit as st
 from attnlab import weights
 from attnlab.shapes import AttentionShape
 from pages import common, sections
-from pages.weights_ui import heatmap, matrix
+from pages.weights_ui import heatmap, matrix_table
 
-EXAMPLE_LEN = 6  # T = S = 6 positions: small enough to read every number
+EXAMPLE_LEN = weights.EXAMPLE_LEN
 
 
 @st.cache_data(max_entries=64, ttl=6 * 3600, show_spinner=False)
@@ -43,8 +43,7 @@ scaled = c3.toggle("scale by 1/√d", value=True, key="p1_scaled",
                    help="Turn off to see what the softmax does to raw dot products.")
 causal = c4.toggle("causal mask", value=False, key="p1_causal", help="Query i may only see keys 0..i (page 6).")
 
-tiny = AttentionShape(batch=1, q_len=EXAMPLE_LEN, kv_len=EXAMPLE_LEN, heads=1, kv_heads=1, head_dim=int(head_dim),
-                      causal=causal)
+tiny = weights.example_shape(int(head_dim), causal)
 s = sections.guarded(stages, tiny, int(seed), scaled, what="The tiny example")
 if s is None:
     st.stop()
@@ -54,18 +53,18 @@ cut = f" (first {shown} of {head_dim} columns)" if head_dim > shown else ""
 with st.expander(f"The inputs: Q, K, V are {EXAMPLE_LEN} × {head_dim} random normal matrices{cut}"):
     for name in ("q", "k", "v"):
         st.caption(name.upper())
-        st.dataframe(matrix(s[name][:, :shown], "position", "d").style.format("{:.2f}"), width="stretch")
+        matrix_table(s[name][:, :shown], "position", "d")
 
 left, right = st.columns(2)
 with left:
     st.markdown("**1 · Scores** `Q @ K.T` (T × S)")
     st.caption("Entry (i, j) is the dot product of query i with key j: large when they point the same way.")
-    st.dataframe(matrix(s["scores"], "query", "key").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["scores"], "query", "key")
 with right:
     st.markdown("**2 · Scaled scores** " + ("`scores / sqrt(d)`" if scaled else "(scale turned off)"))
     st.caption(f"Divided by √{head_dim} so their spread no longer grows with d."
                if scaled else "Unscaled: the logits keep the spread of the dot products, which grows as √d.")
-    st.dataframe(matrix(s["scaled"], "query", "key").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["scaled"], "query", "key")
     if causal:
         st.caption("Masked entries (key after query) are −∞ before the softmax, so they get weight 0.")
 
@@ -80,7 +79,7 @@ with left:
 with right:
     st.markdown("**4 · Output** `weights @ V` (T × d)")
     st.caption(f"Row i is the weights-averaged value vectors: what query i takes from the sequence{cut}.")
-    st.dataframe(matrix(s["out"][:, :shown], "query", "d").style.format("{:.2f}"), width="stretch")
+    matrix_table(s["out"][:, :shown], "query", "d")
 
 st.subheader("Why divide by √d?")
 st.write(
@@ -104,7 +103,7 @@ st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 head
 
 x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
 color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
-tooltip = ["head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f")]
+tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"))
 c1, c2 = st.columns(2)
 c1.altair_chart(alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
                 .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),

@@ -96,7 +96,7 @@ st.altair_chart(
     .mark_bar().encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
                        y=alt.Y("cache_bytes_per_sequence:Q", axis=common.bytes_axis("cache per sequence")),
                        color=alt.Color("variant:N", sort=None, legend=None),
-                       tooltip=["variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence"]),
+                       tooltip=common.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence")),
     width="stretch")
 common.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
 
@@ -129,8 +129,8 @@ if chosen and sections.on_demand("p8_decode", f"Time a decode step for each vari
                 alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar()
                 .encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
                         y=alt.Y(f"{y}:Q", title=common.label(y)), color=common.impl_color(good),
-                        tooltip=["variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
-                                 "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")]),
+                        tooltip=common.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
+                                 "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f"))),
                 width="stretch")
             if not on_gpu:
                 st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, the "

@@ -30,7 +30,7 @@ def grid(df: pd.DataFrame, step: int) -> alt.Chart:
         color=alt.Color("compute:N", scale=alt.Scale(domain=KINDS, range=KIND_COLORS), title="computes"),
         stroke=alt.condition(chosen, alt.value("#d62728"), alt.value("white")),
         strokeWidth=alt.condition(chosen, alt.value(4), alt.value(2)),
-        tooltip=["step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"])
+        tooltip=common.tips("step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"))
     ink = alt.condition(alt.datum.compute == "full", alt.value("white"), alt.value("#222"))
     holds = base.mark_text(baseline="bottom", dy=-1, fontSize=11).encode(text="holds:N", color=ink)
     sends = base.mark_text(baseline="top", dy=3, fontSize=11).encode(text="sends:N", color=ink)
@@ -42,7 +42,7 @@ def work_bars(df: pd.DataFrame) -> alt.Chart:
     totals = df.groupby("device", as_index=False)["work"].sum()
     return (alt.Chart(totals, title="Work per device").mark_bar()
             .encode(x=alt.X("device:O", axis=alt.Axis(labelAngle=0)),
-                    y=alt.Y("work:Q", title="work (full blocks)"), tooltip=["device", "work"])
+                    y=alt.Y("work:Q", title="work (full blocks)"), tooltip=common.tips("device", "work"))
             .properties(height=44 * df["step"].nunique()))
 
 
@@ -53,7 +53,7 @@ def costs_chart(df: pd.DataFrame, hiding_T: int) -> alt.Chart:
              .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), title="sequence length T = S",
                              axis=alt.Axis(format=",~g")),
                      y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms per step (busiest device)"),
-                     color=alt.Color("per step:N"), tooltip=["T", "per step", alt.Tooltip("ms:Q", format=".4g")]))
+                     color=alt.Color("per step:N"), tooltip=common.tips("T", "per step", alt.Tooltip("ms:Q", format=".4g"))))
     rule = alt.Chart(pd.DataFrame({"T": [hiding_T]})).mark_rule(strokeDash=[4, 4]).encode(x="T:Q")
     return lines + rule
 
@@ -63,8 +63,8 @@ def timeline_chart(df: pd.DataFrame) -> alt.Chart:
             .encode(x=alt.X("start_ms:Q", title="ms since the ring started"), x2="end_ms:Q",
                     y=alt.Y("part:N", title=None), color=alt.Color("part:N", title=None),
                     row=alt.Row("schedule:N", title=None),
-                    tooltip=["schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
-                             alt.Tooltip("end_ms:Q", format=".4f")])
+                    tooltip=common.tips("schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
+                             alt.Tooltip("end_ms:Q", format=".4f")))
             .properties(height=70))
 
 
@@ -76,7 +76,7 @@ def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
             .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format=",~g"),
                             title="sequence length T"),
                     y=alt.Y(f"{y}:Q", title="speed-up vs one GPU (×)" if y == "speedup" else "efficiency"),
-                    color=common.impl_color(data), tooltip=["T", "implementation", "ms", "one_device_ms", y]))
+                    color=common.impl_color(data), tooltip=common.tips("T", "implementation", "ms", "one_device_ms", y)))
     rule = alt.Chart().mark_rule(strokeDash=[4, 4]).encode(y=alt.datum(1))
     return (alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
             .configure_legend(labelLimit=260, orient="bottom"))
@@ -88,4 +88,4 @@ def scaling_chart(df: pd.DataFrame) -> alt.Chart:
             .encode(x=alt.X("P:O", title="GPUs (P)", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("efficiency:Q", title="efficiency (speed-up / P)", scale=alt.Scale(domain=[0, 1.1])),
                     color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N"),
-                    tooltip=["P", "mask", "implementation", "T", "speedup", "efficiency"]))
+                    tooltip=common.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))

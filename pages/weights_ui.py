@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import numpy as np
 import pandas as pd
+import streamlit as st
 
 from attnlab import weights
 
@@ -16,10 +17,20 @@ def matrix(a: np.ndarray, row: str, col: str) -> pd.DataFrame:
     return pd.DataFrame(a, index=pd.Index(range(a.shape[0]), name=row), columns=[f"{col}{j}" for j in range(a.shape[1])])
 
 
+def matrix_table(a: np.ndarray, row: str, col: str) -> None:
+    """`matrix` shown with two decimals, by st.dataframe's own number format (a pandas Styler did
+    the same at several times the cost of marshalling, for each of page 1's six tables)."""
+    df = matrix(a, row, col)
+    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
+
+
 def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vmax: float = 1.0,
             value: str = "weight", size: int = 320) -> alt.Chart:
     """A (T, S) matrix as a heatmap on the colour scale [0, vmax]. Cells the mask hides (`allowed`
-    False) are grey; a small matrix also shows each number."""
+    False) are grey; a small matrix also shows each number.
+
+    Painted on a canvas: as SVG a 64 x 64 map is 4,096 elements per layer, and page 6 shows three
+    such maps (in Chromium the canvas saves about 0.3 s of a page load for those three)."""
     df = weights.long_frame(m, value)
     df["masked"] = False if allowed is None else ~np.asarray(allowed, bool).ravel()
     small = max(m.shape) <= 16
@@ -32,12 +43,12 @@ def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vma
         y=alt.Y("query:O", title="query position (T)", axis=axis(m.shape[0])))
     seen = base.transform_filter("!datum.masked").mark_rect().encode(
         color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
-        tooltip=["query", "key", alt.Tooltip(f"{value}:Q", format=".4f")])
+        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip(f"{value}:Q", format=".4f")])
     hidden = base.transform_filter("datum.masked").mark_rect(color=MASKED_GREY).encode(
-        tooltip=["query", "key", alt.Tooltip("masked:N", title="masked")])
+        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip("masked:N", title="masked")])
     chart = hidden + seen
     if small:
         chart += base.transform_filter("!datum.masked").mark_text(baseline="middle", fontSize=10).encode(
             text=alt.Text(f"{value}:Q", format=".2f"),
             color=alt.condition(f"datum.{value} > {vmax / 2}", alt.value("white"), alt.value("black")))
-    return chart.properties(width=size, height=size)
+    return chart.properties(width=size, height=size, usermeta={"embedOptions": {"renderer": "canvas"}})

@@ -6,8 +6,8 @@ A benchmark, not a test: it prints a table and writes JSON, and judges nothing b
 issue 12 item 10 (marked in the table):
 
     first page interactive   <= 8 s after the command
-    every first load         <= 5 s at the default shape
-    every cached page        <= 1.5 s
+    every first load         <= 5 s at the default shape   (column "first": a fresh browser)
+    every cached page        <= 1.5 s                      (column "cached, learner's browser")
 
 What is timed (Streamlit's run finished: the page's title is up, the script is not running, the
 "Running..." widget and every loading skeleton are gone; see tests/browser_util.wait_idle):
@@ -16,10 +16,23 @@ What is timed (Streamlit's run finished: the page's title is up, the script is n
     compiled) until the first page, opened at the root URL, is interactive. Chromium is already
     running, as a learner's browser would be; the server's readiness is polled every 0.2 s.
   * first: each page's first load on this server, by URL in a fresh browser context (a new
-    Streamlit session), in the app's order, at the default shape and then at a larger one (--shape).
-  * cached: the same URL again in another fresh context: what the next learner waits for.
+    Streamlit session and an empty HTTP cache), in the app's order, at the default shape and then
+    at a larger one (--shape). Page 1 is opened at the root URL, where the app serves it.
+  * cached, new browser: the same URL again in another fresh context. The server has the page's
+    results cached, but the browser has nothing: it downloads and compiles Streamlit's whole
+    JavaScript bundle again (about 5 MB). Kept as the worst case of a cached page; no target.
+  * cached, learner's browser: the same URL in a new tab of one context that has loaded the app
+    before (its HTTP cache is warm), so a new Streamlit session, as a learner opening a link, a
+    new tab or a reload waits for it. The 1.5 s target is judged here: in a class every learner
+    downloads the bundle once (that is the first load's target), not once per page.
+  * via sidebar: in one session (a tab of the learner's browser, opened at the last page), click
+    each page's sidebar link in turn: seconds from the click until the page's run is over. This
+    is how learners move between pages; no target (it is the cheapest way in).
   * sweeps: on the Benchmarks page at the default shape, seconds from pressing "Run the sequence
     sweep" (and "Run the batch sweep") to its result (skip with --no-sweeps).
+
+The browser runs on the same machine as the server, so on a small machine the two share its CPUs,
+and anything else running there shows up in the figures: run it twice when they look noisy.
 
 The server command is the Makefile's `run` recipe: `JAX_PLATFORMS=cpu python serve.py` (serve.py is
 `streamlit run app.py`); --launcher streamlit times plain `streamlit run app.py` instead.
@@ -45,11 +58,13 @@ from browser_util import (  # noqa: E402
     MAIN,
     PAGES,
     ROOT,
+    SIDEBAR,
     TITLE,
     VIEWPORT,
     StreamlitServer,
     healthy,
     launch_kwargs,
+    open_page,
     page_url,
     rerun_after,
     wait_idle,
@@ -90,9 +105,12 @@ class TimedServer(StreamlitServer):
         raise RuntimeError(f"the server did not come up; its log:\n{self.log()}")
 
 
-def load(browser, url: str, title: str, timeout_ms: float) -> dict:
-    """Open `url` in a fresh context (a new session); seconds until the run is over, and what went wrong."""
-    context = browser.new_context(viewport=VIEWPORT)
+def load(browser, url: str, title: str, timeout_ms: float, learner=None) -> dict:
+    """Open `url` in a new tab (a new Streamlit session): of a fresh context, or of `learner` (a
+    context that has loaded the app before: its HTTP cache is warm). Seconds until the run is over,
+    and what went wrong."""
+    fresh = learner is None
+    context = browser.new_context(viewport=VIEWPORT) if fresh else learner
     page = context.new_page()
     js_errors: list[str] = []
     page.on("pageerror", lambda e: js_errors.append(str(e)))
@@ -101,18 +119,51 @@ def load(browser, url: str, title: str, timeout_ms: float) -> dict:
         page.goto(url, wait_until="domcontentloaded", timeout=timeout_ms)
         page.locator(TITLE).filter(has_text=title).first.wait_for(timeout=timeout_ms)
         wait_idle(page, timeout_ms)
-        seconds = time.monotonic() - t0
-        problems = []
-        if page.locator(EXCEPTION).count():
-            problems.append("exception: " + page.locator(EXCEPTION).first.inner_text()[:200])
-        if page.locator(NOT_FOUND).count():
-            problems.append("'Page not found' dialog")
-        problems += [f"JS error: {e[:200]}" for e in js_errors]
-        return {"s": round(seconds, 2), "problems": problems}
+        return {"s": round(time.monotonic() - t0, 2), "problems": problems_on(page, js_errors)}
     except Exception as e:  # a page that never finishes is a result too
         return {"s": None, "problems": [f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"]}
     finally:
-        context.close()
+        (context if fresh else page).close()
+
+
+def problems_on(page, js_errors: list[str]) -> list[str]:
+    problems = []
+    if page.locator(EXCEPTION).count():
+        problems.append("exception: " + page.locator(EXCEPTION).first.inner_text()[:200])
+    if page.locator(NOT_FOUND).count():
+        problems.append("'Page not found' dialog")
+    return problems + [f"JS error: {e[:200]}" for e in js_errors]
+
+
+def via_sidebar(context, base_url: str, query: str, timeout_ms: float, only=None) -> dict[str, dict]:
+    """One session in the learner's browser, opened at the last page: click every page's sidebar
+    link (or those of `only`) in the app's order; seconds from each click until that page's run is over."""
+    page = context.new_page()
+    js_errors: list[str] = []
+    page.on("pageerror", lambda e: js_errors.append(str(e)))
+    found: dict[str, dict] = {}
+    try:
+        open_page(page, base_url, *PAGES[-1], query=query, timeout_ms=timeout_ms)
+        for k, (path, title) in enumerate(PAGES):
+            if only and path not in only:
+                continue
+            href = f"{base_url}/" if k == 0 else f"{base_url}/{path}"  # page 1's link is the root URL
+            js_errors.clear()
+            try:
+                link = page.locator(f'{SIDEBAR} a[data-testid="stSidebarNavLink"][href="{href}"]')
+                t0 = time.monotonic()
+                link.click(timeout=timeout_ms)
+                page.locator(TITLE).filter(has_text=title).first.wait_for(timeout=timeout_ms)
+                wait_idle(page, timeout_ms)
+                found[path] = {"s": round(time.monotonic() - t0, 2), "problems": problems_on(page, js_errors)}
+            except Exception as e:
+                found[path] = {"s": None, "problems": [f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"]}
+    except Exception as e:  # the session itself did not open
+        return {path: {"s": None, "problems": [f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"]}
+                for path, _ in PAGES}
+    finally:
+        page.close()
+    return found
 
 
 def sweep(browser, base_url: str, what: str, timeout_ms: float) -> dict:
@@ -167,18 +218,29 @@ def measure(args) -> dict:
             result["start_problems"] = first["problems"]
             print(f"start: {result['start_s']} s (server healthy at {result['healthy_s']} s)", flush=True)
 
+            learner = browser.new_context(viewport=VIEWPORT)  # the learner's browser: loaded the app once
+            load(browser, server.url, first_title, timeout_ms, learner)
             rows = {path: {"path": path, "title": title} for path, title in PAGES}
             for label, query in (("default", ""), ("custom", args.shape)):
                 for k, (path, title) in enumerate(PAGES):
+                    if args.pages and path not in args.pages:
+                        continue
                     row = rows[path]
+                    url = page_url(server.url, "" if k == 0 else path, query)  # page 1 lives at the root URL
                     if k == 0 and label == "default":
                         row["first_default"] = first  # the start's own load of the first page
                     else:
-                        row[f"first_{label}"] = load(browser, page_url(server.url, path, query), title, timeout_ms)
-                    row[f"cached_{label}"] = load(browser, page_url(server.url, path, query), title, timeout_ms)
-                    print(f"{label:7} {path:15} first {row[f'first_{label}']['s']} s, cached "
-                          f"{row[f'cached_{label}']['s']} s", flush=True)
-            result["pages"] = list(rows.values())
+                        row[f"first_{label}"] = load(browser, url, title, timeout_ms)
+                    row[f"cached_{label}"] = load(browser, url, title, timeout_ms)
+                    row[f"learner_{label}"] = load(browser, url, title, timeout_ms, learner)
+                    print(f"{label:7} {path:15} first {row[f'first_{label}']['s']} s, cached: new browser "
+                          f"{row[f'cached_{label}']['s']} s, learner's browser {row[f'learner_{label}']['s']} s",
+                          flush=True)
+                for path, r in via_sidebar(learner, server.url, query, timeout_ms, args.pages).items():
+                    rows[path][f"sidebar_{label}"] = r
+                    print(f"{label:7} {path:15} via sidebar {r['s']} s", flush=True)
+            learner.close()
+            result["pages"] = [row for row in rows.values() if len(row) > 2]
             if args.sweeps:
                 result["sweeps"] = {what: sweep(browser, server.url, what, timeout_ms)
                                     for what in ("sequence sweep", "batch sweep")}
@@ -202,15 +264,19 @@ def table(result: dict) -> str:
              f"first page interactive after the command: {cell({'s': result.get('start_s'), 'problems': []}, t['start_s'])} s"
              f"  (server healthy at {result.get('healthy_s')} s; target ≤ {t['start_s']:g} s)",
              "",
-             "seconds until the run is over (✓/✗: target ≤ 5 s first load at the default shape, ≤ 1.5 s cached; "
-             "! see problems)",
-             "",
-             "| page | first, default | cached, default | first, custom | cached, custom |",
-             "|---|---:|---:|---:|---:|"]
-    for row in result["pages"]:
-        lines.append(f"| {row['title']} | {cell(row.get('first_default'), t['first_default_s'])} | "
-                     f"{cell(row.get('cached_default'), t['cached_s'])} | {cell(row.get('first_custom'), None)} | "
-                     f"{cell(row.get('cached_custom'), t['cached_s'])} |")
+             "seconds until the run is over; ✓/✗: the targets, ≤ 5 s first load (a fresh browser) at the default "
+             "shape and ≤ 1.5 s cached, judged in the learner's browser (a new tab of a browser that has loaded the "
+             "app: a learner downloads Streamlit's bundle once, not per page). 'new browser' re-downloads and "
+             "compiles the bundle (worst case, no target); 'via sidebar' clicks the page's link in a session "
+             "(no target). ! see problems"]
+    for label, first_target in (("default", t["first_default_s"]), ("custom", None)):
+        lines += ["", f"{label} shape" + (f": ?{result['custom_shape']}" if label == "custom" else ""), "",
+                  "| page | first | cached, new browser | cached, learner's browser | via sidebar |",
+                  "|---|---:|---:|---:|---:|"]
+        for row in result["pages"]:
+            lines.append(f"| {row['title']} | {cell(row.get(f'first_{label}'), first_target)} | "
+                         f"{cell(row.get(f'cached_{label}'), None)} | {cell(row.get(f'learner_{label}'), t['cached_s'])} | "
+                         f"{cell(row.get(f'sidebar_{label}'), None)} |")
     for what, r in (result.get("sweeps") or {}).items():
         lines.append(f"\n{what} (default shape, {r.get('button', '')}): {cell(r, None)} s")
     problems = [(row["path"], k, p) for row in result["pages"] for k, v in row.items()
@@ -219,7 +285,6 @@ def table(result: dict) -> str:
     if problems:
         lines.append("\nproblems:")
         lines += [f"  /{path} {k}: {p}" for path, k, p in problems]
-    lines.append(f"\ncustom shape: ?{result['custom_shape']}")
     return "\n".join(lines)
 
 
@@ -230,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launcher", choices=["serve", "streamlit"], default="serve",
                     help="serve: as `make run` (python serve.py); streamlit: plain `streamlit run app.py`")
     ap.add_argument("--no-sweeps", dest="sweeps", action="store_false", help="skip the two sweeps on page 7")
+    ap.add_argument("--pages", type=lambda v: v.split(","), help="only these pages (url paths, commas; "
+                    "page 1 is 'attention'), for a quick look")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for any one load (default 300)")
     args = ap.parse_args(argv)
     result = measure(args)
