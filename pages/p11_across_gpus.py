@@ -95,7 +95,11 @@ else:
         st.altair_chart(ring_ui.timeline_chart(ring_results.timeline(data, mask)), width="stretch")
         st.caption(f"Bars: each step's compute (with its merge) and one send ({summary['send_ms']:.3f} ms, "
                    f"{summary['send_GBps']:.0f} GB/s), each timed alone and laid end to end; the metrics above "
-                   "are the whole ring, timed.")
+                   "are the whole ring, timed. Overlap is the compiler's decision: XLA's scheduler lets one "
+                   "collective run beside compute at a time unless told otherwise, and a ring step sends two "
+                   "(K and V), so the benchmark allows two in flight "
+                   "(`--xla_gpu_experimental_parallel_collective_overlap_limit=2`); without it the compiled "
+                   "program sent V before any attention started.")
     speed = ring_results.speedups(data)
     y = st.radio("y axis", ["speedup", "efficiency"], horizontal=True, key="p11_speed_y")
     st.altair_chart(ring_ui.speedup_chart(speed, y), width="stretch")

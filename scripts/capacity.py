@@ -37,6 +37,11 @@ AppTest is meant for one test at a time; `server_like_apptest()` patches it in t
 that sessions in threads share one Runtime and one ScriptCache, as a server's sessions do (without
 it, sessions break each other: see its docstring). `--raw-apptest` leaves AppTest as it is.
 
+`--deadline S` reports after S seconds of class time even if sessions are still running (their
+unvisited pages count as not served); `--clear-between` (with --in-process) clears every cached
+result between N values, keeping compiled programs, as a server that has been up a while;
+`--dump-after S` prints every thread's stack once after S seconds (where a slow run waits).
+
 Longest queue wait and the peak bytes admitted at once: the device queue's own statistics
 (`attnlab.queue.DEVICE.stats`), reset at the start of each run.
 
