@@ -270,6 +270,16 @@ def test_pod_runs_as_non_root_without_privilege_escalation():
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
 
 
+def test_root_filesystem_is_read_only_with_scratch_and_the_volume_writable():
+    # what tests/test_read_only_root.py serves every page under: only /tmp and /cache writable
+    container = _container()
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in _one("Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]] and "persistentVolumeClaim" in volumes[mounts["/cache"]]
+    assert _env(container)["CUDA_CACHE_PATH"].startswith("/cache/")
+
+
 def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_a_volume():
     container = _container()
     env = _env(container)

@@ -1,0 +1,61 @@
+"""The server runs on a read-only root filesystem, as the GKE pod does (readOnlyRootFilesystem: true).
+
+The server starts in a mount namespace of its own (`unshare -m`, as root) where `/` is remounted
+read-only and only `/tmp` (an emptyDir in the pod) and the cache volume are writable, with the pod's
+environment: results persisted to the cache volume, JAX's compilation cache there, HOME on the
+read-only root with `.streamlit/cache` a link into the volume (as deploy/Dockerfile makes it). A
+browser visits every page; none may fail, nothing may be refused a write, and the persisted results
+must appear on the volume. Skipped where no mount namespace can be made (not root, no unshare)."""
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.browser_util import EXCEPTION, PAGES, StreamlitServer, open_page
+
+pytestmark = pytest.mark.browser
+CACHE = "/tmp/cache"  # inside the server's namespace: a fresh tmpfs at /tmp, the volume under it
+READ_ONLY = (f'mount --make-rprivate / && mount -o remount,ro,bind / && mount -t tmpfs tmpfs /tmp '
+             f'&& mkdir -p {CACHE}/jax {CACHE}/streamlit && exec "$@"')
+
+
+@pytest.fixture
+def home():
+    """HOME on the (soon read-only) root: .streamlit/cache links into the cache volume, as in the image."""
+    path = Path("/var/tmp") / f"attnlab-home-{uuid.uuid4().hex[:8]}"
+    (path / ".streamlit").mkdir(parents=True)
+    (path / ".streamlit" / "cache").symlink_to(f"{CACHE}/streamlit")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --make-rprivate / && mount -o remount,ro,bind /"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare to make a read-only mount namespace")
+def test_every_page_serves_on_a_read_only_root(home, browser):
+    env = {"HOME": str(home), "ATTNLAB_PERSIST_RESULTS": "1", "ATTNLAB_WARM": "0",
+           "JAX_COMPILATION_CACHE_DIR": f"{CACHE}/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    with StreamlitServer(prefix=["unshare", "-m", "sh", "-c", READ_ONLY, "sh"], env=env) as server:
+        context = browser.new_context()
+        page = context.new_page()
+        for path, title in PAGES:
+            open_page(page, server.url, path, title, timeout_ms=240_000)
+            assert page.locator(EXCEPTION).count() == 0, (path, page.locator(EXCEPTION).first.inner_text()[:500])
+        context.close()
+        assert server.proc.poll() is None, server.log()
+        log = server.log(tail=1_000_000)
+        assert "Read-only file system" not in log, log[-3000:]
+        # what the pod keeps across restarts landed on the volume, seen through the server's own namespace
+        volume = Path(f"/proc/{server.proc.pid}/root{CACHE}")
+        assert any((volume / "streamlit").iterdir()), "no persisted result on the cache volume"
+        assert any((volume / "jax").iterdir()), "no compiled program in JAX's cache on the volume"
