@@ -1,7 +1,7 @@
 """The server runs on a read-only root filesystem, as the GKE pod does (readOnlyRootFilesystem: true).
 
 The server starts in a mount namespace of its own (`unshare -m`, as root) where `/` is remounted
-read-only and only `/tmp` (an emptyDir in the pod) and the cache volume are writable, with the pod's
+read-only and only a scratch tmpfs (TMPDIR: the pod's emptyDir /tmp) holding the cache volume is writable, with the pod's
 environment: results persisted to the cache volume, JAX's compilation cache there, HOME on the
 read-only root with `.streamlit/cache` a link into the volume (as deploy/Dockerfile makes it). A
 browser visits every page; none may fail, nothing may be refused a write, and the persisted results
@@ -18,17 +18,27 @@ import pytest
 from tests.browser_util import EXCEPTION, PAGES, StreamlitServer, open_page
 
 pytestmark = pytest.mark.browser
-CACHE = "/tmp/cache"  # inside the server's namespace: a fresh tmpfs at /tmp, the volume under it
-READ_ONLY = (f'mount --make-rprivate / && mount -o remount,ro,bind / && mount -t tmpfs tmpfs /tmp '
-             f'&& mkdir -p {CACHE}/jax {CACHE}/streamlit && exec "$@"')
+# The pod's writable /tmp is a fresh tmpfs here at a path of its own (TMPDIR points to it), so that a
+# checkout that itself lives under /tmp (a CI clone) stays visible; the cache volume is under it.
+READ_ONLY = ('mount --make-rprivate / && mount -o remount,ro,bind / && mount -t tmpfs tmpfs "$SCRATCH" '
+             '&& mkdir -p "$SCRATCH/cache/jax" "$SCRATCH/cache/streamlit" && exec "$@"')
 
 
 @pytest.fixture
-def home():
+def scratch():
+    """An empty directory on the root filesystem, to be covered by the server's tmpfs."""
+    path = Path("/var/tmp") / f"attnlab-scratch-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def home(scratch):
     """HOME on the (soon read-only) root: .streamlit/cache links into the cache volume, as in the image."""
     path = Path("/var/tmp") / f"attnlab-home-{uuid.uuid4().hex[:8]}"
     (path / ".streamlit").mkdir(parents=True)
-    (path / ".streamlit" / "cache").symlink_to(f"{CACHE}/streamlit")
+    (path / ".streamlit" / "cache").symlink_to(scratch / "cache" / "streamlit")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -42,9 +52,11 @@ def _can_unshare() -> bool:
 
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare to make a read-only mount namespace")
-def test_every_page_serves_on_a_read_only_root(home, browser):
-    env = {"HOME": str(home), "ATTNLAB_PERSIST_RESULTS": "1", "ATTNLAB_WARM": "0",
-           "JAX_COMPILATION_CACHE_DIR": f"{CACHE}/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+def test_every_page_serves_on_a_read_only_root(scratch, home, browser):
+    cache = scratch / "cache"
+    env = {"HOME": str(home), "SCRATCH": str(scratch), "TMPDIR": str(scratch), "ATTNLAB_PERSIST_RESULTS": "1",
+           "ATTNLAB_WARM": "0", "JAX_COMPILATION_CACHE_DIR": f"{cache}/jax",
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     with StreamlitServer(prefix=["unshare", "-m", "sh", "-c", READ_ONLY, "sh"], env=env) as server:
         context = browser.new_context()
         page = context.new_page()
@@ -56,6 +68,6 @@ def test_every_page_serves_on_a_read_only_root(home, browser):
         log = server.log(tail=1_000_000)
         assert "Read-only file system" not in log, log[-3000:]
         # what the pod keeps across restarts landed on the volume, seen through the server's own namespace
-        volume = Path(f"/proc/{server.proc.pid}/root{CACHE}")
+        volume = Path(f"/proc/{server.proc.pid}/root{cache}")
         assert any((volume / "streamlit").iterdir()), "no persisted result on the cache volume"
         assert any((volume / "jax").iterdir()), "no compiled program in JAX's cache on the volume"
