@@ -84,18 +84,19 @@ def compile_timed(fn, args, who: str = ""):
     lowered = jax.jit(fn).lower(*args)
     key = hash(lowered.as_text())
     with _LOCK:
-        first, compiled = _SEEN.get(key, (None, None))
-    if compiled is None:  # a program seen before (sdpa_auto is sdpa_xla today) is not compiled again
+        seen = _SEEN.get(key)
+    if seen is None:  # a program seen before (sdpa_auto is sdpa_xla today) is not compiled again
         compiled = lowered.compile()
         with _LOCK:
-            first, compiled = _SEEN.setdefault(key, (who, compiled))
+            _SEEN[key] = (who, compiled)
             while len(_SEEN) > 256:
                 _SEEN.popitem(last=False)
-    with _LOCK:
-        if key in _SEEN:
+    else:
+        with _LOCK:
             _SEEN.move_to_end(key)
+        first, compiled = seen
     ms = (time.perf_counter() - t0) * 1e3
-    return compiled, ms, (first or "an earlier call") if first != who else None
+    return compiled, ms, (first or "an earlier call") if seen is not None else None
 
 
 def forward_backward(fn):

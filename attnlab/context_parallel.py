@@ -180,11 +180,10 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     return o.astype(q.dtype)
 
 
-def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, block: Block,
-                steps: str = "switch"):
+def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, block: Block):
     """Gather every device's K/V once (B, S, K, H), then attend locally, skipping masked blocks.
 
-    `steps` is ignored: a block here may be my own (owner is traced), so the branch decides."""
+    A block here may be my own (owner is traced), so lax.switch decides (no 'uniform' steps)."""
     k_all = lax.all_gather(k, axis, axis=1, tiled=True)  # (B, S, K, H), device j's block at j·S/P
     v_all = lax.all_gather(v, axis, axis=1, tiled=True)
     if not causal:
@@ -223,10 +222,9 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
         raise ValueError(f"layout must be 'zigzag' or 'contiguous', not {layout!r}")
     if steps not in ("switch", "uniform"):
         raise ValueError(f"steps must be 'switch' or 'uniform', not {steps!r}")
-    common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block(),
-                  steps=steps)
+    common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block())
     if method == "ring":
-        per_device = partial(_ring, overlap=overlap, **common)
+        per_device = partial(_ring, overlap=overlap, steps=steps, **common)
     elif method == "all_gather":
         per_device = partial(_all_gather, **common)
     else:

@@ -206,7 +206,7 @@ def run(
     runnable = [n for n in runnable if n not in results]
     if runnable:
         dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
-        try:  # outputs, the reference and compiles share the device with other learners' runs
+        try:  # outputs and the reference share the device with other learners' runs
             with DEVICE.slot(dev, host, on_wait=on_wait) as waited:
                 results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
