@@ -93,10 +93,15 @@ def _gather(x, batch: int, rows, heads):
     return x[:batch][:, rows][:, :, heads].astype(jnp.float32)
 
 
+# Arrays up to this many elements (16 MiB of float32) are copied whole and sliced on the host: no
+# compile for a new shape. Larger ones are sliced on their device first (one compiled gather per shape).
+HOST_SLICE_MAX = 1 << 22
+
+
 def _to_host(x, batch: int, rows, heads) -> np.ndarray:
-    """The slice of x, copied to the host as float64; NumPy inputs are sliced on the host."""
-    if isinstance(x, np.ndarray):
-        return x[:batch][:, rows][:, :, heads].astype(np.float64)
+    """The slice of x, copied to the host as float64; NumPy inputs and small arrays are sliced on the host."""
+    if isinstance(x, np.ndarray) or x.size <= HOST_SLICE_MAX:
+        return np.asarray(x)[:batch][:, rows][:, :, heads].astype(np.float64)
     return np.asarray(_gather(x, batch, jnp.asarray(rows), jnp.asarray(heads)), dtype=np.float64)
 
 

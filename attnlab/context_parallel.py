@@ -17,6 +17,7 @@ sees keys 0..i, in the original order), so for causal attention T = S.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Callable
@@ -27,6 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 from jax.sharding import Mesh, PartitionSpec
+
+try:  # a frontend attribute XLA's latency-hiding scheduler reads: ops of one group are scheduled together
+    from jax.experimental.xla_metadata import set_xla_metadata
+except ImportError:  # older jax: no grouping (the scheduler alone decides)
+    set_xla_metadata = None
 
 try:  # jax >= 0.7 has shard_map at the top level (replication check: check_vma)
     from jax import shard_map as _shard_map
@@ -157,8 +163,12 @@ def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
 # the ring and the all-gather, per device (inside shard_map)
 # --------------------------------------------------------------------------------------------
 def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block,
-          steps: str = "switch"):
-    """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step."""
+          steps: str = "switch", grouped: bool = True):
+    """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step.
+
+    grouped (with overlap): each step's send and its attention carry one `_scheduling_group_id`, which
+    tells XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
+    without it the scheduler decides alone (on 2 H200s it did not overlap the causal ring's send)."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
     # K and V are two transfers per step. XLA overlaps one collective at a time with compute unless
@@ -168,9 +178,12 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     for step in range(devices):
         owner = me if step == 0 else (me - step) % devices
         last = step == devices - 1
-        if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
-            kv_next = lax.ppermute(kv, axis, right)
-        part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
+        group = set_xla_metadata(_scheduling_group_id=step) if grouped and overlap and not last \
+            and set_xla_metadata is not None else contextlib.nullcontext()
+        with group:
+            if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
+                kv_next = lax.ppermute(kv, axis, right)
+            part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
         o, lse = part if o is None else merge(o, lse, *part)
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
@@ -200,7 +213,8 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
 
 def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, causal: bool = False,
                                layout: str = "zigzag", method: str = "ring", overlap: bool = True,
-                               block: Block | None = None, axis: str = "seq", steps: str = "switch") -> Array:
+                               block: Block | None = None, axis: str = "seq", steps: str = "switch",
+                               grouped: bool = True) -> Array:
     """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
 
     q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order
@@ -208,6 +222,7 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
     overlap: issue each ring transfer before the step's compute (True) or after it (False).
     block: the per-block attention, `default_block()` if None. steps (causal zig-zag ring): 'switch' (one
     block of the shape this device needs, chosen by lax.switch) or 'uniform' (two equal blocks, no branch).
+    grouped (ring with overlap): tell XLA's scheduler that each step's send goes with its attention.
     """
     devices = mesh.shape[axis]
     chunks = 2 * devices if causal and layout == "zigzag" else devices
@@ -224,7 +239,7 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
         raise ValueError(f"steps must be 'switch' or 'uniform', not {steps!r}")
     common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block())
     if method == "ring":
-        per_device = partial(_ring, overlap=overlap, steps=steps, **common)
+        per_device = partial(_ring, overlap=overlap, steps=steps, grouped=grouped, **common)
     elif method == "all_gather":
         per_device = partial(_all_gather, **common)
     else:

@@ -107,11 +107,23 @@ def to_frame(results: Iterable[Result], extra: Iterable[dict] | None = None) -> 
 # --------------------------------------------------------------------------------------------
 # inputs and memory
 # --------------------------------------------------------------------------------------------
+# Inputs up to this many elements (Q, K and V together: 64 MiB of float32 draws) are drawn by NumPy on
+# the host and copied over: no compile. Larger ones by one jitted program per shape, on the device.
+HOST_DRAW_MAX = 1 << 24
+
+
 def make_inputs(shape: AttentionShape, seed: int = 0):
     """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype, on the default device.
 
-    Call it inside a queue slot that counted `shape.input_bytes()` (`inputs()` does both)."""
-    return _draw(shape.q_shape(), shape.kv_shape(), shape.dtype, jnp.uint32(seed))
+    Call it inside a queue slot that counted `shape.input_bytes()` (`inputs()` does both). The same
+    shape and seed give the same arrays every time."""
+    q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
+    if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
+        # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)
+        rng, dtype = np.random.default_rng(seed), jnp.dtype(shape.dtype)
+        return tuple(jax.device_put(rng.standard_normal(s, dtype=np.float32).astype(dtype))
+                     for s in (q_shape, kv_shape, kv_shape))
+    return _draw(q_shape, kv_shape, shape.dtype, jnp.uint32(seed))
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))

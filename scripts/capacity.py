@@ -196,10 +196,93 @@ def server_like_apptest() -> list[str]:
         from streamlit.components.v2.component_manager import BidiComponentManager
 
         fallback.bidi_component_registry = BidiComponentManager()
+    if hasattr(app_test, "patch_config_options"):
+        # Each run sets global.appTest for its duration and restores the old value after: with runs in
+        # threads, one run's restore turns it off under another, whose widgets then skip recording
+        # their format_func for AppTest (KeyError '$$ID-...' when the next page reads them). On for good.
+        from streamlit import config
+
+        def set_for_good(options: dict):
+            for key, value in options.items():
+                config.set_option(key, value)
+            return contextlib.nullcontext()
+
+        app_test.patch_config_options = set_for_good
+        done.append("global.appTest set once for the process, not per run")
     Runtime.instance = classmethod(lambda cls: cls._instance if cls._instance is not None else fallback)
     Runtime.exists = classmethod(lambda cls: True)
     done.append("a Runtime always present")
     return done
+
+
+# --------------------------------------------------------------------------------------------
+# where the page scripts spend their time: a sampling profiler over every thread running a page
+# --------------------------------------------------------------------------------------------
+class Sampler:
+    """Every `every` seconds, the stack of each thread that is running a page script (a frame of
+    app.py or pages/ on it). Counted twice: by the innermost frame of this repository (what the lab
+    was doing) and by the innermost frame of all (where the thread was: a compile, a lock, numpy).
+    A sample is one thread for `every` seconds, so the counts are thread-seconds / every; threads
+    in C code without the GIL are sampled too (their Python frame is the call that released it)."""
+
+    def __init__(self, every: float):
+        self.every, self.samples = every, 0
+        self.lab: dict[str, int] = {}
+        self.leaf: dict[str, int] = {}
+        self.pair: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _where(code) -> str:
+        path = code.co_filename
+        for cut in ("site-packages/", str(ROOT) + "/", "/lib/python3."):
+            if cut in path:
+                path = path.split(cut, 1)[1]
+                break
+        return f"{path}:{code.co_name}"
+
+    def _loop(self) -> None:
+        me, root, pages = threading.get_ident(), str(ROOT) + "/", str(ROOT / "pages") + "/"
+        while not self._stop.wait(self.every):
+            for tid, frame in sys._current_frames().items():
+                if tid == me:
+                    continue
+                leaf, lab, script, f = frame.f_code, None, False, frame
+                while f is not None:
+                    name = f.f_code.co_filename
+                    if name.startswith(root) and "-packages/" not in name and "/scripts/" not in name:
+                        lab = lab or f.f_code
+                        script = script or name.startswith(pages) or name.endswith("app.py")
+                    f = f.f_back
+                if not script:
+                    continue
+                self.samples += 1
+                a, b = self._where(lab), self._where(leaf)
+                for table, key in ((self.lab, a), (self.leaf, b), (self.pair, f"{a}  <-  {b}")):
+                    table[key] = table.get(key, 0) + 1
+
+    def report(self, top: int = 15) -> dict[str, Any]:
+        def rows(table: dict[str, int]) -> list[tuple[str, float]]:
+            return [(k, round(v * self.every, 1)) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
+        return {"every_s": self.every, "thread_s": round(self.samples * self.every, 1),
+                "lab": rows(self.lab), "leaf": rows(self.leaf), "pair": rows(self.pair)}
+
+
+def profile_text(p: dict[str, Any]) -> str:
+    lines = [f"  where page scripts spent {p['thread_s']:.0f} thread-seconds (sampled every {p['every_s']} s):"]
+    for title, key in (("lab frame", "lab"), ("innermost frame", "leaf"), ("lab frame <- innermost", "pair")):
+        lines.append(f"  by {title}:")
+        lines += [f"    {s:8.1f} s  {k[:150]}" for k, s in p[key]]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +410,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queue: bool = True,
-            probe: QueueProbe | None = None, raw_apptest: bool = False, deadline_s: float = 0.0) -> dict[str, Any]:
+            probe: QueueProbe | None = None, raw_apptest: bool = False, deadline_s: float = 0.0,
+            sample_s: float = 0.0) -> dict[str, Any]:
     """N sessions at once in this process; the figures as a dict (JSON-ready)."""
     os.chdir(ROOT)
     if str(ROOT) not in sys.path:
@@ -352,16 +436,10 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     threads = [threading.Thread(target=_session, name=f"learner-{i}", daemon=True,
                                 args=(i, shapes[i], pages, firsts[i], timeout, press, barrier, visits))
                for i in range(n)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    # each visit is bounded by the timeout; leave room for all of them and the entry run
-    deadline = start + (deadline_s or (len(pages) + 1) * timeout * (4 if press else 1) + 60)
-    for t in threads:
-        t.join(timeout=max(1.0, deadline - time.perf_counter()))
-    elapsed = time.perf_counter() - start
-    stuck = [t.name for t in threads if t.is_alive()]
-    done = list(visits)
+    sampler = Sampler(sample_s) if sample_s else contextlib.nullcontext()
+    with sampler:
+        elapsed, stuck, done = _class(threads, deadline_s, len(pages), timeout, press, visits)
+    profile = sampler.report() if sample_s else None
     page_visits = [v for v in done if v.page != "entry"]
     times = [v.wall_s for v in page_visits if v.ok]
     entry = [v.wall_s for v in done if v.page == "entry" and v.ok]
@@ -391,9 +469,22 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "per_page": _per_page(page_visits, pages),
         "shapes": shapes, "first_pages": [pages[f] for f in firsts],
         "apptest_patches": _PATCHED if not raw_apptest else [],
-        "visits": [dataclasses.asdict(v) for v in done],
+        "visits": [dataclasses.asdict(v) for v in done], "profile": profile,
     }
     return result
+
+
+def _class(threads: list[threading.Thread], deadline_s: float, pages: int, timeout: float, press: bool,
+           visits: list[Visit]) -> tuple[float, list[str], list[Visit]]:
+    """Start every session, wait for them (or the deadline): elapsed seconds, sessions still running, visits."""
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    # each visit is bounded by the timeout; leave room for all of them and the entry run
+    deadline = start + (deadline_s or (pages + 1) * timeout * (4 if press else 1) + 60)
+    for t in threads:
+        t.join(timeout=max(1.0, deadline - time.perf_counter()))
+    return time.perf_counter() - start, [t.name for t in threads if t.is_alive()], list(visits)
 
 
 def _per_page(visits: list[Visit], pages: list[str]) -> dict[str, dict[str, Any]]:
@@ -472,6 +563,7 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cmd += ["--raw-apptest"] if args.raw_apptest else []
         cmd += ["--dump-after", str(args.dump_after)] if args.dump_after else []
         cmd += ["--deadline", str(args.deadline)] if args.deadline else []
+        cmd += ["--sample", str(args.sample)] if args.sample else []
         proc = subprocess.run(cmd, cwd=ROOT)
         if out.is_file():
             return json.loads(out.read_text())[0]
@@ -505,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(their unvisited pages count as not served, each stuck session as an error)")
     ap.add_argument("--dump-after", type=float, default=0.0,
                     help="if an N is still running after this many seconds, print every thread's stack once")
+    ap.add_argument("--sample", type=float, default=0.0, metavar="S",
+                    help="sample every page-running thread's stack every S seconds; print where the time went")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
@@ -533,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
             probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
             try:
                 r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe,
-                            raw_apptest=args.raw_apptest, deadline_s=args.deadline)
+                            raw_apptest=args.raw_apptest, deadline_s=args.deadline, sample_s=args.sample)
             except Exception:
                 traceback.print_exc()
                 raise
@@ -542,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         if not args.quiet:
             print(summary_line(r) if "elapsed_s" in r and r.get("pages_planned") else r["error_messages"][0], flush=True)
+            if r.get("profile"):
+                print(profile_text(r["profile"]), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=str))

@@ -156,10 +156,10 @@ def main() -> None:
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "flags_set_by_bench": FLAGS_SET,
            "block": block.__name__, "shape": {"B": B, "N": N, "K": K, "H": H, "dtype": jnp.dtype(dtype).name}}
 
-    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch"):
+    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch", grouped=True):
         return jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, causal=causal, layout=layout,
                                                                      method=method, overlap=overlap, block=block,
-                                                                     steps=steps))
+                                                                     steps=steps, grouped=grouped))
 
     # ---- correctness at one shape: ring vs one device (relative error), and the block's lse vs float32 XLA
     T = lengths[0]
@@ -187,9 +187,11 @@ def main() -> None:
         qs, ks, vs = random_qkv((B, T, N, H), (B, T, K, H), dtype, seq)
         row = {"T": T, "bytes_per_step": rs.bytes_per_step(B, T, K, H, P, itemsize)}
         for name, causal, variants in [
-            ("non_causal", False, {"ring": ring(False), "ring_no_overlap": ring(False, overlap=False),
+            ("non_causal", False, {"ring": ring(False), "ring_ungrouped": ring(False, grouped=False),
+                                   "ring_no_overlap": ring(False, overlap=False),
                                    "all_gather": ring(False, method="all_gather")}),
-            ("causal", True, {"ring": ring(True), "ring_uniform": ring(True, steps="uniform"),
+            ("causal", True, {"ring": ring(True), "ring_ungrouped": ring(True, grouped=False),
+                              "ring_uniform": ring(True, steps="uniform"),
                               "ring_no_overlap": ring(True, overlap=False),
                               "all_gather": ring(True, method="all_gather"),
                               "ring_unbalanced": ring(True, layout="contiguous")}),
@@ -210,7 +212,8 @@ def main() -> None:
 
     measured = [r for r in rows if "skipped" not in r]
     crossover = {}
-    for key in ("non_causal_ring", "causal_ring", "causal_ring_uniform", "causal_ring_unbalanced",
+    for key in ("non_causal_ring", "non_causal_ring_ungrouped", "causal_ring", "causal_ring_ungrouped",
+                "causal_ring_uniform", "causal_ring_unbalanced",
                 "non_causal_all_gather"):
         beats = [r["T"] for r in measured if r[f"{key}_speedup"] > 1]
         crossover[key] = min(beats) if beats else None
@@ -221,6 +224,7 @@ def main() -> None:
 
     schedule = {name: program_order(f, T, B, N, K, H, dtype, seq, args.out / f"ring_hlo_{name}{args.tag}.txt")
                 for name, f in (("non_causal", ring(False)), ("causal", ring(True)),
+                                ("causal_ungrouped", ring(True, grouped=False)),
                                 ("causal_uniform", ring(True, steps="uniform")))}
     result = {"environment": env, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
               "schedule": schedule,
@@ -242,12 +246,12 @@ def main() -> None:
     print(f"crossover T (shortest where ring beats one device): {crossover}")
     for name, order in schedule.items():
         print(f"program order, {name}: " + " ".join(o.replace('custom_call_target=', '') for o in order)[:600])
-    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'no-ovl':>6} {'allgat':>6} | "
-          f"{'causal: 1dev ms':>15} {'ring':>6} {'unif':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
+    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'ungrp':>6} {'no-ovl':>6} {'allgat':>6} | "
+          f"{'causal: 1dev ms':>15} {'ring':>6} {'ungrp':>6} {'unif':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
           "  (speed-ups: median over interleaved rounds)")
     for r in measured:
-        nc = [r[f"non_causal_{v}_speedup"] for v in ("ring", "ring_no_overlap", "all_gather")]
-        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_uniform", "ring_no_overlap", "all_gather",
+        nc = [r[f"non_causal_{v}_speedup"] for v in ("ring", "ring_ungrouped", "ring_no_overlap", "all_gather")]
+        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_ungrouped", "ring_uniform", "ring_no_overlap", "all_gather",
                                                    "ring_unbalanced")]
         print(f"{r['T']:>7} {r['bytes_per_step'] / 2**20:>8.1f} | {r['non_causal_one_device_ms']:>19.3f} "
               + " ".join(f"{s:>5.2f}x" for s in nc) + f" | {r['causal_one_device_ms']:>15.3f} "
