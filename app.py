@@ -8,12 +8,17 @@ import gc
 import os
 import threading
 
+import jax
 import streamlit as st
 
 from attnlab import warm
 from pages import sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
+# A backend that cannot run a shape raises while tracing (its words become the "why not" column).
+# JAX then filters the traceback, testing every frame of the deep server stack against its own
+# paths with os.path.samefile: tens of seconds of CPU per class. Learners see one line, never it.
+jax.config.update("jax_traceback_filtering", "off")
 
 PAGES = [
     st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="formula", default=True),

@@ -163,12 +163,13 @@ def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
 # the ring and the all-gather, per device (inside shard_map)
 # --------------------------------------------------------------------------------------------
 def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block,
-          steps: str = "switch", grouped: bool = True):
+          steps: str = "switch", grouped: bool = False):
     """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step.
 
     grouped (with overlap): each step's send and its attention carry one `_scheduling_group_id`, which
-    tells XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
-    without it the scheduler decides alone (on 2 H200s it did not overlap the causal ring's send)."""
+    asks XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
+    without it the scheduler decides alone (on 2 H200s it did not overlap the causal ring's send). On
+    jax 0.11.2 one grouped program aborted XLA's compiler, so it is off by default (ring_bench probes it)."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
     # K and V are two transfers per step. XLA overlaps one collective at a time with compute unless
@@ -214,7 +215,7 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
 def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, causal: bool = False,
                                layout: str = "zigzag", method: str = "ring", overlap: bool = True,
                                block: Block | None = None, axis: str = "seq", steps: str = "switch",
-                               grouped: bool = True) -> Array:
+                               grouped: bool = False) -> Array:
     """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
 
     q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order

@@ -12,6 +12,7 @@ by tile in the backward pass (Dao et al. 2022, "FlashAttention", arXiv:2205.1413
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -43,11 +44,12 @@ def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequen
     return runs.to_frame(results, extra)
 
 
+@functools.lru_cache(maxsize=256)
 def same_program(shape: AttentionShape, a: str, b: str) -> bool:
     """True when backends `a` and `b` compile to the same optimised program at `shape` (compile only).
 
     `sdpa_auto` (implementation=None) against `sdpa_xla` shows what JAX picks: identical text
-    means None ran XLA's own code on this machine.
+    means None ran XLA's own code on this machine. Cached: printing a program's text is not free.
     """
     texts = [compiled.compile_backend(n, shape)[0].as_text() for n in (a, b)]
     return texts[0] == texts[1]

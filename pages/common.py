@@ -6,11 +6,14 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import threading
 
 import altair as alt
 import pandas as pd
 import streamlit as st
+from streamlit import dataframe_util
 
 from attnlab import device, runs
 from attnlab.backends import REGISTRY
@@ -162,6 +165,47 @@ def text_table(df: pd.DataFrame) -> None:
 
 def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
     st.download_button(label, df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=f"dl_{name}")
+
+
+# --------------------------------------------------------------------------------------------
+# charts: Altair specs handed to Streamlit without its process-wide lock
+# --------------------------------------------------------------------------------------------
+# st.altair_chart converts every chart of every session under one lock (it switches Altair's global
+# data transformer and theme for the call) and validates the spec against the Vega-Lite schema. With
+# a class on one server, charts queued on that lock for seconds (scripts/capacity.py --sample). Here
+# the transformer and theme are set once for the process, the datasets go to a per-thread dict, and
+# the spec is not validated again (the tests render every chart): so no page calls st.altair_chart.
+_charts = threading.local()
+
+
+def _to_named_dataset(data) -> dict:
+    """Altair data transformer: the data as Arrow bytes, named by their hash (as Streamlit names
+    them: a chart whose data changed gets a new name, so the browser redraws it)."""
+    arrow = dataframe_util.convert_anything_to_arrow_bytes(data)
+    name = "data-" + hashlib.md5(arrow, usedforsecurity=False).hexdigest()
+    _charts.datasets[name] = arrow
+    return {"name": name}
+
+
+alt.data_transformers.register("attnlab_named", _to_named_dataset)
+alt.data_transformers.enable("attnlab_named")
+alt.theme.enable("none")  # Streamlit's own chart theme applies (as st.altair_chart does)
+
+
+def vega_spec(chart) -> dict:
+    """The Vega-Lite spec of an Altair chart, its data frames under spec['datasets']."""
+    _charts.datasets = {}
+    try:
+        spec = chart.to_dict(validate=False)
+        spec["datasets"] = {**(spec.get("datasets") or {}), **_charts.datasets}
+    finally:
+        _charts.datasets = {}
+    return spec
+
+
+def altair(where, chart, **kw) -> None:
+    """`where.altair_chart(chart, **kw)` (where: st, a column, a tab) without the lock; see above."""
+    where.vega_lite_chart(vega_spec(chart), **kw)
 
 
 def impl_color(df: pd.DataFrame) -> alt.Color:

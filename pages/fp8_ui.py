@@ -63,7 +63,7 @@ def block(df: pd.DataFrame) -> None:
     df = df.assign(**{c: df[c].map(fp8_study.kernel_cell) for c in ("top_kernels", "gemm_kernels") if c in df})
     good = df[df["status"] == "ok"]
     if not good.empty:
-        st.altair_chart(alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
+        common.altair(st, alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
                         .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
                                 y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None, legend=None),
                                 tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
@@ -97,7 +97,7 @@ def fp8_attention(df: pd.DataFrame) -> None:
         state = st.radio("GPU state", list(STATES), horizontal=True, key="p9_fp8_state")
         speed = fp8_study.speed_frame(good, STATES[state])
         order = [v for v in fp8_study.SPEEDS.values() if v in set(speed["precision"])]
-        st.altair_chart(alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
+        common.altair(st, alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
                         .encode(y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
                                 yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
                                 color=alt.Color("precision:N", sort=order, legend=alt.Legend(

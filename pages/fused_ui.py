@@ -107,7 +107,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
         tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)
     points = base.mark_point(size=70, filled=False).encode(**enc, shape=alt.Shape("implementation:N", legend=None))
-    st.altair_chart(base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")
+    common.altair(st, base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")
     for a, b, rel in memory.overlaps(ok, y):
         pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
         st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by {pct} at every T; "

@@ -122,4 +122,4 @@ def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "through
         st.warning("No cell of this sweep could run here; the reasons are below.")
         return
     y = st.selectbox("y axis", present, key=f"{key}_y", format_func=common.label)
-    st.altair_chart(common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")
+    common.altair(st, common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")

@@ -230,6 +230,7 @@ class Sampler:
         self.lab: dict[str, int] = {}
         self.leaf: dict[str, int] = {}
         self.pair: dict[str, int] = {}
+        self.page: dict[str, int] = {}  # the innermost line of app.py or pages/
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
 
@@ -256,32 +257,35 @@ class Sampler:
             for tid, frame in sys._current_frames().items():
                 if tid == me:
                     continue
-                leaf, lab, script, f = frame.f_code, None, False, frame
+                leaf, lab, page, f = frame.f_code, None, None, frame
                 while f is not None:
                     name = f.f_code.co_filename
                     if name.startswith(root) and "-packages/" not in name and "/scripts/" not in name:
                         lab = lab or f.f_code
-                        script = script or name.startswith(pages) or name.endswith("app.py")
+                        if page is None and (name.startswith(pages) or name.endswith("app.py")):
+                            page = f"{self._where(f.f_code)}:{f.f_lineno}"
                     f = f.f_back
-                if not script:
+                if page is None:
                     continue
                 self.samples += 1
                 a, b = self._where(lab), self._where(leaf)
-                for table, key in ((self.lab, a), (self.leaf, b), (self.pair, f"{a}  <-  {b}")):
+                for table, key in ((self.lab, a), (self.leaf, b), (self.pair, f"{a}  <-  {b}"), (self.page, page)):
                     table[key] = table.get(key, 0) + 1
 
     def report(self, top: int = 15) -> dict[str, Any]:
         def rows(table: dict[str, int]) -> list[tuple[str, float]]:
             return [(k, round(v * self.every, 1)) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
         return {"every_s": self.every, "thread_s": round(self.samples * self.every, 1),
-                "lab": rows(self.lab), "leaf": rows(self.leaf), "pair": rows(self.pair)}
+                "lab": rows(self.lab), "leaf": rows(self.leaf), "pair": rows(self.pair),
+                "page": rows(self.page)}
 
 
 def profile_text(p: dict[str, Any]) -> str:
     lines = [f"  where page scripts spent {p['thread_s']:.0f} thread-seconds (sampled every {p['every_s']} s):"]
-    for title, key in (("lab frame", "lab"), ("innermost frame", "leaf"), ("lab frame <- innermost", "pair")):
+    for title, key in (("lab frame", "lab"), ("innermost frame", "leaf"), ("lab frame <- innermost", "pair"),
+                       ("page line (app.py or pages/)", "page")):
         lines.append(f"  by {title}:")
-        lines += [f"    {s:8.1f} s  {k[:150]}" for k, s in p[key]]
+        lines += [f"    {s:8.1f} s  {k[:150]}" for k, s in p.get(key, [])]
     return "\n".join(lines)
 
 
@@ -436,10 +440,12 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     threads = [threading.Thread(target=_session, name=f"learner-{i}", daemon=True,
                                 args=(i, shapes[i], pages, firsts[i], timeout, press, barrier, visits))
                for i in range(n)]
+    cpu0 = _cpu_s()
     sampler = Sampler(sample_s) if sample_s else contextlib.nullcontext()
     with sampler:
         elapsed, stuck, done = _class(threads, deadline_s, len(pages), timeout, press, visits)
     profile = sampler.report() if sample_s else None
+    cpu_s = _cpu_s() - cpu0
     page_visits = [v for v in done if v.page != "entry"]
     times = [v.wall_s for v in page_visits if v.ok]
     entry = [v.wall_s for v in done if v.page == "entry" and v.ok]
@@ -463,6 +469,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
         **probe.peaks(),
         "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed, "warm_s": warm_s,
+        "cpu_s": cpu_s,  # user + system seconds of the whole process while the class ran (1 per second: one core)
         "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
         "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),
         "error_messages": messages,
@@ -472,6 +479,11 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "visits": [dataclasses.asdict(v) for v in done], "profile": profile,
     }
     return result
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _class(threads: list[threading.Thread], deadline_s: float, pages: int, timeout: float, press: bool,
@@ -519,6 +531,7 @@ def summary_line(r: dict[str, Any]) -> str:
             f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
             f"GPU peak {gpu_peak_text(r)}; RSS peak {_mb(r['peak_rss_bytes'])}; errors {r['errors']}"
+            + (f"; process CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores on average" if r.get("cpu_s") else "")
             + "\n  page medians (worst): " + ", ".join(
                 f"{Path(p).stem} {_s(v['median_s'])} ({_s(v['worst_s'])})" for p, v in (r.get("per_page") or {}).items()))
 

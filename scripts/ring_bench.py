@@ -59,6 +59,42 @@ from attnlab import ring_schedule as rs  # noqa: E402
 T0 = time.perf_counter()
 
 
+GROUPED = {"non_causal": dict(causal=False), "causal": dict(causal=True),
+           "causal_uniform": dict(causal=True, steps="uniform")}
+
+
+def probe_grouped(mesh_devices: int, T: int, B: int, N: int, K: int, H: int) -> dict[str, str]:
+    """Compile each grouped ring in a child process first: on jax 0.11.2 one aborted XLA's compiler
+    (std::out_of_range), which would take the whole benchmark with it. 'ok', or why not."""
+    out = {}
+    for name in GROUPED:
+        code = (f"import sys; sys.argv=['x']; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+                f"import ring_bench as rb; rb.compile_grouped({name!r}, {mesh_devices}, {T}, {B}, {N}, {K}, {H})")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        out[name] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail[:200]}"
+    return out
+
+
+def compile_grouped(name: str, P: int, T: int, B: int, N: int, K: int, H: int) -> None:
+    mesh = cp.sequence_mesh(P)
+    seq = NamedSharding(mesh, PartitionSpec(None, "seq", None, None))
+    f = jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, grouped=True, **GROUPED[name]))
+    q = jax.ShapeDtypeStruct((B, T, N, H), jnp.bfloat16, sharding=seq)
+    kv = jax.ShapeDtypeStruct((B, T, K, H), jnp.bfloat16, sharding=seq)
+    f.lower(q, kv, kv).compile()
+
+
+def grouped_variants(ring, causal: bool, probes: dict[str, str]) -> dict:
+    """The grouped rings whose probe compiled, under their result keys."""
+    if not causal:
+        return {"ring_grouped": ring(False, grouped=True)} if probes.get("non_causal") == "ok" else {}
+    out = {"ring_grouped": ring(True, grouped=True)} if probes.get("causal") == "ok" else {}
+    if probes.get("causal_uniform") == "ok":
+        out["ring_uniform_grouped"] = ring(True, steps="uniform", grouped=True)
+    return out
+
+
 def clock_ms(f, *args, budget_s: float = 2.0, rounds: int = 5) -> float:
     """Median per-call device time: calls queued back to back, one block at the end of each round."""
     jax.block_until_ready(f(*args))  # compile
@@ -136,6 +172,7 @@ def main() -> None:
     parser.add_argument("--xla-flag", action="append", default=[], dest="xla_flag",
                         help="an extra XLA flag for this run, e.g. --xla-flag=--xla_gpu_use_memcpy_local_p2p=true "
                              "(probed first; the '=' form is required)")
+    parser.add_argument("--no-grouped", action="store_true", help="skip the rings with XLA scheduling groups")
     parser.add_argument("--tag", default="", help="suffix of the output file name, e.g. _memcpy")
     args = parser.parse_args()
 
@@ -148,6 +185,7 @@ def main() -> None:
     else:
         B, N, K, H, dtype, lengths = 1, 16, 16, 128, jnp.bfloat16, args.lengths or [4096, 8192, 16384, 32768, 65536]
     itemsize = jnp.dtype(dtype).itemsize
+    probes = probe_grouped(P, lengths[0], B, N, K, H) if not args.no_grouped else {}
     one = one_device_attention(gpu)
     seq = NamedSharding(mesh, PartitionSpec(None, "seq", None, None))
     dev0 = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -156,7 +194,7 @@ def main() -> None:
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "flags_set_by_bench": FLAGS_SET,
            "block": block.__name__, "shape": {"B": B, "N": N, "K": K, "H": H, "dtype": jnp.dtype(dtype).name}}
 
-    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch", grouped=True):
+    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch", grouped=False):
         return jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, causal=causal, layout=layout,
                                                                      method=method, overlap=overlap, block=block,
                                                                      steps=steps, grouped=grouped))
@@ -187,10 +225,10 @@ def main() -> None:
         qs, ks, vs = random_qkv((B, T, N, H), (B, T, K, H), dtype, seq)
         row = {"T": T, "bytes_per_step": rs.bytes_per_step(B, T, K, H, P, itemsize)}
         for name, causal, variants in [
-            ("non_causal", False, {"ring": ring(False), "ring_ungrouped": ring(False, grouped=False),
+            ("non_causal", False, {"ring": ring(False), **grouped_variants(ring, False, probes),
                                    "ring_no_overlap": ring(False, overlap=False),
                                    "all_gather": ring(False, method="all_gather")}),
-            ("causal", True, {"ring": ring(True), "ring_ungrouped": ring(True, grouped=False),
+            ("causal", True, {"ring": ring(True), **grouped_variants(ring, True, probes),
                               "ring_uniform": ring(True, steps="uniform"),
                               "ring_no_overlap": ring(True, overlap=False),
                               "all_gather": ring(True, method="all_gather"),
@@ -212,10 +250,10 @@ def main() -> None:
 
     measured = [r for r in rows if "skipped" not in r]
     crossover = {}
-    for key in ("non_causal_ring", "non_causal_ring_ungrouped", "causal_ring", "causal_ring_ungrouped",
-                "causal_ring_uniform", "causal_ring_unbalanced",
+    for key in ("non_causal_ring", "non_causal_ring_grouped", "causal_ring", "causal_ring_grouped",
+                "causal_ring_uniform", "causal_ring_uniform_grouped", "causal_ring_unbalanced",
                 "non_causal_all_gather"):
-        beats = [r["T"] for r in measured if r[f"{key}_speedup"] > 1]
+        beats = [r["T"] for r in measured if r.get(f"{key}_speedup", 0) > 1]
         crossover[key] = min(beats) if beats else None
 
     # ---- per-step timeline at the longest measured length: one step's compute, one send, the whole ring
@@ -224,9 +262,10 @@ def main() -> None:
 
     schedule = {name: program_order(f, T, B, N, K, H, dtype, seq, args.out / f"ring_hlo_{name}{args.tag}.txt")
                 for name, f in (("non_causal", ring(False)), ("causal", ring(True)),
-                                ("causal_ungrouped", ring(True, grouped=False)),
-                                ("causal_uniform", ring(True, steps="uniform")))}
-    result = {"environment": env, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
+                                ("causal_uniform", ring(True, steps="uniform")),
+                                *((f"{k}_grouped", ring(**GROUPED[k], grouped=True)) for k, v in probes.items()
+                                  if v == "ok"))}
+    result = {"environment": env, "grouped_probes": probes, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
               "schedule": schedule,
               "timeline": timeline, "kernels": kernel_profile(ring(False), T, B, N, K, H, dtype, seq) if gpu else None,
               "wall_s": time.perf_counter() - T0}
@@ -244,14 +283,17 @@ def main() -> None:
               f"transfer hidden {t['transfer_hidden']:.0%}; one block with its log-sum-exp {t['block_with_lse_ms']:.3f} "
               f"ms vs without {t['block_without_lse_ms']:.3f} ms ({t['lse_cost']:+.1%})")
     print(f"crossover T (shortest where ring beats one device): {crossover}")
+    print(f"grouped (XLA scheduling group per step) compiles: {probes}")
     for name, order in schedule.items():
         print(f"program order, {name}: " + " ".join(o.replace('custom_call_target=', '') for o in order)[:600])
-    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'ungrp':>6} {'no-ovl':>6} {'allgat':>6} | "
-          f"{'causal: 1dev ms':>15} {'ring':>6} {'ungrp':>6} {'unif':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
+    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'grp':>6} {'no-ovl':>6} {'allgat':>6} | "
+          f"{'causal: 1dev ms':>15} {'ring':>6} {'grp':>6} {'unif':>6} {'ugrp':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
           "  (speed-ups: median over interleaved rounds)")
     for r in measured:
-        nc = [r[f"non_causal_{v}_speedup"] for v in ("ring", "ring_ungrouped", "ring_no_overlap", "all_gather")]
-        c = [r[f"causal_{v}_speedup"] for v in ("ring", "ring_ungrouped", "ring_uniform", "ring_no_overlap", "all_gather",
+        nc = [r.get(f"non_causal_{v}_speedup", float("nan")) for v in ("ring", "ring_grouped", "ring_no_overlap",
+                                                                       "all_gather")]
+        c = [r.get(f"causal_{v}_speedup", float("nan")) for v in ("ring", "ring_grouped", "ring_uniform",
+                                                                   "ring_uniform_grouped", "ring_no_overlap", "all_gather",
                                                    "ring_unbalanced")]
         print(f"{r['T']:>7} {r['bytes_per_step'] / 2**20:>8.1f} | {r['non_causal_one_device_ms']:>19.3f} "
               + " ".join(f"{s:>5.2f}x" for s in nc) + f" | {r['causal_one_device_ms']:>15.3f} "
