@@ -12,7 +12,7 @@ import jax
 import streamlit as st
 
 from attnlab import warm
-from pages import sidebar
+from pages import common, sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -76,9 +76,10 @@ def warm_once() -> threading.Thread:
 
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
-sidebar.device_badge()
-st.session_state["shape"] = sidebar.shape_sidebar()
-page.run()
+with common.turn():
+    sidebar.device_badge()
+    st.session_state["shape"] = sidebar.shape_sidebar()
+    page.run()
 freeze_once()
 if os.environ.get("ATTNLAB_WARM", "1") == "1":
     warm_once()  # after the first page has rendered, so the first learner never waits for it

@@ -5,6 +5,7 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -165,6 +166,44 @@ def text_table(df: pd.DataFrame) -> None:
 
 def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
     st.download_button(label, df.to_csv(index=False).encode(), file_name=f"{name}.csv", mime="text/csv", key=f"dl_{name}")
+
+
+# --------------------------------------------------------------------------------------------
+# turns: at most ATTNLAB_MAX_RUNS page scripts at once
+# --------------------------------------------------------------------------------------------
+_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def script_slots() -> threading.BoundedSemaphore | None:
+    """At most ATTNLAB_MAX_RUNS page scripts run at once (unset or 0: no limit); the others wait their turn.
+
+    Page scripts are Python and share one GIL: with dozens running at once each crawls, and
+    Streamlit's own locks (its config, its chart conversion) form convoys. A few at a time finish
+    sooner, so the slowest pages of a class come sooner too (scripts/capacity.py; deploy/README.md)."""
+    limit = int(os.environ.get("ATTNLAB_MAX_RUNS", "0") or 0)
+    if limit <= 0:
+        return None
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(limit, threading.BoundedSemaphore(limit))
+
+
+@contextlib.contextmanager
+def turn():
+    """This session's turn to run its page; says so on the page while it waits."""
+    slots = script_slots()
+    if slots is None:
+        yield
+        return
+    if not slots.acquire(blocking=False):
+        note = st.empty()
+        note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
+        slots.acquire()
+        note.empty()
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 # --------------------------------------------------------------------------------------------

@@ -469,7 +469,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
         **probe.peaks(),
         "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed, "warm_s": warm_s,
-        "cpu_s": cpu_s,  # user + system seconds of the whole process while the class ran (1 per second: one core)
+        "cpu_s": cpu_s, "max_runs": os.environ.get("ATTNLAB_MAX_RUNS", "0"),  # user + system seconds of the whole process while the class ran (1 per second: one core)
         "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
         "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),
         "error_messages": messages,
@@ -527,6 +527,7 @@ def gpu_peak_text(r: dict[str, Any]) -> str:
 
 def summary_line(r: dict[str, Any]) -> str:
     warmed = f" (after a {r['warm_s']:.0f} s warm-up)" if r.get("warm_s") else ""
+    warmed += f", at most {r['max_runs']} page runs at once" if r.get("max_runs", "0") != "0" else ""
     return (f"N={r['sessions']} {r['mode']}{warmed}: {r['pages_served']}/{r['pages_planned']} pages served in "
             f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
@@ -562,12 +563,12 @@ def table(results: list[dict[str, Any]], cold: bool, clear: bool = False) -> str
 
 
 # --------------------------------------------------------------------------------------------
-def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
+def _child(n: int, args: argparse.Namespace, mode: str, deadline: float) -> dict[str, Any]:
     """Run one N in a fresh Python process; its figures back through a temporary JSON file."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-X", "faulthandler",  # a crash prints every thread's Python stack
-               str(Path(__file__).resolve()), "--sessions", str(n), "--mode", args.mode,
+               str(Path(__file__).resolve()), "--sessions", str(n), "--mode", mode,
                "--timeout", str(args.timeout), "--seed", str(args.seed), "--in-process", "--json", str(out),
                "--quiet"]
         cmd += ["--press-buttons"] if args.press_buttons else []
@@ -575,12 +576,12 @@ def _child(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cmd += ["--no-queue-wrap"] if args.no_queue_wrap else []
         cmd += ["--raw-apptest"] if args.raw_apptest else []
         cmd += ["--dump-after", str(args.dump_after)] if args.dump_after else []
-        cmd += ["--deadline", str(args.deadline)] if args.deadline else []
+        cmd += ["--deadline", str(deadline)] if deadline else []
         cmd += ["--sample", str(args.sample)] if args.sample else []
         proc = subprocess.run(cmd, cwd=ROOT)
         if out.is_file():
             return json.loads(out.read_text())[0]
-        return {"sessions": n, "mode": args.mode, "pages_planned": None, "pages_served": 0, "median_page_s": None,
+        return {"sessions": n, "mode": mode, "pages_planned": None, "pages_served": 0, "median_page_s": None,
                 "p95_page_s": None, "worst_page_s": None, "longest_queue_wait_s": None, "queue_wait_source": "n/a",
                 "gpu": {}, "peak_rss_bytes": None, "elapsed_s": 0.0, "errors": 1,
                 "error_messages": [f"the subprocess for N={n} exited {proc.returncode} without figures"]}
@@ -605,9 +606,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clear-between", action="store_true",
                     help="with --in-process: clear every st.cache_data result between N values (compiled programs "
                          "and the warm-up stay), so each N computes its pages' results itself")
-    ap.add_argument("--deadline", type=float, default=0.0,
+    ap.add_argument("--deadline", type=float, nargs="+", default=[0.0],
                     help="report after this many seconds of class time even if sessions are still running "
-                         "(their unvisited pages count as not served, each stuck session as an error)")
+                         "(their unvisited pages count as not served, each stuck session as an error); one "
+                         "value for every run, or one per run in order (--sessions, then --then-own)")
+    ap.add_argument("--then-own", type=int, nargs="*", default=[],
+                    help="after the --sessions runs, these N with every session on its own shape (--mode own)")
     ap.add_argument("--dump-after", type=float, default=0.0,
                     help="if an N is still running after this many seconds, print every thread's stack once")
     ap.add_argument("--sample", type=float, default=0.0, metavar="S",
@@ -631,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     probe = None
     if args.in_process and args.dump_after:  # where a slow or stuck run spends its time
         faulthandler.dump_traceback_later(args.dump_after, repeat=False)
-    for i, n in enumerate(args.sessions):
+    plan = [(args.mode, n) for n in args.sessions] + [("own", n) for n in args.then_own]
+    deadlines = args.deadline if len(args.deadline) == len(plan) else [args.deadline[0]] * len(plan)
+    for i, ((mode, n), deadline) in enumerate(zip(plan, deadlines, strict=True)):
         if args.in_process and args.clear_between and i:
             import streamlit as st
 
@@ -639,13 +645,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.in_process:
             probe = probe or QueueProbe(wrap=not args.no_queue_wrap)
             try:
-                r = run_one(n, args.mode, args.timeout, args.press_buttons, args.seed, probe=probe,
-                            raw_apptest=args.raw_apptest, deadline_s=args.deadline, sample_s=args.sample)
+                r = run_one(n, mode, args.timeout, args.press_buttons, args.seed, probe=probe,
+                            raw_apptest=args.raw_apptest, deadline_s=deadline, sample_s=args.sample)
             except Exception:
                 traceback.print_exc()
                 raise
         else:
-            r = _child(n, args)
+            r = _child(n, args, mode, deadline)
         results.append(r)
         if not args.quiet:
             print(summary_line(r) if "elapsed_s" in r and r.get("pages_planned") else r["error_messages"][0], flush=True)

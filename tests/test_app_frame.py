@@ -20,3 +20,25 @@ def test_the_core_never_imports_streamlit():
     for path in (ROOT / "attnlab").rglob("*.py"):
         text = path.read_text()
         assert not re.search(r"^\s*(import streamlit|from streamlit)", text, re.MULTILINE), path
+
+
+def test_page_runs_take_turns_when_limited(monkeypatch):
+    # ATTNLAB_MAX_RUNS caps the page scripts running at once; a run gives its turn back when done,
+    # and a run that has to wait for one still renders its page.
+    import threading
+    import time
+
+    from pages import common
+    from tests.apptest_util import open_page
+
+    monkeypatch.setenv("ATTNLAB_MAX_RUNS", "1")
+    at = open_page("pages/p2_gpu_check.py")
+    assert at.title and not at.exception
+    slots = common._SLOTS[1]
+    assert slots.acquire(blocking=False)  # the finished run gave its turn back; now held here
+    threading.Timer(0.5, slots.release).start()  # ... for half a second
+    start = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - start >= 0.4 and not at.exception and at.title
+    assert slots.acquire(blocking=False)
+    slots.release()
