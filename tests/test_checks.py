@@ -50,3 +50,15 @@ def test_rows_that_see_no_key_are_left_out_and_said_so():
     ref = checks.float64_reference(shape, q, k, v)
     assert "32 query positions see no key at all" in ref.note
     assert ref.check(get("sdpa_xla").jit(shape)(q, k, v)).allclose  # XLA returns mean(V) there: not compared
+
+
+def test_the_reference_slice_is_the_same_copied_whole_or_gathered_on_the_device(monkeypatch):
+    # Small outputs are copied whole and sliced on the host; larger ones are sliced on their device first.
+    shape = AttentionShape(batch=3, q_len=40, kv_len=40, heads=4, kv_heads=2, head_dim=16)
+    q, _, _ = runs.make_inputs(shape)
+    rows, heads = np.array([0, 7, 39]), np.array([1, 3])
+    host = checks._to_host(q, 2, rows, heads)
+    monkeypatch.setattr(checks, "HOST_SLICE_MAX", 0)
+    device = checks._to_host(q, 2, rows, heads)
+    assert host.dtype == device.dtype == np.float64 and host.shape == (2, 3, 2, 16)
+    np.testing.assert_array_equal(host, device)

@@ -109,3 +109,22 @@ def test_a_busy_queue_is_a_result(monkeypatch):
 def test_max_difference_compares_the_checked_slices():
     a, b = runs.run(TINY, ["naive", "sdpa_xla"])
     assert runs.max_difference(a, b) is not None and runs.max_difference(a, b) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
+    # Small inputs are drawn by NumPy on the host (no compile per shape), large ones by a jitted
+    # jax.random program; either way a seed gives the same arrays every time, standard normal.
+    import numpy as np
+
+    shape = AttentionShape(batch=2, q_len=64, kv_len=96, heads=4, kv_heads=2, head_dim=32, dtype=dtype)
+    for host_max in (runs.HOST_DRAW_MAX, 0):  # 0: every shape takes the jitted path
+        monkeypatch.setattr(runs, "HOST_DRAW_MAX", host_max)
+        a, b = runs.make_inputs(shape, seed=3), runs.make_inputs(shape, seed=3)
+        c = runs.make_inputs(shape, seed=4)
+        assert [x.shape for x in a] == [shape.q_shape(), shape.kv_shape(), shape.kv_shape()]
+        assert all(str(x.dtype) == dtype for x in a)
+        assert all(np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32)) for x, y in zip(a, b))
+        assert not np.array_equal(np.asarray(a[0], np.float32), np.asarray(c[0], np.float32))
+        q = np.asarray(a[0], np.float64)
+        assert abs(q.mean()) < 0.05 and abs(q.std() - 1) < 0.05
