@@ -124,7 +124,7 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
         c = runs.make_inputs(shape, seed=4)
         assert [x.shape for x in a] == [shape.q_shape(), shape.kv_shape(), shape.kv_shape()]
         assert all(str(x.dtype) == dtype for x in a)
-        assert all(np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32)) for x, y in zip(a, b))
+        assert all(np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32)) for x, y in zip(a, b, strict=True))
         assert not np.array_equal(np.asarray(a[0], np.float32), np.asarray(c[0], np.float32))
         q = np.asarray(a[0], np.float64)
         assert abs(q.mean()) < 0.05 and abs(q.std() - 1) < 0.05
