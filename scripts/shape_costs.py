@@ -35,11 +35,18 @@ SHAPES = (
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--names", nargs="*", default=None, help="only these implementations (default: all)")
+    ap.add_argument("--time", action="store_true",
+                    help="then time naive, sdpa_xla and sdpa_cudnn at the codelab's shape and a long one (wall, "
+                         "device): with and without XLA's autotuning (XLA_FLAGS=--xla_gpu_autotune_level=0) "
+                         "this shows what the compile time saved costs the kernels")
     args = ap.parse_args(argv)
     info = device.info()
     rows = []
     for shape in SHAPES:
         for name, backend in REGISTRY.items():
+            if args.names and name not in args.names:
+                continue
             t0 = time.perf_counter()
             unmet_static = next((r.sentence() for r in backend.requirements(shape, info) if not r.met), None)
             t1 = time.perf_counter()
@@ -61,8 +68,20 @@ def main(argv=None) -> int:
     total = {k: sum(r.get(k, 0.0) for r in rows) for k in ("trace_s", "compile_s", "checked_run_s")}
     print(f"{device.info().backend}: {len(SHAPES)} shapes, totals: trace {total['trace_s']:.2f} s, compile "
           f"{total['compile_s']:.2f} s, checked runs {total['checked_run_s']:.2f} s")
+    timed = []
+    if args.time:
+        for shape in (AttentionShape(), AttentionShape(batch=4, q_len=2048, kv_len=2048, heads=16, kv_heads=16,
+                                                       head_dim=128, dtype="bfloat16")):
+            for r in runs.run(shape, [n for n in ("naive", "sdpa_xla", "sdpa_cudnn") if n in REGISTRY],
+                              accuracy=False, timed=True, budget_s=0.5):
+                t = r.timing
+                timed.append({"shape": shape.describe(), "implementation": r.implementation, "status": r.status,
+                              "wall_ms": t.wall_ms if t else None, "device_ms": t.device_ms if t else None})
+                print(f"timed {shape.describe():40} {r.implementation:12} {r.status:11} wall "
+                      f"{t.wall_ms if t else float('nan'):8.4f} ms  device "
+                      f"{(t.device_ms if t and t.device_ms is not None else float('nan')):8.4f} ms", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "totals": total}, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "totals": total, "timed": timed}, indent=1))
     return 0
 
 
