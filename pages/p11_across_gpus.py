@@ -117,7 +117,9 @@ st.subheader("More GPUs: scaling")
 scale, missing = ring_results.scaling({P_: shipped.load(name) for P_, name in SHIPPED.items()})
 if not scale.empty:
     common.altair(st, ring_ui.scaling_chart(scale), width="stretch")
-    st.caption("Efficiency at the longest sequence each file measured (in the tooltip).")
+    st.caption("Efficiency at the longest sequence each file measured (in the tooltip)."
+               + (" Only one ring size is measured, so each variant is a point, not yet a line."
+                  if scale["P"].nunique() == 1 else ""))
 if missing:
     st.info(f"Not measured (no results ship): {', '.join(f'{n} GPUs' for n in missing)}.")
 

@@ -62,7 +62,8 @@ def timeline_chart(df: pd.DataFrame) -> alt.Chart:
     return (alt.Chart(df).mark_bar(stroke="white")
             .encode(x=alt.X("start_ms:Q", title="ms since the ring started"), x2="end_ms:Q",
                     y=alt.Y("part:N", title=None), color=alt.Color("part:N", title=None),
-                    row=alt.Row("schedule:N", title=None),
+                    row=alt.Row("schedule:N", title=None,  # row names written across, never cut off
+                                header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=180)),
                     tooltip=common.tips("schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
                              alt.Tooltip("end_ms:Q", format=".4f")))
             .properties(height=70))
@@ -83,9 +84,12 @@ def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
 
 
 def scaling_chart(df: pd.DataFrame) -> alt.Chart:
+    """Efficiency by P, one colour per variant, one marker shape per mask (a line needs two P: with
+    one P measured the markers alone show it)."""
     data = df.rename(columns={"variant": "implementation"})
-    return (alt.Chart(data).mark_line(point=True)
+    return (alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=80, filled=True))
             .encode(x=alt.X("P:O", title="GPUs (P)", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("efficiency:Q", title="efficiency (speed-up / P)", scale=alt.Scale(domain=[0, 1.1])),
-                    color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N"),
+                    color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N", title="mask"),
+                    shape=alt.Shape("mask:N", title="mask"),
                     tooltip=common.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))
