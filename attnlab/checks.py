@@ -93,14 +93,17 @@ def _gather(x, batch: int, rows, heads):
     return x[:batch][:, rows][:, :, heads].astype(jnp.float32)
 
 
-# Arrays up to this many elements (16 MiB of float32) are copied whole and sliced on the host: no
-# compile for a new shape. Larger ones are sliced on their device first (one compiled gather per shape).
-HOST_SLICE_MAX = 1 << 22
+# Copied whole and sliced on the host when the slice is the whole array, or the array is under this many
+# bytes: no compile for a new shape. Otherwise sliced on its device first (one compiled gather per shape),
+# so the host never holds more than the slice it counted (tests/test_memory.py checks it).
+HOST_COPY_MAX_BYTES = 1 << 20
 
 
 def _to_host(x, batch: int, rows, heads) -> np.ndarray:
-    """The slice of x, copied to the host as float64; NumPy inputs and small arrays are sliced on the host."""
-    if isinstance(x, np.ndarray) or x.size <= HOST_SLICE_MAX:
+    """The slice of x, copied to the host as float64; NumPy inputs, small arrays and whole-array
+    slices are sliced on the host."""
+    whole = batch == x.shape[0] and len(rows) == x.shape[1] and len(heads) == x.shape[2]
+    if isinstance(x, np.ndarray) or whole or x.nbytes <= HOST_COPY_MAX_BYTES:
         return np.asarray(x)[:batch][:, rows][:, :, heads].astype(np.float64)
     return np.asarray(_gather(x, batch, jnp.asarray(rows), jnp.asarray(heads)), dtype=np.float64)
 

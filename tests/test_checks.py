@@ -53,12 +53,12 @@ def test_rows_that_see_no_key_are_left_out_and_said_so():
 
 
 def test_the_reference_slice_is_the_same_copied_whole_or_gathered_on_the_device(monkeypatch):
-    # Small outputs are copied whole and sliced on the host; larger ones are sliced on their device first.
+    # Small arrays are copied whole and sliced on the host; others are sliced on their device first.
     shape = AttentionShape(batch=3, q_len=40, kv_len=40, heads=4, kv_heads=2, head_dim=16)
     q, _, _ = runs.make_inputs(shape)
     rows, heads = np.array([0, 7, 39]), np.array([1, 3])
     host = checks._to_host(q, 2, rows, heads)
-    monkeypatch.setattr(checks, "HOST_SLICE_MAX", 0)
+    monkeypatch.setattr(checks, "HOST_COPY_MAX_BYTES", 0)
     device = checks._to_host(q, 2, rows, heads)
     assert host.dtype == device.dtype == np.float64 and host.shape == (2, 3, 2, 16)
     np.testing.assert_array_equal(host, device)
