@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from attnlab import compiled, runs
+from attnlab import compiled, runs, timing_demo
 from attnlab.shapes import AttentionShape
 
 
@@ -59,14 +59,14 @@ def overlaps(df: pd.DataFrame, y: str, x: str = "q_len", within: float = 0.05) -
     """Pairs of implementations whose `y` differs by at most `within` (relative) at every `x` both
     have: on a log chart their lines lie on top of each other. (a, b, largest relative difference)."""
     ok = df[(df["status"] == "ok") & (df[y].fillna(0) > 0)]
-    wide = ok.pivot_table(index=x, columns="implementation", values=y, aggfunc="first")
+    lines = timing_demo.lines_of(ok, x, y)
     out = []
-    for a, b in itertools.combinations([c for c in dict.fromkeys(ok["implementation"]) if c in wide], 2):
-        both = wide[[a, b]].dropna()
-        if len(both):
-            rel = float(((both[a] - both[b]).abs() / both[[a, b]].max(axis=1)).max())
+    for a, b in itertools.combinations([c for c in dict.fromkeys(ok["implementation"]) if c in lines], 2):
+        shared = lines[a].keys() & lines[b].keys()
+        if shared:
+            rel = max(abs(lines[a][v] - lines[b][v]) / max(lines[a][v], lines[b][v]) for v in shared)
             if rel <= within:
-                out.append((a, b, rel))
+                out.append((a, b, float(rel)))
     return out
 
 

@@ -161,13 +161,26 @@ def notes(df: pd.DataFrame, on_gpu: bool) -> list[str]:
     return out
 
 
+def lines_of(df: pd.DataFrame, x: str, y: str, by: str = "implementation") -> dict:
+    """{line: {x: y}}, the first y at each x, rows without x, y or line left out (what a pivot table with
+    aggfunc='first' holds, built without one: pages call this on every visit, and pandas' pivot costs
+    tens of milliseconds)."""
+    lines: dict = {}
+    for xv, name, yv in zip(df[x].tolist(), df[by].tolist(), df[y].tolist(), strict=True):
+        if not any(pd.isna(v) for v in (xv, name, yv)):
+            lines.setdefault(name, {}).setdefault(xv, yv)
+    return lines
+
+
 def overlapping(df: pd.DataFrame, x: str, y: str, within: float = 0.01, by: str = "implementation") -> list[tuple]:
-    """Pairs of lines (values of `by`) whose `y` agree within `within` (relative) at every shared `x`."""
-    wide = df.dropna(subset=[y]).pivot_table(index=x, columns=by, values=y, aggfunc="first")
-    names, pairs = list(wide.columns), []
+    """Pairs of lines (values of `by`, in sorted order) whose `y` agree within `within` (relative) at
+    every shared `x`."""
+    lines = lines_of(df, x, y, by)
+    names, pairs = sorted(lines), []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            both = wide[[a, b]].dropna()
-            if len(both) and ((both[a] - both[b]).abs() <= within * both[[a, b]].abs().max(axis=1)).all():
+            shared = lines[a].keys() & lines[b].keys()
+            if shared and all(abs(lines[a][v] - lines[b][v]) <= within * max(abs(lines[a][v]), abs(lines[b][v]))
+                              for v in shared):
                 pairs.append((a, b))
     return pairs

@@ -279,7 +279,7 @@ def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", 
         x_enc = alt.X(f"{x}:Q", title=label(x))
     tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
     return (alt.Chart(df, title=title).mark_line(point=True)
-            .encode(x=x_enc, y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log") if log else alt.Scale(),
+            .encode(x=x_enc, y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", nice=False) if log else alt.Scale(),
                                      title=y_title or label(y)),
                     color=impl_color(df) if color == "implementation" else f"{color}:N",
                     tooltip=tips(*dict.fromkeys(tooltip)))

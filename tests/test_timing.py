@@ -33,3 +33,21 @@ def test_clock_states_on_cpu_says_there_is_no_device_time_and_reads_no_clock():
     assert "CUPTI" in t.note
     if shutil.which("nvidia-smi") is None:
         assert device.sm_clock_mhz() is None
+
+
+def test_overlapping_lines_are_those_within_the_tolerance_at_every_shared_x():
+    import math
+
+    import pandas as pd
+
+    from attnlab import memory, timing_demo
+
+    rows = [("b", 1, 10.0), ("b", 2, 20.0), ("a", 1, 10.05), ("a", 2, 20.1), ("a", 4, 99.0),  # a, b agree where shared
+            ("c", 1, 10.0), ("c", 2, 30.0),  # c departs at x = 2
+            ("d", 8, 1.0),  # d shares no x with anyone
+            ("e", 1, math.nan), ("e", 2, 20.0)]  # e's NaN is left out: it agrees with a and b at x = 2
+    df = pd.DataFrame(rows, columns=["implementation", "q_len", "ms"]).assign(status="ok")
+    assert timing_demo.overlapping(df, "q_len", "ms", within=0.01) == [("a", "b"), ("a", "e"), ("b", "e")]
+    found = memory.overlaps(df, "ms", within=0.01)
+    assert [(a, b) for a, b, _ in found] == [("b", "a"), ("b", "e"), ("a", "e")]  # in the frame's order
+    assert math.isclose(found[0][2], 0.1 / 20.1)
