@@ -226,6 +226,9 @@ def _to_named_dataset(data) -> dict:
     return {"name": name}
 
 
+# Altair also validates every schema object as it is made (its "debug mode"): 560 validations in one
+# pass over the pages. The charts are fixed code, exercised by every page test, so that is off too.
+alt.utils.schemapi.disable_debug_mode()
 alt.data_transformers.register("attnlab_named", _to_named_dataset)
 alt.data_transformers.enable("attnlab_named")
 alt.theme.enable("none")  # Streamlit's own chart theme applies (as st.altair_chart does)
