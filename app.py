@@ -12,7 +12,7 @@ import jax
 import streamlit as st
 
 from attnlab import warm
-from pages import common, sidebar
+from pages import sidebar, turns
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -76,7 +76,7 @@ def warm_once() -> threading.Thread:
 
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
-with common.turn():
+with turns.turn():
     sidebar.device_badge()
     st.session_state["shape"] = sidebar.shape_sidebar()
     page.run()

@@ -9,7 +9,7 @@ import streamlit as st
 
 from attnlab import runs, shipped, timing_demo
 from attnlab.backends import REGISTRY
-from pages import common, sections
+from pages import charts, common, sections
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
 HERE = {"compile": _text("compile", width="large", help="the first call's trace + XLA compile; a program compiled "
@@ -47,7 +47,7 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     cols = [c for c in ("wall_ms", "throughput_ms", "device_ms") if ok[c].notna().any()]
     cols.append("device_tflops" if ok["device_tflops"].notna().any() else "tflops")
     for col, c in zip(st.columns(len(cols)), cols, strict=True):
-        common.altair(col, alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
+        charts.altair(col, alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
             y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
             color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g"))), width="stretch")
 
@@ -74,7 +74,7 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
         strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
                                   legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
         tooltip=common.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")))
-    common.altair(st, chart.interactive(), width="stretch")
+    charts.altair(st, chart.interactive(), width="stretch")
     for a, b in dict.fromkeys(pairs):
         st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "
                    "other (the dashed line and hollow markers let both show; hover for the values).")

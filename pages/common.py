@@ -5,16 +5,12 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import os
-import threading
 
 import altair as alt
 import pandas as pd
 import streamlit as st
-from streamlit import dataframe_util
 
 from attnlab import device, runs
 from attnlab.backends import REGISTRY
@@ -169,87 +165,8 @@ def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# turns: at most ATTNLAB_MAX_RUNS page scripts at once
+# charts: one colour per implementation, tooltips, lines, byte axes (drawn with pages/charts.py)
 # --------------------------------------------------------------------------------------------
-_SLOTS: dict[int, threading.BoundedSemaphore] = {}
-_SLOTS_LOCK = threading.Lock()
-
-
-def script_slots() -> threading.BoundedSemaphore | None:
-    """At most ATTNLAB_MAX_RUNS page scripts run at once (unset or 0: no limit); the others wait their turn.
-
-    Page scripts are Python and share one GIL: with dozens running at once each crawls, and
-    Streamlit's own locks (its config, its chart conversion) form convoys. A few at a time finish
-    sooner, so the slowest pages of a class come sooner too (scripts/capacity.py; deploy/README.md)."""
-    limit = int(os.environ.get("ATTNLAB_MAX_RUNS", "0") or 0)
-    if limit <= 0:
-        return None
-    with _SLOTS_LOCK:
-        return _SLOTS.setdefault(limit, threading.BoundedSemaphore(limit))
-
-
-@contextlib.contextmanager
-def turn():
-    """This session's turn to run its page; says so on the page while it waits."""
-    slots = script_slots()
-    if slots is None:
-        yield
-        return
-    if not slots.acquire(blocking=False):
-        note = st.empty()
-        note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
-        slots.acquire()
-        note.empty()
-    try:
-        yield
-    finally:
-        slots.release()
-
-
-# --------------------------------------------------------------------------------------------
-# charts: Altair specs handed to Streamlit without its process-wide lock
-# --------------------------------------------------------------------------------------------
-# st.altair_chart converts every chart of every session under one lock (it switches Altair's global
-# data transformer and theme for the call) and validates the spec against the Vega-Lite schema. With
-# a class on one server, charts queued on that lock for seconds (scripts/capacity.py --sample). Here
-# the transformer and theme are set once for the process, the datasets go to a per-thread dict, and
-# the spec is not validated again (the tests render every chart): so no page calls st.altair_chart.
-_charts = threading.local()
-
-
-def _to_named_dataset(data) -> dict:
-    """Altair data transformer: the data as Arrow bytes, named by their hash (as Streamlit names
-    them: a chart whose data changed gets a new name, so the browser redraws it)."""
-    arrow = dataframe_util.convert_anything_to_arrow_bytes(data)
-    name = "data-" + hashlib.md5(arrow, usedforsecurity=False).hexdigest()
-    _charts.datasets[name] = arrow
-    return {"name": name}
-
-
-# Altair also validates every schema object as it is made (its "debug mode"): 560 validations in one
-# pass over the pages. The charts are fixed code, exercised by every page test, so that is off too.
-alt.utils.schemapi.disable_debug_mode()
-alt.data_transformers.register("attnlab_named", _to_named_dataset)
-alt.data_transformers.enable("attnlab_named")
-alt.theme.enable("none")  # Streamlit's own chart theme applies (as st.altair_chart does)
-
-
-def vega_spec(chart) -> dict:
-    """The Vega-Lite spec of an Altair chart, its data frames under spec['datasets']."""
-    _charts.datasets = {}
-    try:
-        spec = chart.to_dict(validate=False)
-        spec["datasets"] = {**(spec.get("datasets") or {}), **_charts.datasets}
-    finally:
-        _charts.datasets = {}
-    return spec
-
-
-def altair(where, chart, **kw) -> None:
-    """`where.altair_chart(chart, **kw)` (where: st, a column, a tab) without the lock; see above."""
-    where.vega_lite_chart(vega_spec(chart), **kw)
-
-
 def impl_color(df: pd.DataFrame) -> alt.Color:
     """The same colour for an implementation on every chart (registry order); the legend lists those present."""
     names = list(dict.fromkeys(df["implementation"]))

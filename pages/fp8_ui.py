@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import fp8_study
-from pages import common, sections
+from pages import charts, common, sections
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
 ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
@@ -63,7 +63,7 @@ def block(df: pd.DataFrame) -> None:
     df = df.assign(**{c: df[c].map(fp8_study.kernel_cell) for c in ("top_kernels", "gemm_kernels") if c in df})
     good = df[df["status"] == "ok"]
     if not good.empty:
-        common.altair(st, alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
+        charts.altair(st, alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
                         .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
                                 y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None, legend=None),
                                 tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
@@ -97,7 +97,7 @@ def fp8_attention(df: pd.DataFrame) -> None:
         state = st.radio("GPU state", list(STATES), horizontal=True, key="p9_fp8_state")
         speed = fp8_study.speed_frame(good, STATES[state])
         order = [v for v in fp8_study.SPEEDS.values() if v in set(speed["precision"])]
-        common.altair(st, alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
+        charts.altair(st, alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
                         .encode(y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
                                 yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
                                 color=alt.Color("precision:N", sort=order, legend=alt.Legend(

@@ -11,7 +11,7 @@ import streamlit as st
 from attnlab import memory, runs
 from attnlab.backends import REGISTRY
 from attnlab.shapes import AttentionShape
-from pages import common, sections
+from pages import charts, common, sections
 
 PROGRAMS = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
 # why each line of a memory chart grows as it does, by implementation
@@ -107,7 +107,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
         tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)
     points = base.mark_point(size=70, filled=False).encode(**enc, shape=alt.Shape("implementation:N", legend=None))
-    common.altair(st, base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")
+    charts.altair(st, base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")
     for a, b, rel in memory.overlaps(ok, y):
         pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
         st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by {pct} at every T; "

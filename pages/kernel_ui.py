@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import flash, tokamax_backend
-from pages import common
+from pages import charts, common
 
 STATES = ["done", "current", "skipped", "to come"]
 STATE_COLORS = ["#4c78a8", "#f58518", "#d9d9d9", "#ffffff"]
@@ -173,7 +173,7 @@ def mask_sweep_block(found: dict | None) -> None:
         df["ms"] = df["device_ms"].fillna(df["throughput_ms"])
         ok = df[df["status"] == "ok"]
         order = list(dict.fromkeys(df["mask"]))
-        common.altair(st, alt.Chart(ok).mark_bar().encode(
+        charts.altair(st, alt.Chart(ok).mark_bar().encode(
             x=alt.X("ms:Q", title="kernel time (ms)"),
             y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
             yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
@@ -201,7 +201,7 @@ def ladder_block(found: dict | None) -> None:
         fwd = pd.DataFrame(ladder.rungs(found))
         ok = fwd[fwd["status"] == "ok"]
         if not ok.empty:
-            common.altair(st, rung_chart(ok), width="content")
+            charts.altair(st, rung_chart(ok), width="content")
         cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
         common.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
                           .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
@@ -218,7 +218,7 @@ def ladder_block(found: dict | None) -> None:
                 common.table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
         points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
         if not points.empty:
-            common.altair(st, roofline_chart(points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"]),
+            charts.altair(st, roofline_chart(points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"]),
                             width="stretch")
             st.caption(f"x: FLOPs over the bytes the traffic model gives each rung (scores through memory for XLA and "
                        f"plain JAX; the flash model, query blocks of {ladder.BLOCK_Q}, for fused kernels). The roof is "

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnlab import flash, flash_traffic, ladder, memory
 from attnlab.shapes import AttentionShape
-from pages import common, kernel_ui, sections
+from pages import charts, common, kernel_ui, sections
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -50,14 +50,14 @@ with tabs[0]:
     s = walk[n - 1]
     kinds = flash.tile_map(TINY, TINY, bq, bk, causal, window, length)
     left, right = st.columns([2, 3])
-    common.altair(left, kernel_ui.tile_chart(kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block"))
+    charts.altair(left, kernel_ui.tile_chart(kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block"))
     right.metric(f"tile (Q block {s.q_block}, K block {s.k_block})", s.kind)
     right.metric(f"max |partial − exact| over Q block {s.q_block}", f"{s.max_error:.2g}",
                  help="this block's output so far, diag(l)⁻¹·O, against the exact float64 output")
     if s.kind == "skipped":
         right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
     common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
-    common.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
+    charts.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
     st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                "rounding (float32 against float64).")
     st.code(kernel_ui.flash_update_source(), language="python")
@@ -73,7 +73,7 @@ with tabs[1]:
                           for m, f in (("naive: four kernels", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
                                        ("flash: one kernel", flash_traffic.traffic_flash(
                                            dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
-    common.altair(st, kernel_ui.bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)",
+    charts.altair(st, kernel_ui.bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)",
                                          "T = S"), width="stretch")
     at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
           "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
@@ -87,7 +87,7 @@ with tabs[1]:
         df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
         if df is not None:
             ok = df[df["status"] == "ok"]
-            common.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
+            charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
                                                  "compiled scratch (temp) bytes", "T = S"), width="stretch")
             sections.not_run(df)
     kernel_ui.ncu_block(found)
@@ -102,7 +102,7 @@ with tabs[2]:
                                      accuracy=False, program=True, backward=True) for t in lengths])
         ok = df[df["status"] == "ok"]
         if not ok.empty:
-            common.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
+            charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
                                                  "forward+backward scratch (temp) bytes", "T = S"), width="stretch")
             st.caption("flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score matrix, so its "
                        "memory grows like naive's; past it only the number of tiles grows.")
@@ -120,7 +120,7 @@ with tabs[3]:
     tiles = kernel_ui.tile_frame(kinds)
     masked = shape.replace(batch=1, causal=causal_m, window=window_m, kv_lengths=(length_m,) if length_m else ())
     c1, c2 = st.columns([2, 3])
-    common.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"{block} × {block} tiles of one sequence"))
+    charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"{block} × {block} tiles of one sequence"))
     share = tiles["kind"].value_counts(normalize=True)
     c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
     c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")

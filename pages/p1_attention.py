@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnlab import weights
 from attnlab.shapes import AttentionShape
-from pages import common, sections
+from pages import charts, common, sections
 from pages.weights_ui import heatmap, matrix_table
 
 EXAMPLE_LEN = weights.EXAMPLE_LEN
@@ -72,7 +72,7 @@ left, right = st.columns(2)
 with left:
     st.markdown("**3 · Weights** `softmax(scaled, axis=-1)`")
     st.caption("Each row is a probability distribution over the keys: non-negative, summing to 1.")
-    common.altair(st, heatmap(s["weights"], "attention weights (rows sum to 1)", allowed=np.isfinite(s["scaled"])),
+    charts.altair(st, heatmap(s["weights"], "attention weights (rows sum to 1)", allowed=np.isfinite(s["scaled"])),
                     width="content")
     if causal:
         st.caption("Grey cells are masked: their weight is exactly 0.")
@@ -105,12 +105,12 @@ x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (
 color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
 tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"))
 c1, c2 = st.columns(2)
-common.altair(c1, alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
+charts.altair(c1, alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
                 .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),
                         color=color, tooltip=tooltip), width="stretch")
 entropy = alt.Chart(effect, title=f"row entropy (nats); dashed: a uniform row, log {seq_len}").mark_line(point=True).encode(
     x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
 uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(y="uniform_entropy:Q")
-common.altair(c2, entropy + uniform, width="stretch")
+charts.altair(c2, entropy + uniform, width="stretch")
 common.table(effect, hide_index=True, width="stretch")
 common.download(effect, "scale_effect")

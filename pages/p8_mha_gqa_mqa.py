@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnlab import kvcache, runs
 from attnlab.shapes import AttentionShape
-from pages import common, sections
+from pages import charts, common, sections
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
@@ -91,7 +91,7 @@ common.table(cache.assign(**{
 for col, (_, r) in zip(st.columns(len(cache)), cache.iterrows(), strict=True):
     col.metric(f"{r['variant']}: bytes per token", f"{int(r['bytes_per_token']):,} B",
                help=f"2 · {r['kv_heads']} · {shape.head_dim} · {shape.itemsize} · {int(layers)}")
-common.altair(st,
+charts.altair(st,
     alt.Chart(cache, title=f"KV cache per sequence: {int(context_len):,} tokens, {int(layers)} layers, {shape.dtype}")
     .mark_bar().encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
                        y=alt.Y("cache_bytes_per_sequence:Q", axis=common.bytes_axis("cache per sequence")),
@@ -125,7 +125,7 @@ if chosen and sections.on_demand("p8_decode", f"Time a decode step for each vari
         present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
         if present:
             y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
-            common.altair(st,
+            charts.altair(st,
                 alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar()
                 .encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
                         y=alt.Y(f"{y}:Q", title=common.label(y)), color=common.impl_color(good),

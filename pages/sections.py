@@ -20,7 +20,7 @@ from attnlab import runs, shipped
 from attnlab.backends.naive import NAIVE
 from attnlab.queue import DeviceBusy, OverBudget
 from attnlab.shapes import AttentionShape
-from pages import common
+from pages import charts, common
 
 AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
 AUTO_BYTES = 256 * 2**20
@@ -122,4 +122,4 @@ def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "through
         st.warning("No cell of this sweep could run here; the reasons are below.")
         return
     y = st.selectbox("y axis", present, key=f"{key}_y", format_func=common.label)
-    common.altair(st, common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")
+    charts.altair(st, common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")

@@ -28,13 +28,13 @@ def test_page_runs_take_turns_when_limited(monkeypatch):
     import threading
     import time
 
-    from pages import common
+    from pages import turns
     from tests.apptest_util import open_page
 
     monkeypatch.setenv("ATTNLAB_MAX_RUNS", "1")
     at = open_page("pages/p2_gpu_check.py")
     assert at.title and not at.exception
-    slots = common._SLOTS[1]
+    slots = turns._SLOTS[1]
     assert slots.acquire(blocking=False)  # the finished run gave its turn back; now held here
     threading.Timer(0.5, slots.release).start()  # ... for half a second
     start = time.perf_counter()

@@ -1,0 +1,43 @@
+"""Turns: at most ATTNLAB_MAX_RUNS page scripts run at once in this server; the others wait."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import streamlit as st
+
+_SLOTS: dict[int, threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def script_slots() -> threading.BoundedSemaphore | None:
+    """At most ATTNLAB_MAX_RUNS page scripts run at once (unset or 0: no limit); the others wait their turn.
+
+    Page scripts are Python and share one GIL: with dozens running at once each crawls, and
+    Streamlit's own locks (its config, its chart conversion) form convoys. A few at a time finish
+    sooner, so the slowest pages of a class come sooner too (scripts/capacity.py; deploy/README.md)."""
+    limit = int(os.environ.get("ATTNLAB_MAX_RUNS", "0") or 0)
+    if limit <= 0:
+        return None
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(limit, threading.BoundedSemaphore(limit))
+
+
+@contextlib.contextmanager
+def turn():
+    """This session's turn to run its page; says so on the page while it waits."""
+    slots = script_slots()
+    if slots is None:
+        yield
+        return
+    if not slots.acquire(blocking=False):
+        note = st.empty()
+        note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
+        slots.acquire()
+        note.empty()
+    try:
+        yield
+    finally:
+        slots.release()
