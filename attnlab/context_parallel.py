@@ -169,7 +169,7 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
     grouped (with overlap): each step's send and its attention carry one `_scheduling_group_id`, which
     asks XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
     without it the scheduler decides alone (on 2 H200s it did not overlap the causal ring's send). On
-    jax 0.11.2 one grouped program aborted XLA's compiler, so it is off by default (ring_bench probes it)."""
+    jax 0.11.2 a grouped ring aborted XLA on 2 H200s, so it is off by default (ring_bench.py --grouped measures it)."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
     # K and V are two transfers per step. XLA overlaps one collective at a time with compute unless
