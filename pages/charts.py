@@ -19,9 +19,12 @@ _charts = threading.local()
 def _to_named_dataset(data) -> dict:
     """Altair data transformer: the data as Arrow bytes, named by their hash (as Streamlit names
     them: a chart whose data changed gets a new name, so the browser redraws it)."""
+    datasets = getattr(_charts, "datasets", None)
+    if datasets is None:  # an Altair conversion outside vega_spec (this transformer is process-wide): inline values
+        return alt.to_values(data)
     arrow = dataframe_util.convert_anything_to_arrow_bytes(data)
     name = "data-" + hashlib.md5(arrow, usedforsecurity=False).hexdigest()
-    _charts.datasets[name] = arrow
+    datasets[name] = arrow
     return {"name": name}
 
 
@@ -40,7 +43,7 @@ def vega_spec(chart) -> dict:
         spec = chart.to_dict(validate=False)
         spec["datasets"] = {**(spec.get("datasets") or {}), **_charts.datasets}
     finally:
-        _charts.datasets = {}
+        _charts.datasets = None
     return spec
 
 
