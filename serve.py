@@ -17,13 +17,24 @@ anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes 
 Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
 start: while the server starts, a background thread imports what the first page needs and compiles
 its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
+
+    python serve.py --workers 4 [streamlit options]     (or ATTNLAB_WORKERS=4)
+
+runs four such servers on local ports behind one front on --server.port (front.py: each browser
+stays on one worker), for a class on one GPU: one Python process runs one page script at a time.
+The workers share the GPU's memory budget (a quarter each), time alone across processes (a lock
+file), and share results (attnlab.store, ATTNLAB_RESULTS_DIR); a worker that dies is started again.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -109,13 +120,130 @@ def head_start() -> None:
     threading.Thread(target=run, name="attnlab-head-start", daemon=True).start()
 
 
+def refuse_cache_clearing() -> None:
+    """Any client may send Streamlit's "clear cache" message (a developer's menu item), and the
+    server then drops every cached result of every learner and every cached resource (the warm-up
+    runs again): one learner's websocket could empty a class's results over and over. Refused here,
+    with a log line; ATTNLAB_ALLOW_CLEAR_CACHE=1 lets an instructor's browser clear them."""
+    if os.environ.get("ATTNLAB_ALLOW_CLEAR_CACHE") == "1":
+        return
+    from streamlit.runtime.app_session import AppSession
+
+    def refuse(self) -> None:
+        print("serve.py: a client asked to clear the server's caches; refused (ATTNLAB_ALLOW_CLEAR_CACHE=1 allows it)",
+              file=sys.stderr, flush=True)
+
+    AppSession._handle_clear_cache_request = refuse
+
+
+# --------------------------------------------------------------------------------------------
+# several workers behind one front
+# --------------------------------------------------------------------------------------------
+def take_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of `--name V` or `--name=V` in args, and args without it."""
+    value, rest, i = None, [], 0
+    while i < len(args):
+        a = args[i]
+        if a == f"--{name}" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+            continue
+        if a.startswith(f"--{name}="):
+            value = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    return value, rest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(i: int, k: int, port: int) -> dict[str, str]:
+    tmp = tempfile.gettempdir()
+    env = dict(os.environ, ATTNLAB_WORKER=str(i), ATTNLAB_WORKERS=str(k),
+               ATTNLAB_DEVICE_LOCK=os.path.join(tmp, f"attnlab-device-{port}.lock"),
+               XLA_PYTHON_CLIENT_PREALLOCATE="false")  # K processes cannot each take 75% of the GPU
+    # results computed by one worker are read by the others (attnlab.store)
+    env.setdefault("ATTNLAB_RESULTS_DIR", os.path.join(tmp, f"attnlab-results-{port}"))
+    return env
+
+
+def serve_workers(k: int, args: list[str]) -> int:
+    import asyncio
+    import signal
+
+    import front
+
+    port, args = take_option(args, "server.port")
+    address, args = take_option(args, "server.address")
+    port = int(port or os.environ.get("STREAMLIT_SERVER_PORT", "8501"))
+    address = address or os.environ.get("STREAMLIT_SERVER_ADDRESS") or None
+    ports = [free_port() for _ in range(k)]
+    procs: list[subprocess.Popen | None] = [None] * k
+    stopping = threading.Event()
+
+    def start(i: int) -> subprocess.Popen:
+        cmd = [sys.executable, str(Path(__file__).resolve()), *args, "--server.port", str(ports[i]),
+               "--server.address", "127.0.0.1", "--server.headless", "true"]
+        return subprocess.Popen(cmd, env=worker_env(i, k, port))
+
+    def supervise() -> None:  # a worker that dies (an OOM kill) is started again; its learners reconnect
+        while not stopping.wait(1.0):
+            for i, p in enumerate(procs):
+                if p is not None and p.poll() is not None and not stopping.is_set():
+                    print(f"serve.py: worker {i} exited with {p.returncode}; starting it again", file=sys.stderr)
+                    procs[i] = start(i)
+
+    for i in range(k):
+        procs[i] = start(i)
+    threading.Thread(target=supervise, name="attnlab-supervise", daemon=True).start()
+    print(f"serve.py: {k} workers (ports {', '.join(map(str, ports))}) behind http://{address or '0.0.0.0'}:{port}",
+          file=sys.stderr, flush=True)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        await front.serve(address, port, [("127.0.0.1", p) for p in ports])
+
+    try:
+        asyncio.run(run())
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        pass
+    finally:
+        stopping.set()
+        for p in procs:
+            if p is not None and p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 10
+        for p in procs:
+            if p is not None:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    k, args = take_option(args, "workers")
+    k = k or os.environ.get("ATTNLAB_WORKERS", "1")
+    if not k.isdigit() or int(k) < 1:
+        sys.exit(f"serve.py: --workers (or ATTNLAB_WORKERS) takes a whole number of processes, not {k!r}")
+    k = 1 if "ATTNLAB_WORKER" in os.environ else int(k)  # a worker serves, it does not start workers
+    if k > 1:
+        sys.exit(serve_workers(k, args))
     from streamlit.web import cli
 
     use_st_navigation_from_the_first_session()
     harden_the_server()
+    refuse_cache_clearing()
     head_start()
-    args = sys.argv[1:] if argv is None else argv
     sys.argv = ["streamlit", "run", str(APP), *args]
     cli.main(prog_name="streamlit")
 

@@ -8,14 +8,19 @@ arrival. A request bigger than the whole budget is refused at once with a senten
 would wait behind too many others, or too long, gets `DeviceBusy`. Both are expected events a
 page shows as a message.
 
-Budgets: `ATTNLAB_MEMORY_LIMIT_GIB` if set; else 80% of the GPU's free memory and half of the
+Budgets: `ATTNLAB_MEMORY_LIMIT_GIB` if set (for the whole server); else 80% of the GPU's free memory and half of the
 host's available memory (on the CPU backend, device arrays live in host memory: one budget).
+
+Several server processes on one GPU (`serve.py --workers K`, which sets ATTNLAB_WORKERS and
+ATTNLAB_DEVICE_LOCK): each process gets 1/K of the budget, and a lock file extends "the device to
+oneself" across them (`AcrossProcesses`): compute runs hold it shared, a timing run alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import threading
 import time
@@ -93,11 +98,58 @@ class Budget:
         if env:
             try:
                 cap = int(float(env) * GIB)
-                return cls(cap, cap, shared)
+                return cls(cap, cap, shared).split(workers())
             except ValueError:
                 pass
         host = int(host_available_bytes() * 0.5)
-        return cls(host if shared else int(info.memory_free_bytes * 0.8), host, shared)
+        return cls(host if shared else int(info.memory_free_bytes * 0.8), host, shared).split(workers())
+
+    def split(self, k: int) -> Budget:
+        """This process's share when `k` server processes share the machine."""
+        return self if k <= 1 else Budget(self.device_bytes // k, self.host_bytes // k, self.shared)
+
+
+def workers() -> int:
+    """How many server processes share this GPU (ATTNLAB_WORKERS, set by serve.py --workers)."""
+    try:
+        return max(1, int(os.environ.get("ATTNLAB_WORKERS", "1")))
+    except ValueError:
+        return 1
+
+
+class AcrossProcesses:
+    """The device between server processes, through a lock file (flock): compute runs hold it
+    shared, a timing run alone. A run waiting to time holds a gate (a second file) that new runs
+    pass through, so a stream of short compute runs from other processes cannot starve it."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool, deadline: float):
+        with open(self.path + ".gate", "a+b") as gate, open(self.path, "a+b") as dev:
+            _lock(gate, fcntl.LOCK_EX, deadline)
+            try:
+                _lock(dev, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(dev, fcntl.LOCK_UN)
+
+
+def _lock(f, op: int, deadline: float) -> None:
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(f, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.perf_counter() > deadline:
+                raise DeviceBusy("Another server process kept the GPU too long. Try again shortly.") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
 
 @dataclasses.dataclass
@@ -120,6 +172,8 @@ class DeviceQueue:
         self._exclusive = False
         self._held = threading.local()
         self.stats = Stats()
+        lock = os.environ.get("ATTNLAB_DEVICE_LOCK")
+        self.across = AcrossProcesses(lock) if lock else None
 
     @property
     def budget(self) -> Budget:
@@ -199,7 +253,15 @@ class DeviceQueue:
             s.peak_host_bytes = max(s.peak_host_bytes, self._host)
         self._held.depth = 1
         try:
-            yield waited
+            if self.across is None:
+                yield waited
+            else:
+                limit = self.timeout_s if timeout_s is None else timeout_s
+                with self.across.hold(exclusive, start + limit):
+                    waited = time.perf_counter() - start
+                    with self._cond:
+                        self.stats.longest_wait_s = max(self.stats.longest_wait_s, waited)
+                    yield waited
         finally:
             self._held.depth = 0
             with self._cond:

@@ -6,22 +6,29 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import device, runs
+from attnlab import device, runs, store
 from attnlab.backends import REGISTRY
 from attnlab.shapes import AttentionShape
 
 # --------------------------------------------------------------------------------------------
 # cached calls into the run layer: a result is computed once per shape and shared by everyone
 # --------------------------------------------------------------------------------------------
-# ATTNLAB_PERSIST_RESULTS=1 (the GKE image sets it) also keeps results on disk across restarts.
-PERSIST = "disk" if os.environ.get("ATTNLAB_PERSIST_RESULTS") == "1" else None
-CACHE = dict(max_entries=1024, show_spinner=False, persist=PERSIST, ttl=None if PERSIST else 12 * 3600)
+# In this process: st.cache_data. Between server processes and across restarts: attnlab.store, when
+# ATTNLAB_RESULTS_DIR is set (serve.py --workers sets it; the GKE image points it at the cache volume).
+CACHE = dict(max_entries=1024, show_spinner=False, ttl=12 * 3600)
+
+
+def cached(fn=None, *, keep=lambda result: True):
+    """A study's result, computed once per arguments and shared by every learner: st.cache_data in
+    this process over store.once between processes. `keep`: whether a result is worth sharing."""
+    if fn is None:
+        return lambda f: cached(f, keep=keep)
+    return st.cache_data(**CACHE)(store.once(fn, keep=keep))
 
 
 @st.cache_resource(show_spinner=False)
@@ -34,7 +41,7 @@ def device_info() -> device.DeviceInfo:
     return device.info()
 
 
-@st.cache_data(**CACHE)
+@cached(keep=lambda results: not any(r.status == runs.BUSY for r in results))
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
         program: bool = False, backward: bool = False, budget_s: float | None = None) -> list[runs.Result]:
     """runs.run, cached: every learner who asks for the same thing shares one result. `budget_s`: a

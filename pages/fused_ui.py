@@ -25,7 +25,7 @@ WHY = {
 }
 
 
-compiled_memory = st.cache_data(**common.CACHE)(memory.compiled_memory)
+compiled_memory = common.cached(memory.compiled_memory)
 
 
 def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:

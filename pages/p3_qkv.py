@@ -8,7 +8,7 @@ from attnlab.shapes import AttentionShape
 from pages import common, sections
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def placement(shape: AttentionShape) -> pd.DataFrame:
     return layout.placement(shape)
 

@@ -14,13 +14,13 @@ FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table
 FUSED = {"sdpa_xla": "xla", "sdpa_cudnn": "cudnn"}  # backend -> jax.nn.dot_product_attention(implementation=...)
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def weights_of(view: AttentionShape, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
     """The (T, S) weights of one sequence and head under the view's masks, and which cells they allow."""
     return weights.heatmap_weights(view)[batch_index, head], weights.allowed_matrix(view, batch_index)
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def first_vs_last(shape: AttentionShape) -> pd.DataFrame:
     return weights.first_vs_last(shape)
 

@@ -18,7 +18,7 @@ names = common.runnable(shape)
 here, how, sweeps, long_tab = st.tabs(["At your shape", "How it is timed", "Sweeps", "Long context on an H200"])
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def dispatch(shape: AttentionShape):
     return timing_demo.dispatch_demo(shape)
 

@@ -12,7 +12,7 @@ CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselec
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def output_checks(shape: AttentionShape, names: tuple[str, ...]) -> pd.DataFrame:
     return kvcache.output_checks(shape, list(names))
 

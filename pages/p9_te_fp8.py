@@ -10,17 +10,17 @@ from pages import common, fp8_ui, sections
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def autocast_study(shape) -> pd.DataFrame:
     return pd.DataFrame([fp8_study.te_autocast_study(shape)])
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def block_study(shape) -> pd.DataFrame:
     return pd.DataFrame(fp8_study.te_block_study(shape))
 
 
-@st.cache_data(**common.CACHE)
+@common.cached
 def attention_study(shapes: tuple) -> pd.DataFrame:
     return pd.DataFrame(fp8_study.fp8_attention_study(list(shapes)))
 

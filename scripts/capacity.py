@@ -85,27 +85,34 @@ SHARED_SHAPES: list[dict[str, str]] = [
 PRESS_KEY_SUFFIXES = ("_time",)
 
 
-def own_shape(i: int) -> dict[str, str]:
-    """Session i's own shape: q_len = kv_len = 24 + 8 i (distinct for every i), other fields varied."""
+def own_shape(i: int, variant: int = 0) -> dict[str, str]:
+    """Session i's own shape: q_len = kv_len = 24 + 8 i (distinct for every i), other fields varied;
+    another `variant` changes the batch, so a later class compiles shapes of its own too."""
     t = 24 + 8 * i
     heads, kv_heads = [(4, 4), (4, 2), (8, 2), (2, 1)][i % 4]
-    return {"batch": str(1 + i % 2), "q_len": str(t), "kv_len": str(t), "heads": str(heads),
+    return {"batch": str(1 + i % 2 + 2 * variant), "q_len": str(t), "kv_len": str(t), "heads": str(heads),
             "kv_heads": str(kv_heads), "head_dim": str((32, 64, 16)[i % 3]),
             "dtype": ("float32", "bfloat16")[(i // 2) % 2], "causal": ("false", "true")[(i // 3) % 2]}
 
 
-def session_shapes(mode: str, n: int, rng: random.Random) -> list[dict[str, str]]:
+def session_shapes(mode: str, n: int, rng: random.Random, variant: int = 0) -> list[dict[str, str]]:
     if mode == "shared":
         return [dict(SHARED_SHAPES[i % len(SHARED_SHAPES)]) for i in range(n)]
     if mode == "own":
-        return [own_shape(i) for i in range(n)]
+        return [own_shape(i, variant) for i in range(n)]
     raise ValueError(f"unknown mode {mode!r}")
 
 
 def discover_pages(app: Path = APP) -> list[str]:
     """The page files of app.py's st.Page("pages/....py", ...) entries, in order, without running it."""
+    return list(page_paths(app))
+
+
+def page_paths(app: Path = APP) -> dict[str, str]:
+    """{page file: its URL path} for app.py's st.Page entries, in order (the path Streamlit derives
+    from the file name when st.Page has no url_path; "" for the default page, served at the root)."""
     tree = ast.parse(app.read_text(), filename=str(app))
-    found: list[tuple[int, int, str]] = []
+    found: list[tuple[int, int, str, str]] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -115,12 +122,13 @@ def discover_pages(app: Path = APP) -> list[str]:
             continue
         arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "page"), None)
         if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.endswith(".py"):
-            found.append((node.lineno, node.col_offset, arg.value))
-    pages, seen = [], set()
-    for _, _, path in sorted(found):
-        if path not in seen and (app.parent / path).is_file():
-            seen.add(path)
-            pages.append(path)
+            kw = {k.arg: k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)}
+            url = "" if kw.get("default") is True else kw.get("url_path", Path(arg.value).stem)  # the default: at /
+            found.append((node.lineno, node.col_offset, arg.value, url))
+    pages: dict[str, str] = {}
+    for _, _, path, url in sorted(found):
+        if path not in pages and (app.parent / path).is_file():
+            pages[path] = url
     return pages
 
 
@@ -537,10 +545,11 @@ def summary_line(r: dict[str, Any]) -> str:
                 f"{Path(p).stem} {_s(v['median_s'])} ({_s(v['worst_s'])})" for p, v in (r.get("per_page") or {}).items()))
 
 
-def table(results: list[dict[str, Any]], cold: bool, clear: bool = False) -> str:
+def table(results: list[dict[str, Any]], cold: bool, clear: bool = False, served: bool = False) -> str:
     head = ["sessions", "mode", "served/planned", "median s", "p95 s", "worst s", "queue wait s",
             "GPU mem peak", "RSS peak", "errors"]
-    rows = [[str(r["sessions"]), r["mode"], f"{r['pages_served']}/{r['pages_planned']}", _s(r["median_page_s"]),
+    rows = [[str(r["sessions"]), r["mode"] + (f", {r['workers']} proc" if "workers" in r else ""),
+             f"{r['pages_served']}/{r['pages_planned']}", _s(r["median_page_s"]),
              _s(r["p95_page_s"]), _s(r["worst_page_s"]), _s(r["longest_queue_wait_s"], 3), gpu_peak_text(r),
              _mb(r["peak_rss_bytes"]), str(r["errors"])] for r in results]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -556,6 +565,10 @@ def table(results: list[dict[str, Any]], cold: bool, clear: bool = False) -> str
             lines.append(f"  N={r['sessions']}: ... and {r['errors'] - 3} more")
     sources = sorted({r["queue_wait_source"] for r in results})
     lines.append(f"queue wait from: {', '.join(sources)}")
+    if served:
+        lines.append("each class on a fresh server (serve.py; K proc: --workers K), results store empty, JAX's "
+                     "compilation cache kept across classes; GPU memory: nvidia-smi's memory.used (every process)")
+        return "\n".join(lines)
     lines.append("each N ran in a fresh process (cold start: empty caches, nothing compiled)" if cold else
                  "the N values ran one after another in one process (" + (
                      "results cleared between them, compiled programs kept)" if clear else "caches kept between them)"))
@@ -587,6 +600,32 @@ def _child(n: int, args: argparse.Namespace, mode: str, deadline: float) -> dict
                 "error_messages": [f"the subprocess for N={n} exited {proc.returncode} without figures"]}
 
 
+def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlines: list[float]) -> int:
+    """--serve: every class of the plan on a fresh real server, for each worker count."""
+    import class_server
+
+    results, variant = [], args.variant
+    with tempfile.TemporaryDirectory(prefix="attnlab-jax-cache-") as tmp:
+        cache = args.compile_cache or Path(tmp)
+        for k in args.serve:
+            for (mode, n), deadline in zip(plan, deadlines, strict=True):
+                r = class_server.run_served(n, mode, k, args.timeout, args.seed, deadline, variant, cache,
+                                            args.server_log.resolve(), session_shapes, page_paths, percentile)
+                variant += mode == "own"
+                results.append(r)
+                if not args.quiet:
+                    print(f"[{k} worker{'s' * (k > 1)}, started in {r['start_s']:.1f} s, warm and idle after "
+                          f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores] " + summary_line(r),
+                          flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    if not args.quiet:
+        print()
+        print(table(results, cold=False, served=True))
+    return 0 if all(r["errors"] == 0 and r["pages_served"] == r["pages_planned"] for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, nargs="+", default=[20], help="N concurrent sessions (several: one run each)")
@@ -616,6 +655,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="if an N is still running after this many seconds, print every thread's stack once")
     ap.add_argument("--sample", type=float, default=0.0, metavar="S",
                     help="sample every page-running thread's stack every S seconds; print where the time went")
+    ap.add_argument("--serve", type=int, nargs="+", default=[], metavar="K",
+                    help="a real server instead of AppTest: `serve.py --workers K` started for each class, learners "
+                         "as headless websocket tabs (scripts/class_server.py); several K: every class for each")
+    ap.add_argument("--compile-cache", type=Path, default=None,
+                    help="with --serve: JAX's persistent compilation cache, kept across the classes "
+                         "(default: a temporary directory for this benchmark)")
+    ap.add_argument("--variant", type=int, default=0,
+                    help="with --serve: the first own-shape class's variant (each later one the next), so "
+                         "classes in separate runs sharing a --compile-cache still compile shapes of their own")
+    ap.add_argument("--server-log", type=Path, default=Path("capacity-server.log"),
+                    help="with --serve: the servers' output is appended here")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
@@ -637,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.dump_traceback_later(args.dump_after, repeat=False)
     plan = [(args.mode, n) for n in args.sessions] + [("own", n) for n in args.then_own]
     deadlines = args.deadline if len(args.deadline) == len(plan) else [args.deadline[0]] * len(plan)
+    if args.serve:
+        return serve_classes(args, plan, deadlines)
     for i, ((mode, n), deadline) in enumerate(zip(plan, deadlines, strict=True)):
         if args.in_process and args.clear_between and i:
             import streamlit as st

@@ -96,8 +96,9 @@ class StreamlitServer:
     """
 
     def __init__(self, port: int | None = None, env: dict[str, str] | None = None, startup_timeout: float = 90.0,
-                 prefix: list[str] | None = None):
+                 prefix: list[str] | None = None, args: list[str] | None = None):
         self.prefix = prefix or []  # e.g. a shell that moves the server into a memory cgroup first
+        self.args = args or []  # e.g. ["--workers", "2"]
         self.port = port or free_port()
         self.url = f"http://localhost:{self.port}"
         self.startup_timeout = startup_timeout
@@ -117,7 +118,7 @@ class StreamlitServer:
 
     def start(self) -> StreamlitServer:
         cmd = [*self.prefix, sys.executable, "serve.py", "--server.headless", "true",  # streamlit run app.py (see serve.py)
-               "--server.port", str(self.port), "--browser.gatherUsageStats", "false"]
+               "--server.port", str(self.port), "--browser.gatherUsageStats", "false", *self.args]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)

@@ -340,6 +340,33 @@ def test_a_shared_link_is_the_first_request_of_a_fresh_server_and_shows_its_page
             tab.context.close()
 
 
+def test_a_server_of_two_workers_keeps_each_browser_on_its_worker_with_its_downloads(browser, tmp_path):
+    """`serve.py --workers 2`: two browsers land on different workers (the front's cookie), each
+    page runs there, and a download (a file only that worker's session holds) comes back whole."""
+    env = {"ATTNLAB_WARM": "0", "ATTNLAB_RESULTS_DIR": str(tmp_path / "results")}
+    with StreamlitServer(args=["--workers", "2"], env=env, startup_timeout=120) as srv:
+        tabs = [Tab(browser), Tab(browser)]
+        try:
+            workers = []
+            for t in tabs:
+                open_page(t.page, srv.url, "qkv", "3 · Q, K, V", "q_len=32&kv_len=32")
+                t.assert_clean()
+                workers += [c["value"] for c in t.context.cookies() if c["name"] == "attnlab_worker"]
+            assert sorted(workers) == ["0", "1"], workers
+            for t in tabs:
+                for _ in range(3):  # each download is a new request: it must reach the session's worker
+                    with t.page.expect_download(timeout=30_000) as d:
+                        t.page.get_by_role("button", name="Download CSV").first.click()
+                    text = Path(d.value.path()).read_text()
+                    assert text.count("\n") > 1 and "," in text, text[:200]
+            open_page(tabs[0].page, srv.url, "causal", "6 · Causal masking", "q_len=32&kv_len=32")
+            tabs[0].assert_clean()
+            assert srv.proc.poll() is None, srv.log()
+        finally:
+            for t in tabs:
+                t.context.close()
+
+
 def test_security_headers_and_no_public_metrics(server):
     # serve.py's middleware: every response refuses framing by other sites; Streamlit's metrics are closed
     import urllib.error

@@ -104,3 +104,65 @@ def test_budget_from_the_environment(monkeypatch):
     monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", "0.5")
     b = Budget.here()
     assert b.host_bytes == 2**29
+
+
+def test_the_budget_is_split_between_the_server_processes(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", "1")
+    monkeypatch.setenv("ATTNLAB_WORKERS", "4")
+    b = Budget.here()
+    assert b.host_bytes == 2**28 and b.device_bytes == 2**28
+
+
+# a second server process (serve.py --workers): holds a slot of its own queue on the same lock file
+_OTHER = """
+import sys, time
+from attnlab.queue import Budget, DeviceQueue
+q = DeviceQueue(Budget(2**30, 2**30, False))
+with q.slot(exclusive=sys.argv[1] == "alone"):
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+    print(f"released {time.time():.6f}", flush=True)
+"""
+
+
+def _other_process(tmp_path, how: str, hold_s: float):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ATTNLAB_DEVICE_LOCK=str(tmp_path / "device.lock"))
+    p = subprocess.Popen([sys.executable, "-c", _OTHER, how, str(hold_s)], env=env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "holding"
+    return p
+
+
+@pytest.mark.parametrize(("theirs", "mine"), [("alone", False), ("shared", True), ("alone", True)])
+def test_across_server_processes_a_timing_run_has_the_device_alone(tmp_path, monkeypatch, theirs, mine):
+    monkeypatch.setenv("ATTNLAB_DEVICE_LOCK", str(tmp_path / "device.lock"))
+    q = _queue()
+    other = _other_process(tmp_path, theirs, 0.5)
+    with q.slot(exclusive=mine) as waited:
+        entered = time.time()
+    released = float(other.stdout.readline().split()[1])
+    other.wait(10)
+    assert entered >= released and waited > 0.2
+
+
+def test_across_server_processes_compute_runs_share_the_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_DEVICE_LOCK", str(tmp_path / "device.lock"))
+    q = _queue()
+    other = _other_process(tmp_path, "shared", 1.0)
+    with q.slot() as waited:
+        pass
+    assert waited < 0.5
+    other.wait(10)
+
+
+def test_across_server_processes_a_wait_too_long_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_DEVICE_LOCK", str(tmp_path / "device.lock"))
+    q = _queue(timeout_s=0.3)
+    other = _other_process(tmp_path, "alone", 2.0)
+    with pytest.raises(DeviceBusy, match="Another server process"), q.slot(exclusive=True):
+        pass
+    assert q.running == 0  # the refused run gave its place back
+    other.wait(10)

@@ -1,0 +1,98 @@
+"""Results shared between server processes and kept across restarts: computed once, read by all.
+
+    run = store.once(run)            # then run(shape, names) computes, or reads what was computed
+
+With ATTNLAB_RESULTS_DIR set (`serve.py --workers K` sets it; the GKE image points it at the
+cache volume), a call's result is a pickle in that directory, named by the function and its
+arguments, under a folder named by this code's version (a hash of attnlab/ and pages/, so a new
+release never reads an old release's numbers). The first process to ask computes while holding
+the key's lock file; the others wait on the lock, then read. Without the setting, `once` is the
+function itself. Results that say "try again" (`keep` false) are returned, not stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of the lab's code (attnlab/ and pages/ sources)."""
+    h = hashlib.sha256()
+    for folder in ("attnlab", "pages"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def folder() -> Path | None:
+    where = os.environ.get("ATTNLAB_RESULTS_DIR")
+    return Path(where) / code_version() if where else None
+
+
+def key(fn: Callable, args: tuple, kwargs: dict) -> str:
+    """The file name of a call: the function and a hash of its arguments' repr (shapes are frozen
+    dataclasses, names tuples of strings: their repr is the value)."""
+    text = repr((args, sorted(kwargs.items())))
+    return f"{fn.__module__}.{fn.__qualname__}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+
+
+def once(fn: Callable | None = None, *, keep: Callable[[object], bool] = lambda result: True):
+    """`fn`, its results shared through ATTNLAB_RESULTS_DIR (read at each call)."""
+    if fn is None:
+        return lambda f: once(f, keep=keep)
+
+    @functools.wraps(fn)
+    def shared(*args, **kwargs):
+        where = folder()
+        if where is None:
+            return fn(*args, **kwargs)
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / (key(fn, args, kwargs) + ".pkl")
+        found = _read(path)
+        if found is not None:
+            return found[0]
+        with open(path.with_suffix(".lock"), "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process computing this: wait for it (released if it dies)
+            found = _read(path)
+            if found is not None:
+                return found[0]
+            result = fn(*args, **kwargs)
+            if keep(result):
+                _write(path, result)
+            return result
+
+    return shared
+
+
+def _read(path: Path) -> tuple[object] | None:
+    try:
+        with open(path, "rb") as f:
+            return (pickle.load(f),)
+    except FileNotFoundError:
+        return None
+    except Exception:  # a file this code cannot read (damaged): computed again and replaced
+        return None
+
+
+def _write(path: Path, value: object) -> None:
+    """Written whole or not at all (a temporary file renamed): a reader never sees half a result."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".writing-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except Exception:  # a result that cannot be pickled, or a full disk: it is returned, just not shared
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
