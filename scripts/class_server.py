@@ -161,7 +161,7 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError(f"no healthy server after {timeout:.0f} s")
 
-    def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 600.0) -> float:
+    def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 240.0) -> float:
         """Open the first page once on every worker (the app then warms itself), wait until idle."""
         start = time.perf_counter()
 
