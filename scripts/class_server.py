@@ -139,6 +139,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.home = Path(tempfile.mkdtemp(prefix="attnlab-home-"))
         env = dict(os.environ, HOME=str(self.home), ATTNLAB_WARM="1", ATTNLAB_RESULTS_DIR=str(self.home / "results"),
+                   STREAMLIT_GLOBAL_DEVELOPMENT_MODE="false",  # Streamlit outside site-packages (a carried wheel) assumes it
                    JAX_COMPILATION_CACHE_DIR=str(compile_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
         cmd = [sys.executable, str(ROOT / "serve.py"), "--server.port", str(self.port), "--server.headless", "true"]
