@@ -120,17 +120,20 @@ def workers() -> int:
 class AcrossProcesses:
     """The device between server processes, through a lock file (flock): compute runs hold it
     shared, a timing run alone. A run waiting to time holds a gate (a second file) that new runs
-    pass through, so a stream of short compute runs from other processes cannot starve it."""
+    pass through, so a stream of short compute runs from other processes cannot starve it. Every
+    run that waits, here or in its own process's queue, leaves a mark in a folder beside the lock
+    while it waits, so a timing knows how many wait behind it in all processes (`waiting`)."""
 
     def __init__(self, path: str):
         self.path = path
+        self.marks = path + ".waiting"
 
     @contextlib.contextmanager
     def hold(self, exclusive: bool, deadline: float):
         with open(self.path + ".gate", "a+b") as gate, open(self.path, "a+b") as dev:
-            _lock(gate, fcntl.LOCK_EX, deadline)
+            self._lock(gate, fcntl.LOCK_EX, deadline)
             try:
-                _lock(dev, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+                self._lock(dev, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
             finally:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             try:
@@ -138,18 +141,53 @@ class AcrossProcesses:
             finally:
                 fcntl.flock(dev, fcntl.LOCK_UN)
 
+    @contextlib.contextmanager
+    def mark(self):
+        """This thread waits for the device (seen by every process's `waiting`)."""
+        os.makedirs(self.marks, exist_ok=True)
+        path = os.path.join(self.marks, f"{os.getpid()}-{threading.get_ident()}")
+        open(path, "w").close()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
-def _lock(f, op: int, deadline: float) -> None:
-    pause = 0.001
-    while True:
+    def waiting(self) -> int:
+        """Runs waiting for the device in every server process (marks of processes still alive)."""
+        try:
+            names = os.listdir(self.marks)
+        except OSError:
+            return 0
+        return sum(_alive(int(n.split("-")[0])) for n in names if n.split("-")[0].isdigit())
+
+    def _lock(self, f, op: int, deadline: float) -> None:
         try:
             fcntl.flock(f, op | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.perf_counter() > deadline:
-                raise DeviceBusy("Another server process kept the GPU too long. Try again shortly.") from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+            pass
+        pause = 0.001
+        with self.mark():
+            while True:
+                try:
+                    fcntl.flock(f, op | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.perf_counter() > deadline:
+                        raise DeviceBusy("Another server process kept the GPU too long. Try again shortly.") from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 @dataclasses.dataclass
@@ -187,7 +225,8 @@ class DeviceQueue:
 
     @property
     def waiting(self) -> int:
-        return len(self._queue)
+        """Runs waiting for the device: in this process's queue, or in every server process's."""
+        return self.across.waiting() if self.across is not None else len(self._queue)
 
     def check(self, device_bytes: int, host_bytes: int) -> str | None:
         """Why a run of this size can never be admitted here, or None when it can."""
@@ -232,9 +271,11 @@ class DeviceQueue:
                     on_wait(self._running + len(self._queue))
                 self._queue.append(ticket)
                 self.stats.waited += 1
+                mark = self.across.mark() if self.across is not None else contextlib.nullcontext()
                 try:
-                    ok = self._cond.wait_for(lambda: self._queue[0] is ticket and self._fits(device_bytes, host, exclusive),
-                                             timeout=self.timeout_s if timeout_s is None else timeout_s)
+                    with mark:
+                        ok = self._cond.wait_for(lambda: self._queue[0] is ticket and self._fits(device_bytes, host, exclusive),
+                                                 timeout=self.timeout_s if timeout_s is None else timeout_s)
                 finally:
                     self._queue.remove(ticket)
                     self._cond.notify_all()

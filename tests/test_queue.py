@@ -166,3 +166,23 @@ def test_across_server_processes_a_wait_too_long_says_so(tmp_path, monkeypatch):
         pass
     assert q.running == 0  # the refused run gave its place back
     other.wait(10)
+
+
+def test_a_timing_knows_how_many_runs_wait_for_the_device_in_every_process(tmp_path, monkeypatch):
+    """What shortens a timing while others wait (runs._time) counts the other processes' waiters too."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("ATTNLAB_DEVICE_LOCK", str(tmp_path / "device.lock"))
+    q = _queue()
+    holder = _other_process(tmp_path, "alone", 1.5)
+    env = dict(os.environ, ATTNLAB_DEVICE_LOCK=str(tmp_path / "device.lock"))
+    waiter = subprocess.Popen([sys.executable, "-c", _OTHER, "alone", "0"], env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while q.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert q.waiting == 1
+    holder.wait(10)
+    waiter.communicate(timeout=10)
+    assert q.waiting == 0
