@@ -614,9 +614,12 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                 variant += mode == "own"
                 results.append(r)
                 if not args.quiet:
+                    busy, alone = r["gpu"].get("mean_utilisation_pct"), r.get("device_held_alone_share")
                     print(f"[{k} worker{'s' * (k > 1)}, started in {r['start_s']:.1f} s, warm and idle after "
-                          f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores] " + summary_line(r),
-                          flush=True)
+                          f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores"
+                          + (f", GPU utilisation {busy:.0f}% on average" if busy is not None else "")
+                          + (f", a timing held the device alone {alone:.0%} of the time" if alone is not None else "")
+                          + "] " + summary_line(r), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=str))

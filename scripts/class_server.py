@@ -15,12 +15,15 @@ order from a random first one. A visit's time: request sent to the run's end, al
 
 Server-side figures, read from /proc and nvidia-smi every half second while the class runs: CPU
 seconds of the server's processes, their summed resident memory (peak), the GPU's memory in use
-(peak, nvidia-smi: every process's CUDA context and allocator pool, not only live arrays).
+(peak, nvidia-smi: every process's CUDA context and allocator pool, not only live arrays) and its
+mean utilisation; with several workers, the share of the class during which a timing held the
+device alone (their lock file, sampled every 0.05 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import random
 import shutil
@@ -92,43 +95,78 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
-def gpu_used_bytes() -> int | None:
+def gpu_now() -> tuple[int, int] | None:
+    """(memory in use in bytes, utilisation %) of the GPU, from nvidia-smi; None without one."""
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
-                              os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits",
+                              "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
                              capture_output=True, text=True, timeout=10).stdout
-        return int(out.split()[0]) * 2**20
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        used, busy = (int(x) for x in out.split(","))
+        return used * 2**20, busy
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def held_alone(lock: str) -> bool | None:
+    """Whether a server process holds the device alone now (a timing), None without the lock file
+    (one process). Asks for the lock shared without waiting and gives it back at once."""
+    try:
+        with open(lock, "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+    except OSError:
         return None
 
 
 class Watch:
-    """Peaks of the server's resident memory and the GPU's memory in use, every `every` seconds."""
+    """While a class runs: peaks of the server's resident memory and the GPU's memory, the GPU's
+    mean utilisation (nvidia-smi, every `every` s), and how often a timing held the device alone
+    (the lock file of `serve.py --workers`, every 0.05 s)."""
 
-    def __init__(self, pid: int, every: float = 0.5):
-        self.pid, self.every = pid, every
-        self.rss_peak, self.gpu_peak = 0, None
+    def __init__(self, pid: int, lock: str, every: float = 0.5):
+        self.pid, self.lock, self.every = pid, lock, every
+        self.rss_peak, self.gpu_peak, self.gpu_busy = 0, None, []
+        self.alone = [0, 0]  # samples held alone, samples
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._threads = [threading.Thread(target=self._loop, daemon=True),
+                         threading.Thread(target=self._locks, daemon=True)]
 
     def __enter__(self) -> Watch:
-        self._thread.start()
+        for t in self._threads:
+            t.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        for t in self._threads:
+            t.join()
+
+    @property
+    def alone_share(self) -> float | None:
+        return self.alone[0] / self.alone[1] if self.alone[1] else None
 
     def _loop(self) -> None:
         while True:
             self.rss_peak = max(self.rss_peak, rss_bytes(tree(self.pid)))
-            g = gpu_used_bytes()
+            g = gpu_now()
             if g is not None:
-                self.gpu_peak = max(self.gpu_peak or 0, g)
+                self.gpu_peak = max(self.gpu_peak or 0, g[0])
+                self.gpu_busy.append(g[1])
             if self._stop.wait(self.every):
                 return
+
+    def _locks(self) -> None:
+        while not self._stop.wait(0.05):
+            alone = held_alone(self.lock)
+            if alone is not None:
+                self.alone[0] += alone
+                self.alone[1] += 1
 
 
 class Server:
@@ -240,7 +278,7 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
         visits: list[dict[str, Any]] = []
         pids = tree(server.proc.pid)
         cpu0 = cpu_s(pids)
-        with Watch(server.proc.pid) as watch:
+        with Watch(server.proc.pid, os.path.join(tempfile.gettempdir(), f"attnlab-device-{server.port}.lock")) as watch:
             elapsed, stuck = asyncio.run(_class(server.url, shapes, pages, firsts, timeout, deadline_s, visits))
         cpu = cpu_s(tree(server.proc.pid)) - cpu0
     finally:
@@ -268,7 +306,9 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
         "p95_page_s": percentile(times, 95), "worst_page_s": max(times) if times else None,
         "longest_queue_wait_s": None, "queue_wait_source": "n/a (a real server: its queue is not read from outside)",
         "gpu": {"backend": "gpu" if watch.gpu_peak is not None else "n/a", "peak_bytes_in_use": watch.gpu_peak,
-                "source": "nvidia-smi memory.used"},
+                "source": "nvidia-smi memory.used",
+                "mean_utilisation_pct": statistics.mean(watch.gpu_busy) if watch.gpu_busy else None},
+        "device_held_alone_share": watch.alone_share,
         "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
         "cpu_s": cpu, "max_runs": os.environ.get("ATTNLAB_MAX_RUNS", "0"),
         "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
