@@ -18,7 +18,7 @@ Everything else is `streamlit run app.py` as is (same options, same config.toml)
 start: while the server starts, a background thread imports what the first page needs and compiles
 its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
 
-    python serve.py --workers 4 [streamlit options]     (or ATTNLAB_WORKERS=4)
+    python serve.py --workers 4 [streamlit options]     (or ATTNLAB_WORKERS=4; `auto`: a CPU count's)
 
 runs four such servers on local ports behind one front on --server.port (front.py: each browser
 stays on one worker), for a class on one GPU: one Python process runs one page script at a time.
@@ -155,6 +155,25 @@ def take_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
     return value, rest
 
 
+def usable_cpus() -> float:
+    """CPUs this process may use: its cgroup's quota (a container's CPU limit) or its affinity."""
+    cpus = float(len(os.sched_getaffinity(0)))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def auto_workers() -> int:
+    """--workers auto: one worker per two CPUs, at most four (on a 2x H200 host's 16 cores, four
+    workers served a class of twenty best; eight did no better: deploy/README.md, capacity)."""
+    return max(1, min(4, int(usable_cpus() // 2)))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -233,8 +252,10 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     k, args = take_option(args, "workers")
     k = k or os.environ.get("ATTNLAB_WORKERS", "1")
+    if k == "auto":
+        k = str(auto_workers())
     if not k.isdigit() or int(k) < 1:
-        sys.exit(f"serve.py: --workers (or ATTNLAB_WORKERS) takes a whole number of processes, not {k!r}")
+        sys.exit(f"serve.py: --workers (or ATTNLAB_WORKERS) takes a whole number of processes or 'auto', not {k!r}")
     k = 1 if "ATTNLAB_WORKER" in os.environ else int(k)  # a worker serves, it does not start workers
     if k > 1:
         sys.exit(serve_workers(k, args))

@@ -295,9 +295,15 @@ def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_a_vol
 
 
 def test_learners_results_are_kept_on_the_cache_volume_across_restarts():
-    assert _env(_container())["ATTNLAB_PERSIST_RESULTS"] == "1"
-    assert _dockerfile_env()["ATTNLAB_PERSIST_RESULTS"] == "1"
-    assert "ln -s /cache/streamlit /home/attnlab/.streamlit/cache" in (REPO / "deploy" / "Dockerfile").read_text()
+    env = _env(_container())
+    assert env["ATTNLAB_RESULTS_DIR"] == _dockerfile_env()["ATTNLAB_RESULTS_DIR"] == "/cache/results"
+    mounts = [m["mountPath"] for m in _container()["volumeMounts"]]
+    assert any(env["ATTNLAB_RESULTS_DIR"].startswith(m.rstrip("/") + "/") for m in mounts)
+    assert "/cache/results" in (REPO / "deploy" / "Dockerfile").read_text().split("mkdir -p", 1)[1].split("\n")[0]
+
+
+def test_the_pod_serves_with_several_processes_and_the_image_too():
+    assert _env(_container())["ATTNLAB_WORKERS"] == _dockerfile_env()["ATTNLAB_WORKERS"] == "auto"
 
 
 def test_deployment_image_is_a_placeholder_that_kustomize_overrides():
