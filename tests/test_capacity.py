@@ -82,3 +82,21 @@ def test_two_sessions_get_every_page_without_an_error(tmp_path):
     assert r["peak_rss_bytes"] > 0
     assert proc.returncode == 0
     assert "served/planned" in proc.stdout and "fresh process" in proc.stdout
+
+
+def test_a_real_server_class_asks_for_pages_by_their_url_path_and_the_default_at_the_root():
+    paths = capacity.page_paths()
+    assert list(paths) == capacity.discover_pages()
+    assert paths["pages/p1_attention.py"] == ""  # default=True: served at /, its url_path is not a page name
+    assert paths["pages/p6_causal.py"] == "causal"
+
+
+def test_a_later_own_shape_class_gets_shapes_nobody_compiled_before():
+    from attnlab.shapes import AttentionShape
+
+    first, later = capacity.session_shapes("own", 20, None, 0), capacity.session_shapes("own", 20, None, 1)
+    seen = {json.dumps(s, sort_keys=True) for s in first}
+    assert not seen & {json.dumps(s, sort_keys=True) for s in later}
+    for params in later:
+        shape, problems = AttentionShape.from_query_params(params)
+        assert shape is not None and not problems and not shape.validate(), params
