@@ -100,3 +100,17 @@ def test_a_later_own_shape_class_gets_shapes_nobody_compiled_before():
     for params in later:
         shape, problems = AttentionShape.from_query_params(params)
         assert shape is not None and not problems and not shape.validate(), params
+
+
+def test_a_class_on_a_real_server_of_two_processes_gets_every_page(tmp_path):
+    """--serve: serve.py --workers 2 started, two headless tabs through its front, every page each."""
+    out = tmp_path / "served.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "capacity.py"), "--serve", "2", "--sessions", "2",
+                           "--timeout", "300", "--json", str(out), "--server-log", str(tmp_path / "server.log")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    print(proc.stdout[-3000:], (tmp_path / "server.log").read_text()[-3000:])
+    (r,) = json.loads(out.read_text())
+    assert r["workers"] == 2 and r["errors"] == 0, r["error_messages"][:5]
+    assert r["pages_served"] == r["pages_planned"] == 2 * len(capacity.discover_pages())
+    assert r["cpu_s"] > 0 and r["peak_rss_bytes"] > 0 and r["warm_s"] > 0
+    assert proc.returncode == 0 and "shared, 2 proc" in proc.stdout
