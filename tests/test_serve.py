@@ -13,6 +13,7 @@ from browser_util import StreamlitServer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 
 from st_client import Tab, run  # noqa: E402
 
@@ -45,5 +46,13 @@ def test_a_client_cannot_clear_every_learners_cached_results():
 def test_a_bad_number_of_workers_is_refused_with_a_sentence():
     out = subprocess.run([sys.executable, "serve.py", "--workers", "two"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode != 0 and "takes a whole number of processes, not 'two'" in out.stderr
+    assert out.returncode != 0 and "takes a whole number of processes or 'auto', not 'two'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_auto_is_one_worker_per_two_cpus_and_at_most_four(monkeypatch):
+    import serve
+
+    for cpus, workers in [(1.0, 1), (2.0, 1), (5.0, 2), (8.0, 4), (224.0, 4)]:
+        monkeypatch.setattr(serve, "usable_cpus", lambda c=cpus: c)
+        assert serve.auto_workers() == workers
