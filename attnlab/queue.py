@@ -13,20 +13,20 @@ host's available memory (on the CPU backend, device arrays live in host memory: 
 
 Several server processes on one GPU (`serve.py --workers K`, which sets ATTNLAB_WORKERS and
 ATTNLAB_DEVICE_LOCK): each process gets 1/K of the budget, and a lock file extends "the device to
-oneself" across them (`AcrossProcesses`): compute runs hold it shared, a timing run alone.
+oneself" across them (attnlab/across.py): compute runs hold it shared, a timing run alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
+from attnlab.across import AcrossProcesses
 from attnlab.shapes import GIB, format_bytes
 
 
@@ -117,79 +117,6 @@ def workers() -> int:
         return 1
 
 
-class AcrossProcesses:
-    """The device between server processes, through a lock file (flock): compute runs hold it
-    shared, a timing run alone. A run waiting to time holds a gate (a second file) that new runs
-    pass through, so a stream of short compute runs from other processes cannot starve it. Every
-    run that waits, here or in its own process's queue, leaves a mark in a folder beside the lock
-    while it waits, so a timing knows how many wait behind it in all processes (`waiting`)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.marks = path + ".waiting"
-
-    @contextlib.contextmanager
-    def hold(self, exclusive: bool, deadline: float):
-        with open(self.path + ".gate", "a+b") as gate, open(self.path, "a+b") as dev:
-            self._lock(gate, fcntl.LOCK_EX, deadline)
-            try:
-                self._lock(dev, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
-            finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-            try:
-                yield
-            finally:
-                fcntl.flock(dev, fcntl.LOCK_UN)
-
-    @contextlib.contextmanager
-    def mark(self):
-        """This thread waits for the device (seen by every process's `waiting`)."""
-        os.makedirs(self.marks, exist_ok=True)
-        path = os.path.join(self.marks, f"{os.getpid()}-{threading.get_ident()}")
-        open(path, "w").close()
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-
-    def waiting(self) -> int:
-        """Runs waiting for the device in every server process (marks of processes still alive)."""
-        try:
-            names = os.listdir(self.marks)
-        except OSError:
-            return 0
-        return sum(_alive(int(n.split("-")[0])) for n in names if n.split("-")[0].isdigit())
-
-    def _lock(self, f, op: int, deadline: float) -> None:
-        try:
-            fcntl.flock(f, op | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        pause = 0.001
-        with self.mark():
-            while True:
-                try:
-                    fcntl.flock(f, op | fcntl.LOCK_NB)
-                    return
-                except BlockingIOError:
-                    if time.perf_counter() > deadline:
-                        raise DeviceBusy("Another server process kept the GPU too long. Try again shortly.") from None
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
 @dataclasses.dataclass
 class Stats:
     admitted: int = 0
@@ -211,7 +138,7 @@ class DeviceQueue:
         self._held = threading.local()
         self.stats = Stats()
         lock = os.environ.get("ATTNLAB_DEVICE_LOCK")
-        self.across = AcrossProcesses(lock) if lock else None
+        self.across = AcrossProcesses(lock, busy=DeviceBusy) if lock else None
 
     @property
     def budget(self) -> Budget:

@@ -72,27 +72,26 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def cpu_s(pids: list[int]) -> float:
+def _proc_sum(pids: list[int], file: str, value) -> float:
+    """The sum over pids of value(the fields of /proc/<pid>/<file>); processes gone meanwhile count 0."""
     total = 0.0
     for p in pids:
         try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICK
+            with open(f"/proc/{p}/{file}") as f:
+                total += value(f.read())
         except (OSError, IndexError, ValueError):
             pass
     return total
+
+
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
+    return _proc_sum(pids, "stat", lambda text: sum(int(x) for x in text.rsplit(")", 1)[1].split()[11:13]) / TICK)
 
 
 def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+    """Resident memory of these processes (/proc/<pid>/statm)."""
+    return int(_proc_sum(pids, "statm", lambda text: int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE")))
 
 
 def gpu_now() -> tuple[int, int] | None:

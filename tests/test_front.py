@@ -81,15 +81,19 @@ def test_browsers_are_spread_over_the_workers_and_each_stays_on_its_own():
     assert moved.endswith(b"B")
 
 
+async def _front_of_one():
+    """A front before one worker: (its task, its port)."""
+    _, pa = await _worker(b"A")
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(front.serve("127.0.0.1", 0, [("127.0.0.1", pa)], ready=lambda s, f: ready.set_result(s)))
+    return task, (await ready).sockets[0].getsockname()[1]
+
+
 def test_a_client_that_never_finishes_its_request_head_is_dropped(monkeypatch):
     monkeypatch.setattr(front, "HEAD_TIMEOUT_S", 0.2)
 
     async def main():
-        _, pa = await _worker(b"A")
-        ready = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(front.serve("127.0.0.1", 0, [("127.0.0.1", pa)],
-                                               ready=lambda s, f: ready.set_result(s)))
-        port = (await ready).sockets[0].getsockname()[1]
+        task, port = await _front_of_one()
         data = await _ask(port, b"GET / HTTP/1.1\r\nHost: slow")  # no blank line: never a whole head
         task.cancel()
         return data
@@ -100,11 +104,7 @@ def test_a_client_that_never_finishes_its_request_head_is_dropped(monkeypatch):
 @pytest.mark.parametrize("size", [front.MAX_HEAD * 2])
 def test_a_request_head_over_the_limit_is_refused(size):
     async def main():
-        _, pa = await _worker(b"A")
-        ready = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(front.serve("127.0.0.1", 0, [("127.0.0.1", pa)],
-                                               ready=lambda s, f: ready.set_result(s)))
-        port = (await ready).sockets[0].getsockname()[1]
+        task, port = await _front_of_one()
         data = await _ask(port, b"GET / HTTP/1.1\r\nX: " + b"a" * size + b"\r\n\r\n")
         task.cancel()
         return data
