@@ -596,7 +596,7 @@ def test_readme_documents_every_accelerator_the_manifests_mention():
     for command in (
         "kubectl apply -k deploy/k8s",
         "docker build --platform=linux/amd64 -f deploy/Dockerfile",
-        "scripts/capacity.py --sessions 10 20 40 --mode shared",
+        "scripts/capacity.py --serve 1 --sessions 5 20 --then-own 20",
         "GPUs (all regions)",
         "bash deploy/teardown.sh",
         "Not run here",
