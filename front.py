@@ -69,7 +69,6 @@ class Front:
         self.workers = workers
         self.sockets = [0] * len(workers)  # open websockets per worker
         self.handed = [0] * len(workers)  # cookies handed out per worker
-        self.served = 0
 
     def least_busy(self) -> int:
         return min(range(len(self.workers)), key=lambda i: (self.sockets[i], self.handed[i]))
@@ -93,7 +92,6 @@ class Front:
             client_w.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await _close(client_w)
             return
-        self.served += 1
         set_cookie = named is None and not ws
         worker_w.write(closing(head) if set_cookie else head)
         if set_cookie:

@@ -174,6 +174,9 @@ def auto_workers() -> int:
     return max(1, min(4, int(usable_cpus() // 2)))
 
 
+START_S = 20.0  # a worker that exits sooner after its start is not restarted: the server stops
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -204,17 +207,28 @@ def serve_workers(k: int, args: list[str]) -> int:
     procs: list[subprocess.Popen | None] = [None] * k
     stopping = threading.Event()
 
+    started = [0.0] * k
+    failed: list[int] = []  # the exit code of a worker that could not start
+
     def start(i: int) -> subprocess.Popen:
         cmd = [sys.executable, str(Path(__file__).resolve()), *args, "--server.port", str(ports[i]),
                "--server.address", "127.0.0.1", "--server.headless", "true"]
+        started[i] = time.monotonic()
         return subprocess.Popen(cmd, env=worker_env(i, k, port))
 
     def supervise() -> None:  # a worker that dies (an OOM kill) is started again; its learners reconnect
         while not stopping.wait(1.0):
             for i, p in enumerate(procs):
-                if p is not None and p.poll() is not None and not stopping.is_set():
-                    print(f"serve.py: worker {i} exited with {p.returncode}; starting it again", file=sys.stderr)
-                    procs[i] = start(i)
+                if p is None or p.poll() is None or stopping.is_set():
+                    continue
+                if time.monotonic() - started[i] < START_S:  # it cannot start (a bad option): restarting won't help
+                    print(f"serve.py: worker {i} exited with {p.returncode} within {START_S:.0f} s of starting; "
+                          "stopping the server (its output is above)", file=sys.stderr, flush=True)
+                    failed.append(p.returncode or 1)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+                print(f"serve.py: worker {i} exited with {p.returncode}; starting it again", file=sys.stderr)
+                procs[i] = start(i)
 
     for i in range(k):
         procs[i] = start(i)
@@ -245,7 +259,7 @@ def serve_workers(k: int, args: list[str]) -> int:
                     p.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     p.kill()
-    return 0
+    return failed[0] if failed else 0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -56,3 +56,11 @@ def test_auto_is_one_worker_per_two_cpus_and_at_most_four(monkeypatch):
     for cpus, workers in [(1.0, 1), (2.0, 1), (5.0, 2), (8.0, 4), (224.0, 4)]:
         monkeypatch.setattr(serve, "usable_cpus", lambda c=cpus: c)
         assert serve.auto_workers() == workers
+
+
+def test_workers_that_cannot_start_stop_the_server_instead_of_restarting_forever():
+    out = subprocess.run([sys.executable, "serve.py", "--workers", "2", "--server.port", "0", "--server.bogus", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "within 20 s of starting; stopping the server" in out.stderr
+    assert out.stderr.count("starting it again") == 0
