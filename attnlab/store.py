@@ -42,10 +42,12 @@ def folder() -> Path | None:
 
 
 def key(fn: Callable, args: tuple, kwargs: dict) -> str:
-    """The file name of a call: the function and a hash of its arguments' repr (shapes are frozen
-    dataclasses, names tuples of strings: their repr is the value)."""
+    """The file name of a call: the function (its file and name: a page's functions all live in
+    Streamlit's `__main__`) and a hash of its arguments' repr (shapes are frozen dataclasses, names
+    tuples of strings: their repr is the value)."""
     text = repr((args, sorted(kwargs.items())))
-    return f"{fn.__module__}.{fn.__qualname__}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
+    where = Path(fn.__code__.co_filename).stem if hasattr(fn, "__code__") else fn.__module__
+    return f"{where}.{fn.__qualname__}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 
 def once(fn: Callable | None = None, *, keep: Callable[[object], bool] = lambda result: True):

@@ -81,3 +81,14 @@ def test_two_server_processes_asking_at_once_compute_it_once(tmp_path):
     outs = [p.communicate(timeout=60)[0].strip() for p in procs]
     assert outs == ["42"] * 3
     assert log.read_text().count("computed") == 1
+
+
+def test_functions_of_one_name_in_two_page_files_do_not_share_results(tmp_path, monkeypatch):
+    """Streamlit runs every page as `__main__`: a page's functions are told apart by their file."""
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    found = {}
+    for page, value in (("pages/p3_qkv.py", 3), ("pages/p8_mha_gqa_mqa.py", 8)):
+        namespace = {"__name__": "__main__"}
+        exec(compile(f"def placement(shape):\n    return {value}\n", page, "exec"), namespace)
+        found[page] = store.once(namespace["placement"])(AttentionShape())
+    assert found == {"pages/p3_qkv.py": 3, "pages/p8_mha_gqa_mqa.py": 8}
