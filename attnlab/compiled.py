@@ -9,11 +9,14 @@ a CPU library fusion) may use a workspace of its own that is not counted there.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import functools
+import os
 import re
 import threading
 import time
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +72,7 @@ def compile_backend(name: str, shape: AttentionShape, backward: bool = False):
 
 # hash of a lowered program -> (who compiled it first, the executable), the 256 most recent
 _SEEN: collections.OrderedDict[int, tuple[str, object]] = collections.OrderedDict()
+_COMPILING: dict[int, threading.Event] = {}  # programs being compiled now, by any thread of this process
 _LOCK = threading.Lock()
 
 
@@ -78,25 +82,72 @@ def compile_timed(fn, args, who: str = ""):
     JAX keeps compiled programs in memory (and on disk with a compilation cache), so a program
     this process compiled before comes back in about a millisecond: `compiled_before` then names
     who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
-    says so instead of presenting the cache lookup as a compile time.
+    says so instead of presenting the cache lookup as a compile time. A program another thread is
+    compiling (another learner on the same new shape) is waited for, not compiled twice.
     """
     t0 = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     key = hash(lowered.as_text())
-    with _LOCK:
-        seen = _SEEN.get(key)
-    if seen is None:  # a program seen before (sdpa_auto is sdpa_xla today) is not compiled again
-        compiled = lowered.compile()
+    while True:
         with _LOCK:
-            _SEEN[key] = (who, compiled)
-            while len(_SEEN) > 256:
-                _SEEN.popitem(last=False)
+            seen = _SEEN.get(key)
+            if seen is not None:
+                _SEEN.move_to_end(key)
+                break
+            busy = _COMPILING.get(key)
+            if busy is None:
+                _COMPILING[key] = threading.Event()
+                break
+        busy.wait()  # then it is in _SEEN (or its compile failed and this thread tries)
+    if seen is None:
+        try:
+            compiled = lowered.compile()
+            with _LOCK:
+                _SEEN[key] = (who, compiled)
+                while len(_SEEN) > 256:
+                    _SEEN.popitem(last=False)
+        finally:
+            with _LOCK:
+                _COMPILING.pop(key).set()
     else:
-        with _LOCK:
-            _SEEN.move_to_end(key)
         first, compiled = seen
     ms = (time.perf_counter() - t0) * 1e3
     return compiled, ms, (first or "an earlier call") if seen is not None else None
+
+
+def compile_threads() -> int:
+    """Programs one run compiles at once (ATTNLAB_COMPILE_THREADS; default: the CPUs this process may
+    use, at most 4). XLA compiles without Python's lock, so a new shape's programs compile side by side."""
+    raw = os.environ.get("ATTNLAB_COMPILE_THREADS", "")
+    if raw.strip().isdigit() and int(raw) > 0:
+        return int(raw)
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def compile_many(jobs: Iterable[tuple[str, AttentionShape, bool]]) -> dict[tuple[str, AttentionShape, bool], BaseException | None]:
+    """compile_backend for each (name, shape, backward), `compile_threads()` at a time; per job the
+    exception its compile raised, or None. Compiled programs are kept as compile_backend keeps them."""
+    global _POOL
+    jobs = list(dict.fromkeys(jobs))
+    threads = compile_threads()
+    if threads == 1 or len(jobs) < 2:
+        return {job: _try(compile_backend, *job) for job in jobs}
+    with _LOCK:
+        if _POOL is None:  # one pool per process: learners' runs share it, so compiles stay bounded
+            _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-compile")
+    futures = {job: _POOL.submit(_try, compile_backend, *job) for job in jobs}
+    return {job: f.result() for job, f in futures.items()}
+
+
+def _try(fn, *args) -> BaseException | None:
+    try:
+        fn(*args)
+    except Exception as e:  # the caller words it (a backend that fails to compile is a row)
+        return e
+    return None
 
 
 def forward_backward(fn):

@@ -207,14 +207,14 @@ def run(
             results[n] = Result(shape, n, OVER_BUDGET, why, backward)
         else:
             runnable.append(n)
-    for n in runnable:  # compile before asking for the device: a compile holds no device memory, and a slot
-        try:  # held through seconds of compiling would make every timing behind it wait (a convoy)
-            if accuracy and not backward:
-                compiled.compile_backend(n, shape, False)
-            if timed or program:
-                compiled.compile_backend(n, shape, backward)
-        except Exception as e:  # a backend that fails to compile is a row
-            results[n] = Result(shape, n, *failure(e), backward)
+    # compile before asking for the device: a compile holds no device memory, and a slot held through
+    # seconds of compiling would make every timing behind it wait (a convoy); side by side, since XLA
+    # compiles without Python's lock and a new shape has several programs
+    jobs = [(n, shape, False) for n in runnable if accuracy and not backward]
+    jobs += [(n, shape, backward) for n in runnable if timed or program]
+    for (n, _, _), error in compiled.compile_many(jobs).items():
+        if error is not None and n not in results:  # a backend that fails to compile is a row
+            results[n] = Result(shape, n, *failure(error), backward)
     runnable = [n for n in runnable if n not in results]
     if runnable:
         dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)

@@ -1,6 +1,7 @@
 """What the compiler made: kernels in words, scratch bytes, and how they grow."""
 
 import pandas as pd
+import pytest
 
 from attnlab import compiled
 from attnlab.compiled import CompiledInfo
@@ -34,3 +35,53 @@ def test_forward_backward_is_the_gradient_of_the_sum():
 
     grads = compiled.forward_backward(lambda q, k, v: q * k * v)(jnp.ones(2), 2 * jnp.ones(2), 3 * jnp.ones(2))
     assert [float(g[0]) for g in grads] == [6.0, 3.0, 2.0]
+
+
+@pytest.fixture
+def compiles():
+    """A list that grows by one per XLA compile during the test (JAX's own monitoring event)."""
+    import jax.monitoring
+
+    seen = []
+
+    def listen(event, secs, **kw):
+        if event.endswith("backend_compile_duration"):
+            seen.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_threads_asking_for_one_new_program_at_once_compile_it_once(compiles):
+    import threading
+
+    shape = TINY.replace(q_len=24, kv_len=40)  # a shape no other test compiles
+    fn = compiled.get("naive").jit(shape)
+    out, barrier = [], threading.Barrier(4)
+
+    def ask():
+        barrier.wait()
+        out.append(compiled.compile_timed(fn, compiled.abstract_inputs(shape), "a learner"))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(compiles) == 1
+    assert len({id(exe) for exe, _, _ in out}) == 1
+    assert sorted(before is None for _, _, before in out) == [False, False, False, True]  # one compiled, three waited
+
+
+def test_compile_many_compiles_side_by_side_and_returns_each_jobs_error(monkeypatch, compiles):
+    monkeypatch.setenv("ATTNLAB_COMPILE_THREADS", "3")
+    shapes = [TINY.replace(q_len=t, kv_len=t) for t in (40, 56)]
+    jobs = [(n, s, False) for n in ("naive", "sdpa_xla") for s in shapes] + [("sdpa_xla", shapes[0], False)]
+    errors = compiled.compile_many(jobs + [("no such backend", shapes[0], False)])
+    assert len(errors) == 5  # the repeated job once
+    assert all(errors[j] is None for j in jobs)
+    assert isinstance(errors[("no such backend", shapes[0], False)], ValueError)
+    assert len(compiles) == 4
+    compiled.compile_backend("naive", shapes[1])
+    assert len(compiles) == 4  # kept: asking again compiles nothing
