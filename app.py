@@ -11,7 +11,7 @@ import threading
 import jax
 import streamlit as st
 
-from attnlab import warm
+from attnlab import sampler, warm
 from pages import sidebar, turns
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
@@ -74,6 +74,14 @@ def warm_once() -> threading.Thread:
     return t
 
 
+@st.cache_resource(show_spinner=False)
+def sample_once(folder: str) -> threading.Thread:
+    """Once per server process, when a benchmark asks (ATTNLAB_SAMPLE_TO): where page runs spend time."""
+    return sampler.start(folder)
+
+
+if os.environ.get("ATTNLAB_SAMPLE_TO"):
+    sample_once(os.environ["ATTNLAB_SAMPLE_TO"])
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
 with turns.turn():

@@ -61,13 +61,59 @@ def describe_compiled(compiled) -> CompiledInfo:
                         fusions, library)
 
 
-@functools.lru_cache(maxsize=64)
-def compile_backend(name: str, shape: AttentionShape, backward: bool = False):
-    """compile_timed for a backend at a shape; kept (lru), so a page that asks again pays nothing."""
+def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tuned: bool = True):
+    """compile_timed for a backend at a shape; kept (lru), so a page that asks again pays nothing.
+
+    tuned=False: a program only run to check its output (`CHECK_OPTIONS`), never timed; the tuned
+    program is used instead when this process has compiled it already (either is correct)."""
+    if not tuned and (name, shape, backward) in _TUNED:
+        tuned = True
+    out = _compile_backend(name, shape, backward, tuned)
+    if tuned:
+        if len(_TUNED) > 4096:  # only a hint: forgetting costs a compile, never a wrong answer
+            _TUNED.clear()
+        _TUNED.add((name, shape, backward))
+    return out
+
+
+_TUNED: set = set()  # (name, shape, backward) whose tuned program this process holds
+
+
+@functools.lru_cache(maxsize=128)
+def _compile_backend(name: str, shape: AttentionShape, backward: bool, tuned: bool):
     fn = get(name).jit(shape)
     if backward:
         fn = forward_backward(fn)
-    return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}")
+    return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}",
+                         None if tuned else check_options())
+
+
+# On a GPU XLA tries several kernels for each matrix product of a new program and keeps the fastest
+# (autotuning: about half of a new shape's compile time on the H200). A program that is only run to
+# check its output or draw a heatmap does not need the fastest kernel, only a correct one: it is
+# compiled without autotuning. Everything that is timed, or whose compiled program a page describes,
+# is compiled with it, as JAX does by default.
+CHECK_OPTIONS = {"xla_gpu_autotune_level": 0}
+
+
+def check_options() -> dict | None:
+    """Compiler options for a program only run to check results: no autotuning on a GPU (None elsewhere)."""
+    return CHECK_OPTIONS if jax.default_backend() == "gpu" else None
+
+
+def checking_jit(fn, **jit_kw):
+    """jax.jit(fn, **jit_kw) compiled with `check_options()`: for a program whose output is shown or
+    checked, never timed. The options are read at the first call (not at import, before JAX is set up)."""
+    jitted = None
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        nonlocal jitted
+        if jitted is None:
+            jitted = jax.jit(fn, compiler_options=check_options(), **jit_kw)
+        return jitted(*args, **kwargs)
+
+    return call
 
 
 # hash of a lowered program -> (who compiled it first, the executable), the 256 most recent
@@ -76,18 +122,19 @@ _COMPILING: dict[int, threading.Event] = {}  # programs being compiled now, by a
 _LOCK = threading.Lock()
 
 
-def compile_timed(fn, args, who: str = ""):
+def compile_timed(fn, args, who: str = "", options: dict | None = None):
     """(compiled, compile_ms, compiled_before): compile_ms is the time of this lower + compile.
 
     JAX keeps compiled programs in memory (and on disk with a compilation cache), so a program
     this process compiled before comes back in about a millisecond: `compiled_before` then names
     who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
     says so instead of presenting the cache lookup as a compile time. A program another thread is
-    compiling (another learner on the same new shape) is waited for, not compiled twice.
+    compiling (another learner on the same new shape) is waited for, not compiled twice. `options`:
+    XLA compiler options (`check_options()`).
     """
     t0 = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
-    key = hash(lowered.as_text())
+    key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
     while True:
         with _LOCK:
             seen = _SEEN.get(key)
@@ -101,7 +148,7 @@ def compile_timed(fn, args, who: str = ""):
         busy.wait()  # then it is in _SEEN (or its compile failed and this thread tries)
     if seen is None:
         try:
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=options)
             with _LOCK:
                 _SEEN[key] = (who, compiled)
                 while len(_SEEN) > 256:
@@ -127,8 +174,8 @@ def compile_threads() -> int:
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def compile_many(jobs: Iterable[tuple[str, AttentionShape, bool]]) -> dict[tuple[str, AttentionShape, bool], BaseException | None]:
-    """compile_backend for each (name, shape, backward), `compile_threads()` at a time; per job the
+def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
+    """compile_backend for each (name, shape, backward[, tuned]), `compile_threads()` at a time; per job the
     exception its compile raised, or None. Compiled programs are kept as compile_backend keeps them."""
     global _POOL
     jobs = list(dict.fromkeys(jobs))

@@ -208,11 +208,14 @@ def run(
         else:
             runnable.append(n)
     # compile before asking for the device: a compile holds no device memory, and a slot held through
-    # seconds of compiling would make every timing behind it wait (a convoy); side by side, since XLA
-    # compiles without Python's lock and a new shape has several programs
-    jobs = [(n, shape, False) for n in runnable if accuracy and not backward]
-    jobs += [(n, shape, backward) for n in runnable if timed or program]
-    for (n, _, _), error in compiled.compile_many(jobs).items():
+    # seconds of compiling would make every timing behind it wait (a convoy). Side by side, since XLA
+    # compiles without Python's lock and a new shape has several programs. A program only checked
+    # against float64 compiles without autotuning (compiled.CHECK_OPTIONS); one also timed or described
+    # is compiled once, tuned, and checked too
+    tuned = timed or program
+    jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
+    jobs += [(n, shape, backward, True) for n in runnable if tuned]
+    for (n, *_), error in compiled.compile_many(jobs).items():
         if error is not None and n not in results:  # a backend that fails to compile is a row
             results[n] = Result(shape, n, *failure(error), backward)
     runnable = [n for n in runnable if n not in results]
@@ -239,7 +242,7 @@ def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
         parts: dict = {"queue_wait_s": waited}
         try:
             if accuracy and not backward:  # the program a timing would use: compiled once, not twice
-                y = compiled.compile_backend(n, shape, False)[0](q, k, v)
+                y = compiled.compile_backend(n, shape, False, compile_)[0](q, k, v)
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))
                 del y

@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab import attention, masks, runs
+from attnlab import attention, compiled, masks, runs
 from attnlab.backends.naive import NAIVE
 from attnlab.shapes import AttentionShape
 
@@ -37,7 +36,7 @@ def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> di
         return {name: np.asarray(x) for name, x in _stages(q, k, v, scaled=scaled, **shape.mask_args()).items()}
 
 
-@partial(jax.jit, static_argnames=("scaled", "causal", "window", "kv_lengths"))
+@partial(compiled.checking_jit, static_argnames=("scaled", "causal", "window", "kv_lengths"))
 def _stages(q, k, v, *, scaled: bool, causal: bool, window, kv_lengths) -> dict:
     """four_stages' arithmetic, compiled once per shape (op by op, every new shape compiles a dozen)."""
     s = attention.scores(q, k)  # 1. (B, N, T, S)
@@ -111,10 +110,11 @@ def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
 
 
 # compiled once per shape (op by op, each new shape would compile a dozen small programs)
-_weights = jax.jit(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
+# shown, never timed: compiled without autotuning on a GPU (compiled.checking_jit)
+_weights = compiled.checking_jit(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
 
 
-@jax.jit
+@compiled.checking_jit
 def _change_by_causal(q, k, v):
     """max over batch, heads and features of |attention without mask − causal attention|, per query."""
     full = attention.attention(q, k, v)

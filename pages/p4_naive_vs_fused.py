@@ -36,8 +36,9 @@ every = st.toggle("every implementation in the registry, not only this page's fo
 compared = tuple(REGISTRY) if every else PAGE_NAMES
 if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (shape, compared),
                       auto=sections.small(shape) and not every):
-    acc = sections.guarded(common.frame, shape, compared, what="Running the implementations")
-    res = {r.implementation: r for r in common.run(shape, compared)} if acc is not None else {}
+    # program=True: the programs described above and compared below are the ones checked here
+    acc = sections.guarded(common.frame, shape, compared, program=True, what="Running the implementations")
+    res = {r.implementation: r for r in common.run(shape, compared, program=True)} if acc is not None else {}
     naive, auto = res.get("naive"), res.get("sdpa_auto")
     if naive and auto and naive.ok and auto.ok:
         diff = runs.max_difference(naive, auto)

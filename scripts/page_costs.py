@@ -42,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ATTNLAB_RESULTS_DIR", f"/tmp/attnlab-page-costs-{os.getpid()}")  # an empty store
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     import jax.monitoring
+    from capacity import discover_pages
     from streamlit.testing.v1 import AppTest
 
     from attnlab import compiled
-    from capacity import discover_pages
 
     now: collections.Counter = collections.Counter()
     askers: collections.Counter = collections.Counter()

@@ -46,8 +46,10 @@ def test_a_program_only_run_compiles_and_allocates_nothing():
 def test_a_second_compile_of_the_same_program_says_it_came_from_the_cache():
     shape = TINY.replace(q_len=40, kv_len=40)
     auto, xla = runs.run(shape, ["sdpa_auto", "sdpa_xla"], accuracy=False, program=True)
-    assert auto.compiled_before is None
-    assert xla.compiled_before and "sdpa_auto" in xla.compiled_before  # one program under two names
+    # one program under two names, compiled side by side: one compiles it, the other names that one
+    first, second = (auto, xla) if auto.compiled_before is None else (xla, auto)
+    assert first.compiled_before is None
+    assert second.compiled_before and first.implementation in second.compiled_before
 
 
 def test_sweep_yields_one_result_per_value_and_backend_with_failures_as_results():
@@ -128,3 +130,18 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
         assert not np.array_equal(np.asarray(a[0], np.float32), np.asarray(c[0], np.float32))
         q = np.asarray(a[0], np.float64)
         assert abs(q.mean()) < 0.05 and abs(q.std() - 1) < 0.05
+
+
+def test_a_program_only_checked_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):
+    from attnlab import compiled
+
+    asked, real = [], compiled.compile_timed
+    monkeypatch.setattr(compiled.jax, "default_backend", lambda: "gpu")  # the options are a GPU's
+    monkeypatch.setattr(compiled, "compile_timed", lambda fn, args, who="", options=None: asked.append(
+        (who.split(" at ")[0], options)) or real(fn, args, who, options))
+    shape = TINY.replace(q_len=44, kv_len=44)
+    assert runs.run(shape, ["naive"], accuracy=True)[0].ok
+    assert asked == [("naive", compiled.CHECK_OPTIONS)]
+    asked.clear()
+    assert runs.run(shape, ["naive"], accuracy=True, timed=True, budget_s=0.01, repeats=2)[0].ok
+    assert asked and all(opts is None for _, opts in asked)  # timed: the tuned program, also checked
