@@ -216,10 +216,16 @@ def serve_workers(k: int, args: list[str]) -> int:
         started[i] = time.monotonic()
         return subprocess.Popen(cmd, env=worker_env(i, k, port))
 
-    def supervise() -> None:  # a worker that dies (an OOM kill) is started again; its learners reconnect
+    def supervise() -> None:  # a worker that dies (an OOM kill, a crash) is started again; its learners reconnect
         while not stopping.wait(1.0):
-            for i, p in enumerate(procs):
-                if p is None or p.poll() is None or stopping.is_set():
+            exited = [i for i, p in enumerate(procs) if p is not None and p.poll() is not None]
+            if exited and stopping.wait(0.5):  # the whole group was signalled: the front stops too
+                return
+            for i in exited:
+                p = procs[i]
+                if p.returncode == 0:  # Streamlit exits 0 only when asked to stop (a signal): leave it stopped
+                    print(f"serve.py: worker {i} stopped (exit 0, asked to); not starting it again", file=sys.stderr)
+                    procs[i] = None
                     continue
                 if time.monotonic() - started[i] < START_S:  # it cannot start (a bad option): restarting won't help
                     print(f"serve.py: worker {i} exited with {p.returncode} within {START_S:.0f} s of starting; "
@@ -239,8 +245,12 @@ def serve_workers(k: int, args: list[str]) -> int:
     async def run() -> None:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
+        def stop() -> None:  # before anything else: a worker stopped by the same signal is not restarted
+            stopping.set()
+            task.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
         await front.serve(address, port, [("127.0.0.1", p) for p in ports])
 
     try:

@@ -64,3 +64,63 @@ def test_workers_that_cannot_start_stop_the_server_instead_of_restarting_forever
     assert out.returncode != 0
     assert "within 20 s of starting; stopping the server" in out.stderr
     assert out.stderr.count("starting it again") == 0
+
+
+def _serve_two(tmp_path):
+    import os
+
+    from browser_util import free_port, healthy
+
+    port, log = free_port(), tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "serve.py", "--workers", "2", "--server.headless", "true",
+                                 "--server.port", str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "ATTNLAB_WARM": "0"}, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not healthy(f"http://127.0.0.1:{port}", timeout=2) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(21)  # past the 20 s within which a worker's exit means it cannot start at all
+    return proc, log
+
+
+def _workers(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return sorted(int(p) for p in out.stdout.split())
+
+
+def test_a_worker_that_dies_is_started_again_and_one_asked_to_stop_is_not(tmp_path):
+    import os
+    import signal
+
+    proc, log = _serve_two(tmp_path)
+    try:
+        first, second = _workers(proc.pid)
+        os.kill(first, signal.SIGKILL)  # as the kernel's OOM killer would
+        os.kill(second, signal.SIGTERM)  # as someone stopping that one process would
+        deadline = time.monotonic() + 30
+        while "; starting it again" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)
+        text = log.read_text()
+        assert text.count("; starting it again") == 1 and "exited with -9; starting it again" in text, text[-2000:]
+        assert "stopped (exit 0, asked to); not starting it again" in text
+        assert len(_workers(proc.pid)) == 1  # the new one
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def test_a_signal_to_the_whole_group_stops_the_server_without_restarting_workers(tmp_path):
+    """A signal to the process group (a benchmark's killpg, Ctrl-C in a terminal) reaches the workers
+    and the front at once: the workers' exits are the server stopping, not workers to start again."""
+    import os
+    import signal
+
+    proc, log = _serve_two(tmp_path)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "; starting it again" not in log.read_text(), log.read_text()[-2000:]
