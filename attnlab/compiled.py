@@ -101,19 +101,36 @@ def check_options() -> dict | None:
     return CHECK_OPTIONS if jax.default_backend() == "gpu" else None
 
 
-def checking_jit(fn, **jit_kw):
-    """jax.jit(fn, **jit_kw) compiled with `check_options()`: for a program whose output is shown or
-    checked, never timed. The options are read at the first call (not at import, before JAX is set up)."""
-    jitted = None
+class ForCheck:
+    """`fn` compiled for checking (`check_options()`), and ahead of the device: `ahead(*args, **static)`
+    with `jax.ShapeDtypeStruct`s compiles it before a run asks for the device (a compile holding a
+    device slot makes every timing behind it wait), and a call with arrays of those shapes runs it."""
 
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        nonlocal jitted
-        if jitted is None:
-            jitted = jax.jit(fn, compiler_options=check_options(), **jit_kw)
-        return jitted(*args, **kwargs)
+    def __init__(self, fn, static_argnames: tuple[str, ...] = ()):
+        self.fn, self.static_argnames = fn, static_argnames
+        self._programs: collections.OrderedDict[tuple, object] = collections.OrderedDict()
+        functools.update_wrapper(self, fn)
 
-    return call
+    def ahead(self, *args, **static):
+        key = (tuple((tuple(a.shape), str(a.dtype)) for a in args), tuple(sorted(static.items())))
+        exe = self._programs.get(key)
+        if exe is None:
+            exe = compile_timed(functools.partial(self.fn, **static), args, self.fn.__name__, check_options())[0]
+            with _LOCK:
+                self._programs[key] = exe
+                while len(self._programs) > 128:
+                    self._programs.popitem(last=False)
+        return exe
+
+    def __call__(self, *args, **static):
+        return self.ahead(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args), **static)(*args)
+
+
+def for_check(fn=None, *, static_argnames: tuple[str, ...] = ()):
+    """Decorator: `ForCheck(fn)`, a program whose output is shown or checked, never timed."""
+    if fn is None:
+        return lambda f: ForCheck(f, static_argnames)
+    return ForCheck(fn, static_argnames)
 
 
 # hash of a lowered program -> (who compiled it first, the executable), the 256 most recent

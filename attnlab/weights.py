@@ -8,13 +8,13 @@ inputs made by the run layer inside a queue slot.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 from attnlab import attention, compiled, masks, runs
+from attnlab.backend import abstract_inputs
 from attnlab.backends.naive import NAIVE
 from attnlab.shapes import AttentionShape
 
@@ -32,11 +32,12 @@ def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> di
 
     scaled=False drops the 1/sqrt(H) of stage 2, to show what it is for.
     """
+    program = _stages.ahead(*abstract_inputs(shape), scaled=scaled, **shape.mask_args())  # before the device
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, v):
-        return {name: np.asarray(x) for name, x in _stages(q, k, v, scaled=scaled, **shape.mask_args()).items()}
+        return {name: np.asarray(x) for name, x in program(q, k, v).items()}
 
 
-@partial(compiled.checking_jit, static_argnames=("scaled", "causal", "window", "kv_lengths"))
+@compiled.for_check(static_argnames=("scaled", "causal", "window", "kv_lengths"))
 def _stages(q, k, v, *, scaled: bool, causal: bool, window, kv_lengths) -> dict:
     """four_stages' arithmetic, compiled once per shape (op by op, every new shape compiles a dozen)."""
     s = attention.scores(q, k)  # 1. (B, N, T, S)
@@ -105,16 +106,17 @@ def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 
 def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
     """The weights (B, N, T, S) of `shape` under its masks, as float32 NumPy (for small shapes)."""
+    program = _weights.ahead(*abstract_inputs(shape)[:2], **shape.mask_args())  # compiled before the device
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, _):
-        return np.asarray(_weights(q, k, **shape.mask_args()), np.float32)
+        return np.asarray(program(q, k), np.float32)
 
 
 # compiled once per shape (op by op, each new shape would compile a dozen small programs)
-# shown, never timed: compiled without autotuning on a GPU (compiled.checking_jit)
-_weights = compiled.checking_jit(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
+# shown, never timed: compiled without autotuning on a GPU, before the device is asked for (compiled.ForCheck)
+_weights = compiled.for_check(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
 
 
-@compiled.checking_jit
+@compiled.for_check
 def _change_by_causal(q, k, v):
     """max over batch, heads and features of |attention without mask − causal attention|, per query."""
     full = attention.attention(q, k, v)
@@ -143,8 +145,9 @@ def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     "keys seen" counts exactly what the causal mask alone lets through.
     """
     full_shape = shape.replace(causal=False, window=None, kv_lengths=())
+    program = _change_by_causal.ahead(*abstract_inputs(full_shape))  # compiled before the device
     with runs.inputs(full_shape, seed, device_bytes=2 * NAIVE.device_bytes(full_shape)) as (q, k, v):
-        diff = np.asarray(_change_by_causal(q, k, v))
+        diff = np.asarray(program(q, k, v))
     T, S = full_shape.q_len, full_shape.kv_len
     picks = sorted({0, min(1, T - 1), T // 2, T - 1})  # T may be 1
     return pd.DataFrame({

@@ -67,3 +67,42 @@ def test_first_vs_last_handles_a_single_query_position():
 def test_first_vs_last_changes_the_first_position_most():
     t = weights.first_vs_last(SMALL.replace(kv_len=16)).set_index("position")["max |full − causal|"]
     assert t.iloc[0] > 0 and t.iloc[-1] < 1e-6
+
+
+def test_nothing_compiles_while_a_device_slot_is_held(monkeypatch):
+    """A compile inside a slot keeps the device from every timing queued behind it (seconds on a GPU):
+    the heatmaps, the four stages, the first-vs-last table and a checked run compile before they ask."""
+    import contextlib
+
+    import jax.monitoring
+
+    from attnlab import runs
+    from attnlab.queue import DEVICE
+
+    inside, compiled_inside = [False], []
+    real_slot = DEVICE.slot
+
+    @contextlib.contextmanager
+    def watched(*a, **kw):
+        with real_slot(*a, **kw) as waited:
+            inside[0] = True
+            try:
+                yield waited
+            finally:
+                inside[0] = False
+
+    def listen(event, secs, **kw):
+        if event.endswith("backend_compile_duration") and inside[0]:
+            compiled_inside.append(event)
+
+    monkeypatch.setattr(DEVICE, "slot", watched)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        shape = AttentionShape(batch=1, q_len=11, kv_len=13, heads=2, kv_heads=1, head_dim=8, causal=True)  # new here
+        weights.heatmap_weights(shape)
+        weights.four_stages(shape.replace(q_len=9))
+        weights.first_vs_last(shape.replace(q_len=7))
+        assert runs.run(shape.replace(q_len=5), ["naive", "sdpa_xla"])[0].ok
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiled_inside == []
