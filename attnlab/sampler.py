@@ -49,7 +49,9 @@ def start(folder: str | os.PathLike, interval: float = 0.02, write_every: float 
             frames = sys._current_frames()
             for t in threading.enumerate():
                 if t.name.startswith(THREADS) and t.ident in frames:
-                    counts[(t.name.split(".")[0].rstrip("_0123456789"), *where(frames[t.ident]))] += 1
+                    ours, what = where(frames[t.ident])
+                    if what != "thread.py:_worker":  # an idle compile thread, waiting for work
+                        counts[(t.name.split(".")[0].rstrip("_0123456789"), ours, what)] += 1
             if time.monotonic() - last > write_every:
                 last = time.monotonic()
                 rows = [{"thread": k[0], "ours": k[1], "innermost": k[2], "samples": n}
