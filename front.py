@@ -73,6 +73,12 @@ class Front:
     def least_busy(self) -> int:
         return min(range(len(self.workers)), key=lambda i: (self.sockets[i], self.handed[i]))
 
+    def _count(self, i: int, ws: bool, cookie: bool, n: int) -> None:
+        if ws:
+            self.sockets[i] += n
+        if cookie:
+            self.handed[i] += n
+
     async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(client_r.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
@@ -81,23 +87,22 @@ class Front:
             return
         named = worker_of(head, len(self.workers))
         ws = is_websocket(head)
+        set_cookie = named is None and not ws
         first = self.least_busy() if named is None else named
         for i in [first] + [j for j in range(len(self.workers)) if j != first]:
+            # counted when chosen, before the connection is awaited: a class arriving in the same
+            # instant would otherwise all see one least busy worker (and all land on it)
+            self._count(i, ws, set_cookie, +1)
             try:
                 worker_r, worker_w = await asyncio.open_connection(*self.workers[i])
                 break
             except OSError:
-                continue
+                self._count(i, ws, set_cookie, -1)
         else:
             client_w.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await _close(client_w)
             return
-        set_cookie = named is None and not ws
         worker_w.write(closing(head) if set_cookie else head)
-        if set_cookie:
-            self.handed[i] += 1
-        if ws:
-            self.sockets[i] += 1
         try:
             await asyncio.gather(_pipe(client_r, worker_w),
                                  _pipe(worker_r, client_w, (lambda h: with_cookie(h, i)) if set_cookie else None))

@@ -110,3 +110,27 @@ def test_a_request_head_over_the_limit_is_refused(size):
         return data
 
     assert run(main()) == b""
+
+
+@pytest.mark.parametrize("request_head", [
+    b"GET /_stcore/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",  # headless tabs
+    GET,  # browsers opening the class link at the same moment
+], ids=["websockets", "first requests"])
+def test_a_class_arriving_at_once_is_spread_evenly_over_the_workers(request_head):
+    """The worker is counted as busy when it is chosen, not once its connection is open: twenty
+    connections chosen in the same instant would otherwise all see the same least busy worker."""
+    async def main():
+        workers = [await _worker(name) for name in (b"A", b"B", b"C", b"D")]
+        ready = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(front.serve("127.0.0.1", 0, [("127.0.0.1", p) for _, p in workers],
+                                               ready=lambda s, f: ready.set_result((s, f))))
+        server, _ = await ready
+        port = server.sockets[0].getsockname()[1]
+        answers = await asyncio.gather(*[_ask(port, request_head) for _ in range(20)])
+        task.cancel()
+        for s, _ in workers:
+            s.close()
+        return answers
+
+    answers = run(main())
+    assert sorted(a[-1:] for a in answers) == [b"A"] * 5 + [b"B"] * 5 + [b"C"] * 5 + [b"D"] * 5
