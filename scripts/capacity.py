@@ -619,6 +619,8 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                           f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores"
                           + (f", GPU utilisation {busy:.0f}% on average" if busy is not None else "")
                           + (f", a timing held the device alone {alone:.0%} of the time" if alone is not None else "")
+                          + (", connections per worker at most " + "/".join(map(str, r["connections_per_worker_peak"]))
+                             if r.get("connections_per_worker_peak") else "")
                           + "] " + summary_line(r), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

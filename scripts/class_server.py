@@ -26,6 +26,7 @@ import asyncio
 import fcntl
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -123,13 +124,37 @@ def held_alone(lock: str) -> bool | None:
         return None
 
 
+def connections_to(ports: list[int]) -> list[int]:
+    """Open TCP connections to each of these local ports now (Linux: /proc/net/tcp and tcp6)."""
+    wanted, counts = {p: i for i, p in enumerate(ports)}, [0] * len(ports)
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            port, state = int(fields[1].rsplit(":", 1)[1], 16), fields[3]
+            if state == "01" and port in wanted:  # ESTABLISHED, on the worker's side
+                counts[wanted[port]] += 1
+    return counts
+
+
+def worker_ports(log: Path) -> list[int]:
+    """The worker ports `serve.py --workers K` announced last in its log ([] for one process)."""
+    found = re.findall(r"serve\.py: \d+ workers \(ports ([\d, ]+)\)", log.read_text(errors="replace"))
+    return [int(p) for p in found[-1].split(", ")] if found else []
+
+
 class Watch:
     """While a class runs: peaks of the server's resident memory and the GPU's memory, the GPU's
-    mean utilisation (nvidia-smi, every `every` s), and how often a timing held the device alone
-    (the lock file of `serve.py --workers`, every 0.05 s)."""
+    mean utilisation (nvidia-smi, every `every` s), how often a timing held the device alone
+    (the lock file of `serve.py --workers`, every 0.05 s), and the most connections each worker
+    held at once (its learners' websockets: how evenly the front spread the class)."""
 
-    def __init__(self, pid: int, lock: str, every: float = 0.5):
-        self.pid, self.lock, self.every = pid, lock, every
+    def __init__(self, pid: int, lock: str, every: float = 0.5, ports: list[int] | None = None):
+        self.pid, self.lock, self.every, self.ports = pid, lock, every, ports or []
+        self.per_worker_peak = [0] * len(self.ports)
         self.rss_peak, self.gpu_peak, self.gpu_busy = 0, None, []
         self.alone = [0, 0]  # samples held alone, samples
         self._stop = threading.Event()
@@ -153,6 +178,8 @@ class Watch:
     def _loop(self) -> None:
         while True:
             self.rss_peak = max(self.rss_peak, rss_bytes(tree(self.pid)))
+            if self.ports:
+                self.per_worker_peak = list(map(max, self.per_worker_peak, connections_to(self.ports)))
             g = gpu_now()
             if g is not None:
                 self.gpu_peak = max(self.gpu_peak or 0, g[0])
@@ -277,7 +304,8 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
         visits: list[dict[str, Any]] = []
         pids = tree(server.proc.pid)
         cpu0 = cpu_s(pids)
-        with Watch(server.proc.pid, os.path.join(tempfile.gettempdir(), f"attnlab-device-{server.port}.lock")) as watch:
+        with Watch(server.proc.pid, os.path.join(tempfile.gettempdir(), f"attnlab-device-{server.port}.lock"),
+                   ports=worker_ports(log)) as watch:
             elapsed, stuck = asyncio.run(_class(server.url, shapes, pages, firsts, timeout, deadline_s, visits))
         cpu = cpu_s(tree(server.proc.pid)) - cpu0
     finally:
@@ -307,7 +335,7 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
         "gpu": {"backend": "gpu" if watch.gpu_peak is not None else "n/a", "peak_bytes_in_use": watch.gpu_peak,
                 "source": "nvidia-smi memory.used",
                 "mean_utilisation_pct": statistics.mean(watch.gpu_busy) if watch.gpu_busy else None},
-        "device_held_alone_share": watch.alone_share,
+        "device_held_alone_share": watch.alone_share, "connections_per_worker_peak": watch.per_worker_peak,
         "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
         "cpu_s": cpu, "max_runs": os.environ.get("ATTNLAB_MAX_RUNS", "0"),
         "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,

@@ -114,3 +114,5 @@ def test_a_class_on_a_real_server_of_two_processes_gets_every_page(tmp_path):
     assert r["pages_served"] == r["pages_planned"] == 2 * len(capacity.discover_pages())
     assert r["cpu_s"] > 0 and r["peak_rss_bytes"] > 0 and r["warm_s"] > 0
     assert proc.returncode == 0 and "shared, 2 proc" in proc.stdout
+    # read from /proc/net/tcp: one tab on each worker (the front's spread under a burst: tests/test_front.py)
+    assert r["connections_per_worker_peak"] == [1, 1], r["connections_per_worker_peak"]
