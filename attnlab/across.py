@@ -12,6 +12,8 @@ import os
 import threading
 import time
 
+from attnlab import waiting
+
 
 class AcrossProcesses:
     """The device between server processes, through a lock file (flock): compute runs hold it
@@ -63,6 +65,7 @@ class AcrossProcesses:
             return
         except BlockingIOError:
             pass
+        waiting.about_to_wait()
         pause = 0.001
         with self.mark():
             while True:

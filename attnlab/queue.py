@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from attnlab import waiting
 from attnlab.across import AcrossProcesses
 from attnlab.shapes import GIB, format_bytes
 
@@ -196,6 +197,7 @@ class DeviceQueue:
                     raise DeviceBusy(f"The GPU is busy: {len(self._queue)} runs are already waiting. Try again shortly.")
                 if on_wait:
                     on_wait(self._running + len(self._queue))
+                waiting.about_to_wait()
                 self._queue.append(ticket)
                 self.stats.waited += 1
                 mark = self.across.mark() if self.across is not None else contextlib.nullcontext()

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from attnlab import waiting
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -66,7 +68,11 @@ def once(fn: Callable | None = None, *, keep: Callable[[object], bool] = lambda 
         if found is not None:
             return found[0]
         with open(path.with_suffix(".lock"), "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process computing this: wait for it (released if it dies)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process computing this: wait for it (released if it dies)
+                waiting.about_to_wait()
+                fcntl.flock(lock, fcntl.LOCK_EX)
             found = _read(path)
             if found is not None:
                 return found[0]

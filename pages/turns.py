@@ -8,6 +8,8 @@ import threading
 
 import streamlit as st
 
+from attnlab import waiting
+
 _SLOTS: dict[int, threading.BoundedSemaphore] = {}
 _SLOTS_LOCK = threading.Lock()
 
@@ -25,6 +27,9 @@ def script_slots() -> threading.BoundedSemaphore | None:
         return _SLOTS.setdefault(limit, threading.BoundedSemaphore(limit))
 
 
+_HELD = threading.local()  # the slots this thread's page run holds a turn of, if any
+
+
 @contextlib.contextmanager
 def turn():
     """This session's turn to run its page; says so on the page while it waits."""
@@ -37,7 +42,22 @@ def turn():
         note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
         slots.acquire()
         note.empty()
+    _HELD.slots = slots
     try:
         yield
     finally:
+        give_back()
+
+
+def give_back() -> None:
+    """The page run on this thread gives its turn back (once): it is done, or it is about to wait for
+    the device or another process's result, which needs no Python, so another page may run meanwhile.
+    A run that gave its turn back to wait goes on without one: taking a turn again while holding the
+    device could leave the device held while waiting on pages that wait for the device."""
+    slots = getattr(_HELD, "slots", None)
+    if slots is not None:
+        _HELD.slots = None
         slots.release()
+
+
+waiting.register(give_back)

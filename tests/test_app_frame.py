@@ -42,3 +42,40 @@ def test_page_runs_take_turns_when_limited(monkeypatch):
     assert time.perf_counter() - start >= 0.4 and not at.exception and at.title
     assert slots.acquire(blocking=False)
     slots.release()
+
+
+def test_a_page_waiting_for_the_device_gives_its_turn_to_a_page_that_needs_none(monkeypatch):
+    # With one turn: page A waits for the device (held by a timing); page B, which needs no device,
+    # runs meanwhile instead of waiting for A. A goes on without a turn, and the turn is given back once.
+    import threading
+
+    from attnlab.queue import Budget, DeviceQueue
+    from pages import turns
+
+    monkeypatch.setenv("ATTNLAB_MAX_RUNS", "1")
+    device = DeviceQueue(Budget(2**30, 2**30, False))
+    timing, a_waiting, b_ran, a_ran = device.slot(exclusive=True), threading.Event(), threading.Event(), threading.Event()
+    timing.__enter__()
+
+    def page_a():
+        with turns.turn():
+            with device.slot(1, on_wait=lambda n: a_waiting.set()):
+                a_ran.set()
+
+    def page_b():
+        with turns.turn():
+            b_ran.set()
+
+    a = threading.Thread(target=page_a)
+    a.start()
+    assert a_waiting.wait(10)
+    b = threading.Thread(target=page_b)
+    b.start()
+    assert b_ran.wait(10) and not a_ran.is_set()  # B ran while A waited for the device
+    timing.__exit__(None, None, None)
+    a.join(10), b.join(10)
+    assert a_ran.is_set()
+    slots = turns._SLOTS[1]
+    assert slots.acquire(blocking=False)  # the one turn is free again ...
+    assert not slots.acquire(blocking=False)  # ... and there is only one (BoundedSemaphore: no double release)
+    slots.release()
