@@ -38,9 +38,31 @@ def code_version() -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
+def environment() -> str:
+    """A hash of what results depend on besides the code: the devices (kind, count, compute capability),
+    JAX, jaxlib, cuDNN and the optional libraries. A pod moved to another GPU, or an image with another
+    JAX, on the same cache volume does not show the old machine's timings as its own."""
+    import importlib.metadata
+
+    from attnlab import device  # late: reading the devices initialises JAX's backend
+
+    d = device.info()
+    optional = []
+    for package in ("tokamax", "transformer-engine", "transformer_engine_jax"):
+        try:
+            optional.append(importlib.metadata.version(package))
+        except importlib.metadata.PackageNotFoundError:
+            optional.append(None)
+    text = repr((d.backend, d.platform, d.device_kind, d.device_count, d.compute_capability, d.jax_version,
+                 d.jaxlib_version, d.cudnn_version, d.te_version, optional))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def folder() -> Path | None:
+    """ATTNLAB_RESULTS_DIR/<code>-<environment>: results of this code on this kind of machine."""
     where = os.environ.get("ATTNLAB_RESULTS_DIR")
-    return Path(where) / code_version() if where else None
+    return Path(where) / f"{code_version()}-{environment()}" if where else None
 
 
 def key(fn: Callable, args: tuple, kwargs: dict) -> str:

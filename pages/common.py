@@ -59,9 +59,11 @@ def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
     return runs.to_frame(results)
 
 
-@st.cache_data(max_entries=256, ttl=12 * 3600, show_spinner=False)
+@cached
 def unmet(shape: AttentionShape) -> dict[str, str | None]:
-    """For every backend, None when it can run `shape` here, else why not."""
+    """For every backend, None when it can run `shape` here, else why not. Shared by the server's
+    processes: tracing every backend at a new shape costs seconds of Python on a GPU machine
+    (tokamax's Pallas kernels most), once per server rather than once per process."""
     info = device.info()
     return {n: b.unmet(shape, info) for n, b in REGISTRY.items()}
 

@@ -79,3 +79,14 @@ def test_a_page_waiting_for_the_device_gives_its_turn_to_a_page_that_needs_none(
     assert slots.acquire(blocking=False)  # the one turn is free again ...
     assert not slots.acquire(blocking=False)  # ... and there is only one (BoundedSemaphore: no double release)
     slots.release()
+
+
+def test_which_backends_can_run_a_shape_is_worked_out_once_per_server_not_per_process(monkeypatch, tmp_path):
+    from attnlab.shapes import AttentionShape
+    from pages import common
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    shape = AttentionShape(batch=1, q_len=19, kv_len=19, heads=2, kv_heads=1, head_dim=8)
+    first = common.unmet(shape)
+    assert first["naive"] is None and list(first) == list(common.REGISTRY)
+    assert [p.name for p in tmp_path.rglob("*.pkl") if "unmet" in p.name]  # in the store other processes read

@@ -35,7 +35,7 @@ def test_a_result_is_computed_once_per_arguments_and_read_after(tmp_path, monkey
     assert shared(AttentionShape(), ("naive",)) == a and len(calls) == 1
     assert shared(AttentionShape(q_len=64), ("naive",))["t"] == 64 and len(calls) == 2  # other arguments
     assert shared(AttentionShape(), ("naive",), scale=2.0)["t"] == 256 and len(calls) == 3
-    files = list((tmp_path / store.code_version()).glob("*.pkl"))
+    files = list(store.folder().glob("*.pkl"))
     assert len(files) == 3  # under this code's version: a new release never reads these
 
 
@@ -55,7 +55,7 @@ def test_a_damaged_result_file_is_computed_again_and_replaced(tmp_path, monkeypa
     fn, calls = _counting()
     shared = store.once(fn)
     shared(AttentionShape())
-    (path,) = (tmp_path / store.code_version()).glob("*.pkl")
+    (path,) = store.folder().glob("*.pkl")
     path.write_bytes(path.read_bytes()[:5])
     assert shared(AttentionShape())["t"] == 128 and len(calls) == 2
     assert shared(AttentionShape())["t"] == 128 and len(calls) == 2
@@ -92,3 +92,21 @@ def test_functions_of_one_name_in_two_page_files_do_not_share_results(tmp_path, 
         exec(compile(f"def placement(shape):\n    return {value}\n", page, "exec"), namespace)
         found[page] = store.once(namespace["placement"])(AttentionShape())
     assert found == {"pages/p3_qkv.py": 3, "pages/p8_mha_gqa_mqa.py": 8}
+
+
+def test_results_of_another_gpu_or_jax_are_not_read_as_this_machines(tmp_path, monkeypatch):
+    import dataclasses
+
+    from attnlab import device
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    here = store.folder()
+    real = device.info()
+    for change in ({"device_kind": "NVIDIA L4", "compute_capability": (8, 9)}, {"jax_version": "0.0.1"}):
+        monkeypatch.setattr(device, "info", lambda c=change: dataclasses.replace(real, **c))
+        store.environment.cache_clear()
+        assert store.folder() != here and store.folder().parent == here.parent
+    monkeypatch.setattr(device, "info", lambda: dataclasses.replace(real, memory_free_bytes=1))  # changes by the second
+    store.environment.cache_clear()
+    assert store.folder() == here
+    store.environment.cache_clear()
