@@ -241,7 +241,7 @@ def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
     for n in names:
         parts: dict = {"queue_wait_s": waited}
         try:
-            if accuracy and not backward:  # the program a timing would use: compiled once, not twice
+            if accuracy and not backward:  # tuned when timed or described: the program a timing uses, compiled once
                 y = compiled.compile_backend(n, shape, False, compile_)[0](q, k, v)
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))

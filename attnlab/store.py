@@ -4,8 +4,9 @@
 
 With ATTNLAB_RESULTS_DIR set (`serve.py --workers K` sets it; the GKE image points it at the
 cache volume), a call's result is a pickle in that directory, named by the function and its
-arguments, under a folder named by this code's version (a hash of attnlab/ and pages/, so a new
-release never reads an old release's numbers). The first process to ask computes while holding
+arguments, under a folder named by this code's version and this kind of machine (a hash of attnlab/
+and pages/, and of the devices and library versions: a new release, another GPU or another JAX never
+reads the old one's numbers). The first process to ask computes while holding
 the key's lock file; the others wait on the lock, then read. Without the setting, `once` is the
 function itself. Results that say "try again" (`keep` false) are returned, not stored.
 """
