@@ -163,8 +163,13 @@ def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
 # the ring and the all-gather, per device (inside shard_map)
 # --------------------------------------------------------------------------------------------
 def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block,
-          steps: str = "switch", grouped: bool = False):
+          steps: str = "switch", grouped: bool = False, fence: bool = False):
     """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step.
+
+    fence (with overlap): the block received during a step is released only with that step's result
+    (`lax.optimization_barrier`, kept by XLA until after scheduling), so the compiled program cannot wait
+    for the transfer before the step's attention. Without it XLA's scheduler is free to, and on 2 H200s
+    it did for the causal ring: every transfer's wait came before the first attention call.
 
     grouped (with overlap): each step's send and its attention carry one `_scheduling_group_id`, which
     asks XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
@@ -186,6 +191,8 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
                 kv_next = lax.ppermute(kv, axis, right)
             part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
         o, lse = part if o is None else merge(o, lse, *part)
+        if fence and overlap and not last:  # the next block is usable only once this step is done
+            o, lse, kv_next = lax.optimization_barrier((o, lse, kv_next))
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
             after = o[0, 0, 0, 0] * 0  # zero, yet a true dependency: x·0 is not folded for floats (NaN)
             kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
@@ -215,7 +222,7 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
 def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, causal: bool = False,
                                layout: str = "zigzag", method: str = "ring", overlap: bool = True,
                                block: Block | None = None, axis: str = "seq", steps: str = "switch",
-                               grouped: bool = False) -> Array:
+                               grouped: bool = False, fence: bool = False) -> Array:
     """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
 
     q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order
@@ -224,6 +231,8 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
     block: the per-block attention, `default_block()` if None. steps (causal zig-zag ring): 'switch' (one
     block of the shape this device needs, chosen by lax.switch) or 'uniform' (two equal blocks, no branch).
     grouped (ring with overlap): tell XLA's scheduler that each step's send goes with its attention.
+    fence (ring with overlap): release each received block only with the step's result, so the wait for
+    the transfer comes after the step's attention (see `_ring`).
     """
     devices = mesh.shape[axis]
     chunks = 2 * devices if causal and layout == "zigzag" else devices
@@ -240,7 +249,7 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
         raise ValueError(f"steps must be 'switch' or 'uniform', not {steps!r}")
     common = dict(axis=axis, devices=devices, causal=causal, layout=layout, block=block or default_block())
     if method == "ring":
-        per_device = partial(_ring, overlap=overlap, steps=steps, grouped=grouped, **common)
+        per_device = partial(_ring, overlap=overlap, steps=steps, grouped=grouped, fence=fence, **common)
     elif method == "all_gather":
         per_device = partial(_all_gather, **common)
     else:

@@ -11,7 +11,9 @@ import pandas as pd
 MASKS = ("non_causal", "causal")
 VARIANTS = {  # key in the JSON -> what the page calls it
     "ring": "ring (overlapped)",
+    "ring_fenced": "ring (overlapped, each transfer waited for after the step's attention)",
     "ring_uniform": "ring, two equal blocks per step (no branch)",
+    "ring_uniform_fenced": "ring, two equal blocks per step, transfer waited for after the attention",
     "ring_no_overlap": "ring (send after compute)",
     "all_gather": "all-gather",
     "ring_unbalanced": "ring, contiguous (unbalanced)",

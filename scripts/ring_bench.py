@@ -37,7 +37,8 @@ def _accepted(flag: str) -> bool:
 
 
 def set_xla_flags(extra: list[str]) -> list[str]:
-    wanted = XLA_OVERLAP_FLAGS + extra
+    named = {f.split("=")[0] for f in extra}  # an extra flag replaces the bench's own of the same name
+    wanted = [f for f in XLA_OVERLAP_FLAGS if f.split("=")[0] not in named] + extra
     flags = [f for f in wanted if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _accepted(f)]
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast on shared hosts
@@ -197,10 +198,10 @@ def main() -> None:
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "flags_set_by_bench": FLAGS_SET,
            "block": block.__name__, "shape": {"B": B, "N": N, "K": K, "H": H, "dtype": jnp.dtype(dtype).name}}
 
-    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch", grouped=False):
+    def ring(causal, layout="zigzag", method="ring", overlap=True, steps="switch", grouped=False, fence=False):
         return jax.jit(lambda q, k, v: cp.context_parallel_attention(q, k, v, mesh, causal=causal, layout=layout,
                                                                      method=method, overlap=overlap, block=block,
-                                                                     steps=steps, grouped=grouped))
+                                                                     steps=steps, grouped=grouped, fence=fence))
 
     # ---- correctness at one shape: ring vs one device (relative error), and the block's lse vs float32 XLA
     T = lengths[0]
@@ -229,10 +230,13 @@ def main() -> None:
         row = {"T": T, "bytes_per_step": rs.bytes_per_step(B, T, K, H, P, itemsize)}
         for name, causal, variants in [
             ("non_causal", False, {"ring": ring(False), **grouped_variants(ring, False, probes),
+                                   "ring_fenced": ring(False, fence=True),
                                    "ring_no_overlap": ring(False, overlap=False),
                                    "all_gather": ring(False, method="all_gather")}),
             ("causal", True, {"ring": ring(True), **grouped_variants(ring, True, probes),
+                              "ring_fenced": ring(True, fence=True),
                               "ring_uniform": ring(True, steps="uniform"),
+                              "ring_uniform_fenced": ring(True, steps="uniform", fence=True),
                               "ring_no_overlap": ring(True, overlap=False),
                               "all_gather": ring(True, method="all_gather"),
                               "ring_unbalanced": ring(True, layout="contiguous")}),
@@ -253,9 +257,9 @@ def main() -> None:
 
     measured = [r for r in rows if "skipped" not in r]
     crossover = {}
-    for key in ("non_causal_ring", "non_causal_ring_grouped", "causal_ring", "causal_ring_grouped",
-                "causal_ring_uniform", "causal_ring_uniform_grouped", "causal_ring_unbalanced",
-                "non_causal_all_gather"):
+    for key in ("non_causal_ring", "non_causal_ring_grouped", "non_causal_ring_fenced", "causal_ring",
+                "causal_ring_grouped", "causal_ring_fenced", "causal_ring_uniform", "causal_ring_uniform_grouped",
+                "causal_ring_uniform_fenced", "causal_ring_unbalanced", "non_causal_all_gather"):
         beats = [r["T"] for r in measured if r.get(f"{key}_speedup", 0) > 1]
         crossover[key] = min(beats) if beats else None
 
@@ -266,6 +270,9 @@ def main() -> None:
     schedule = {name: program_order(f, T, B, N, K, H, dtype, seq, args.out / f"ring_hlo_{name}{args.tag}.txt")
                 for name, f in (("non_causal", ring(False)), ("causal", ring(True)),
                                 ("causal_uniform", ring(True, steps="uniform")),
+                                ("non_causal_fenced", ring(False, fence=True)),
+                                ("causal_fenced", ring(True, fence=True)),
+                                ("causal_uniform_fenced", ring(True, steps="uniform", fence=True)),
                                 *((f"{k}_grouped", ring(**GROUPED[k], grouped=True)) for k, v in probes.items()
                                   if v == "ok"))}
     result = {"environment": env, "grouped_probes": probes, "correctness_rel_err": correctness, "results": rows, "crossover_T": crossover,
@@ -283,24 +290,29 @@ def main() -> None:
     for name, t in timeline.items():
         print(f"timeline {name} T={T}: step compute {t['step_compute_ms']}, send {t['send_ms']:.3f} ms "
               f"({t['send_GBps']:.0f} GB/s), ring {t['ring_ms']:.3f} vs no-overlap {t['ring_no_overlap_ms']:.3f} ms, "
-              f"transfer hidden {t['transfer_hidden']:.0%}; one block with its log-sum-exp {t['block_with_lse_ms']:.3f} "
+              f"transfer hidden {t['transfer_hidden']:.0%} (by variant: "
+              + ", ".join(f"{k} {v:.0%}" for k, v in t["transfer_hidden_by_variant"].items())
+              + f"); one block with its log-sum-exp {t['block_with_lse_ms']:.3f} "
               f"ms vs without {t['block_without_lse_ms']:.3f} ms ({t['lse_cost']:+.1%})")
     print(f"crossover T (shortest where ring beats one device): {crossover}")
     print(f"grouped (XLA scheduling group per step) compiles: {probes}")
     for name, order in schedule.items():
         print(f"program order, {name}: " + " ".join(o.replace('custom_call_target=', '') for o in order)[:600])
-    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} {'ring':>6} {'grp':>6} {'no-ovl':>6} {'allgat':>6} | "
-          f"{'causal: 1dev ms':>15} {'ring':>6} {'grp':>6} {'unif':>6} {'ugrp':>6} {'no-ovl':>6} {'allgat':>6} {'unbal':>6}"
-          "  (speed-ups: median over interleaved rounds)")
+    columns = {"non_causal": [("ring", "ring"), ("ring_fenced", "fence"), ("ring_grouped", "grp"),
+                              ("ring_no_overlap", "no-ovl"), ("all_gather", "allgat")],
+               "causal": [("ring", "ring"), ("ring_fenced", "fence"), ("ring_grouped", "grp"), ("ring_uniform", "unif"),
+                          ("ring_uniform_fenced", "ufence"), ("ring_uniform_grouped", "ugrp"),
+                          ("ring_no_overlap", "no-ovl"), ("all_gather", "allgat"), ("ring_unbalanced", "unbal")]}
+    columns = {name: [(key, label) for key, label in cols if any(f"{name}_{key}_speedup" in r for r in measured)]
+               for name, cols in columns.items()}  # only the variants this run measured
+    print(f"{'T':>7} {'MiB/step':>8} | {'non-causal: 1dev ms':>19} " + " ".join(f"{lb:>6}" for _, lb in columns["non_causal"])
+          + f" | {'causal: 1dev ms':>15} " + " ".join(f"{lb:>6}" for _, lb in columns["causal"])
+          + "  (speed-ups: median over interleaved rounds)")
     for r in measured:
-        nc = [r.get(f"non_causal_{v}_speedup", float("nan")) for v in ("ring", "ring_grouped", "ring_no_overlap",
-                                                                       "all_gather")]
-        c = [r.get(f"causal_{v}_speedup", float("nan")) for v in ("ring", "ring_grouped", "ring_uniform",
-                                                                   "ring_uniform_grouped", "ring_no_overlap", "all_gather",
-                                                   "ring_unbalanced")]
+        cells = {name: " ".join(f"{r.get(f'{name}_{key}_speedup', float('nan')):>5.2f}x" for key, _ in cols)
+                 for name, cols in columns.items()}
         print(f"{r['T']:>7} {r['bytes_per_step'] / 2**20:>8.1f} | {r['non_causal_one_device_ms']:>19.3f} "
-              + " ".join(f"{s:>5.2f}x" for s in nc) + f" | {r['causal_one_device_ms']:>15.3f} "
-              + " ".join(f"{s:>5.2f}x" for s in c))
+              f"{cells['non_causal']} | {r['causal_one_device_ms']:>15.3f} {cells['causal']}")
     print(f"wrote {path} in {result['wall_s']:.0f} s")
 
 
@@ -342,6 +354,9 @@ def step_timeline(T, B, N, K, H, dtype, P, mesh, block, seq, dev0, measured) -> 
             "ideal_overlap_ms": sum(compute) + P * merge_ms,
             "ring_ms": ring_ms, "ring_no_overlap_ms": serial_ms,
             "transfer_hidden": max(0.0, min(1.0, (serial_ms - ring_ms) / transfer_total)) if transfer_total else 1.0,
+            "transfer_hidden_by_variant": {  # every overlapped ring measured at this length
+                key: max(0.0, min(1.0, (serial_ms - row[f"{name}_{key}_ms"]) / transfer_total)) if transfer_total else 1.0
+                for key in ("ring", "ring_fenced", "ring_uniform", "ring_uniform_fenced") if f"{name}_{key}_ms" in row},
             **lse_cost,
         }
     return out
@@ -358,9 +373,16 @@ def program_order(f, T, B, N, K, H, dtype, seq, path: Path) -> list[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     entry = text[text.rfind("ENTRY"):]
-    pattern = r"(collective-permute-start|collective-permute-done|collective-permute\(|all-gather-start|all-gather-done|" \
-              r"custom_call_target=\"[^\"]+\"|conditional\(|\bfusion\(|\bcopy\()"
-    return [m.group(1) for m in re.finditer(pattern, entry)][:80]
+    opcodes = r"collective-permute-start|collective-permute-done|collective-permute|all-gather-start|" \
+              r"all-gather-done|all-gather|custom-call|conditional|fusion|copy|opt-barrier"
+    order = []
+    for line in entry.splitlines():  # one instruction per line: '%name = shape opcode(operands), attributes'
+        found = re.search(rf"=.*?\s({opcodes})\(", line)
+        if not found:
+            continue
+        target = re.search(r'custom_call_target="([^"]+)"', line)
+        order.append(target.group(1) if found.group(1) == "custom-call" and target else found.group(1))
+    return order[:80]
 
 
 def kernel_profile(f, T, B, N, K, H, dtype, seq) -> dict | None:

@@ -49,7 +49,7 @@ def main(devices: int, quick: bool) -> None:
     assert np.array_equal(np.asarray(cp.from_zigzag(cp.to_zigzag(q, devices), devices)), np.asarray(q))
     print(f"ok P={devices} zigzag round-trip")
 
-    cases = [  # (causal, layout, method, overlap, steps[, grouped: one XLA scheduling group per ring step])
+    cases = [  # (causal, layout, method, overlap, steps[, extra options: grouped, fence])
         (True, "zigzag", "ring", True, "switch"),
         (True, "zigzag", "all_gather", True, "switch"),
         (True, "zigzag", "ring", True, "uniform"),
@@ -65,23 +65,28 @@ def main(devices: int, quick: bool) -> None:
             (True, "contiguous", "ring", True, "switch"),
             (True, "contiguous", "ring", False, "switch"),
             (True, "contiguous", "all_gather", True, "switch"),
-            (False, "contiguous", "ring", True, "switch", True),
-            (True, "zigzag", "ring", True, "switch", True),
-            (True, "zigzag", "ring", True, "uniform", True),
+            (False, "contiguous", "ring", True, "switch", {"grouped": True}),
+            (True, "zigzag", "ring", True, "switch", {"grouped": True}),
+            (True, "zigzag", "ring", True, "uniform", {"grouped": True}),
+            (False, "contiguous", "ring", True, "switch", {"fence": True}),
+            (True, "zigzag", "ring", True, "switch", {"fence": True}),
+            (True, "zigzag", "ring", True, "uniform", {"fence": True}),
         ]
-    for causal, layout, method, overlap, steps, *grouped in cases:
-        grouped = bool(grouped and grouped[0])
+    for causal, layout, method, overlap, steps, *extra in cases:
+        extra = extra[0] if extra else {}
         zig = causal and layout == "zigzag"
         arrange = (lambda x: cp.to_zigzag(x, devices)) if zig else (lambda x: x)
-        fn = jax.jit(lambda q, k, v, c=causal, lay=layout, m=method, o=overlap, st=steps, g=grouped:
+        fn = jax.jit(lambda q, k, v, c=causal, lay=layout, m=method, o=overlap, st=steps, ex=extra:
                      cp.context_parallel_attention(q, k, v, mesh, causal=c, layout=lay, method=m, overlap=o,
-                                                   block=cp.xla_block, steps=st, grouped=g))
+                                                   block=cp.xla_block, steps=st, **ex))
         out = fn(arrange(q), arrange(k), arrange(v))
+        if extra.get("fence"):  # the fence is in the program handed to XLA (it keeps it until scheduled)
+            assert "optimization_barrier" in fn.lower(q, k, v).as_text(), "no optimization barrier"
         out = np.asarray(cp.from_zigzag(out, devices) if zig else out)
         single = np.asarray(jax.nn.dot_product_attention(q, k, v, is_causal=causal))
         ref = reference_attention(q, k, v, causal)
         name = (f"P={devices} causal={causal} layout={layout} method={method} overlap={overlap} steps={steps}"
-                + (" grouped" if grouped else ""))
+                + "".join(f" {option}" for option in extra))
         err_ref, err_single = np.abs(out - ref).max(), np.abs(out - single).max()
         assert err_ref < 2e-5 and err_single < 2e-5, f"{name}: max error {err_ref:.2e} vs float64, {err_single:.2e}"
         print(f"ok {name} max_err_vs_float64={err_ref:.1e} vs_single_device={err_single:.1e}")
