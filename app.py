@@ -62,7 +62,7 @@ def freeze_once() -> None:
 
 
 def _warm_then_freeze() -> None:
-    warm.warm()
+    warm.warm(pause=turns.wait_for_quiet)  # a shape at a time, only while no learner's page is running
     freeze_long_lived()  # the programs warm-up compiled stay for the process's life too
 
 

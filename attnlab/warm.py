@@ -34,11 +34,13 @@ def head_start() -> float:
     return time.perf_counter() - t0
 
 
-def warm(shapes=SHAPES, log=lambda s: None, preset_shapes=PRESET_SHAPES) -> float:
+def warm(shapes=SHAPES, log=lambda s: None, preset_shapes=PRESET_SHAPES, pause=lambda: None) -> float:
     """Run and compile `shapes` for every backend that can run them here, then `preset_shapes` for
-    the codelab's implementations; seconds it took."""
+    the codelab's implementations; seconds it took. `pause()` is called before each shape: the app
+    passes one that waits while learners' pages run, so the warm-up only uses time nobody else wants."""
     t0, info = time.perf_counter(), device.info()
     for shape, among in [(s, REGISTRY) for s in shapes] + [(s, CODELAB) for s in preset_shapes]:
+        pause()
         names = [n for n in among if REGISTRY[n].unmet(shape, info) is None]
         for r in runs.run(shape, names, accuracy=True, program=True):
             log(f"warm {shape.describe()} {r.implementation}: {r.status}")

@@ -28,25 +28,45 @@ def script_slots() -> threading.BoundedSemaphore | None:
 
 
 _HELD = threading.local()  # the slots this thread's page run holds a turn of, if any
+_RUNNING = [0]  # page runs in progress in this process, waiting for a turn or not
+_QUIET = threading.Condition()
 
 
 @contextlib.contextmanager
 def turn():
     """This session's turn to run its page; says so on the page while it waits."""
-    slots = script_slots()
-    if slots is None:
-        yield
-        return
-    if not slots.acquire(blocking=False):
-        note = st.empty()
-        note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
-        slots.acquire()
-        note.empty()
-    _HELD.slots = slots
+    with _QUIET:
+        _RUNNING[0] += 1
     try:
-        yield
+        slots = script_slots()
+        if slots is None:
+            yield
+            return
+        if not slots.acquire(blocking=False):
+            note = st.empty()
+            note.caption("⏳ The server is running other learners' pages; yours starts in a moment.")
+            slots.acquire()
+            note.empty()
+        _HELD.slots = slots
+        try:
+            yield
+        finally:
+            give_back()
     finally:
-        give_back()
+        with _QUIET:
+            _RUNNING[0] -= 1
+            _QUIET.notify_all()
+
+
+def wait_for_quiet(settle_s: float = 1.0) -> None:
+    """Block until no page has run in this process for `settle_s` seconds: background work (the
+    warm-up) yields to learners, and the settle time leaves the CPU to the browser drawing the page
+    just sent (on a laptop they share it)."""
+    with _QUIET:
+        while True:
+            _QUIET.wait_for(lambda: _RUNNING[0] == 0)
+            if not _QUIET.wait_for(lambda: _RUNNING[0] > 0, timeout=settle_s):
+                return
 
 
 def give_back() -> None:

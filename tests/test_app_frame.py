@@ -90,3 +90,44 @@ def test_which_backends_can_run_a_shape_is_worked_out_once_per_server_not_per_pr
     first = common.unmet(shape)
     assert first["naive"] is None and list(first) == list(common.REGISTRY)
     assert [p.name for p in tmp_path.rglob("*.pkl") if "unmet" in p.name]  # in the store other processes read
+
+
+def test_background_work_waits_until_no_page_has_run_for_a_moment():
+    # The warm-up calls turns.wait_for_quiet between shapes: it must not return while a page runs,
+    # nor the moment one ends (the browser is still drawing it), only after the settle time.
+    import threading
+    import time
+
+    from pages import turns
+
+    release, done = threading.Event(), []
+
+    def page():
+        with turns.turn():
+            release.wait(10)
+        done.append(time.perf_counter())
+
+    t = threading.Thread(target=page)
+    t.start()
+    time.sleep(0.1)  # the page is running
+    waiter = threading.Thread(target=lambda: (turns.wait_for_quiet(settle_s=0.3), done.append(time.perf_counter())))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()  # still waiting: a page is running
+    release.set()
+    t.join(10), waiter.join(10)
+    assert not waiter.is_alive() and done[1] - done[0] >= 0.25  # returned only after the settle time
+    start = time.perf_counter()
+    turns.wait_for_quiet(settle_s=0.05)  # nothing running: returns after the settle time alone
+    assert time.perf_counter() - start < 1
+
+
+def test_warm_up_pauses_before_every_shape(monkeypatch):
+    from attnlab import warm
+    from attnlab.shapes import AttentionShape
+
+    events = []
+    monkeypatch.setattr(warm.runs, "run", lambda shape, names, **kw: events.append(("run", shape.q_len)) or [])
+    shapes = [AttentionShape(q_len=8, kv_len=8), AttentionShape(q_len=16, kv_len=16)]
+    warm.warm(shapes, preset_shapes=[AttentionShape(q_len=32, kv_len=32)], pause=lambda: events.append("pause"))
+    assert events == ["pause", ("run", 8), "pause", ("run", 16), "pause", ("run", 32)]
