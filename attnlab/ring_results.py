@@ -9,15 +9,20 @@ from __future__ import annotations
 import pandas as pd
 
 MASKS = ("non_causal", "causal")
-VARIANTS = {  # key in the JSON -> what the page calls it
-    "ring": "ring (overlapped)",
-    "ring_fenced": "ring (overlapped, each transfer waited for after the step's attention)",
+VARIANTS = {  # key in the JSON -> what the page calls it (scripts/ring_bench.py names the keys)
+    "ring_fenced": "ring (overlapped, fenced: the lab's default)",
+    "ring": "ring (overlapped, order left to XLA)",
     "ring_uniform": "ring, two equal blocks per step (no branch)",
-    "ring_uniform_fenced": "ring, two equal blocks per step, transfer waited for after the attention",
+    "ring_uniform_fenced": "ring, two equal blocks per step, fenced",
     "ring_no_overlap": "ring (send after compute)",
     "all_gather": "all-gather",
     "ring_unbalanced": "ring, contiguous (unbalanced)",
 }
+# what each instruction of the compiled program is, in a learner's words (ring_bench's program order)
+INSTRUCTIONS = {"collective-permute-start": "send starts", "collective-permute-done": "wait for the send",
+                "__cudnn$fmhaSoftmax": "cuDNN attention", "conditional": "branch (holds a cuDNN attention)",
+                "fusion": "elementwise", "copy": "copy", "all-gather-start": "gather starts",
+                "all-gather-done": "wait for the gather"}
 # H200 SXM: NVLink 4, 18 links, 900 GB/s per GPU in both directions together (NVIDIA H200 datasheet);
 # one ring step sends one way, so a send can use at most half.
 NVLINK_ONE_WAY_BYTES_PER_S = 450e9
@@ -59,7 +64,9 @@ def skipped(data: dict | None) -> list[int]:
 
 def crossovers(data: dict | None) -> pd.DataFrame:
     """The shortest measured T at which each variant beat one device (None: at no length measured)."""
-    found = (data or {}).get("crossover_T") or {}
+    rows = [r for r in (data or {}).get("results", []) if "skipped" not in r]
+    found = {k: v for k, v in ((data or {}).get("crossover_T") or {}).items()  # only variants measured
+             if any(f"{k}_speedup" in r for r in rows)}
     return pd.DataFrame([{"variant": k.replace("non_causal_", "non-causal ").replace("causal_", "causal ")
                           .replace("_", " "), "shortest T faster than one GPU": "at no length measured" if v is None else f"{v:,}"}
                          for k, v in found.items()])
@@ -88,14 +95,36 @@ def timeline(data: dict | None, mask: str = "non_causal") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["schedule", "step", "part", "start_ms", "end_ms"])
 
 
+def headline(data: dict | None) -> str:
+    """The JSON key of the ring the lab runs by default: the fenced ring where the file measured it (files
+    written before the fence measured only the ring whose order XLA chose, "ring")."""
+    rows = [r for r in (data or {}).get("results", []) if "skipped" not in r]
+    return "ring_fenced" if any(f"{m}_ring_fenced_ms" in r for r in rows for m in MASKS) else "ring"
+
+
 def timeline_summary(data: dict | None, mask: str = "non_causal") -> dict | None:
-    """The whole ring as measured at the timeline's length: ring_ms, ring_no_overlap_ms, transfer_hidden, ..."""
+    """The whole ring as measured at the timeline's length: ring_ms and transfer_hidden of the default ring
+    (`headline`), ring_no_overlap_ms, the send, ..."""
     t = ((data or {}).get("timeline") or {}).get(mask)
     if not t:
         return None
     T = max((r["T"] for r in data["results"] if "skipped" not in r), default=None)
-    return {"T": T, **{k: t[k] for k in ("ring_ms", "ring_no_overlap_ms", "transfer_hidden", "send_ms", "send_GBps",
-                                         "ideal_overlap_ms", "sum_of_parts_serial_ms")}}
+    key = headline(data)
+    row = next(r for r in data["results"] if r.get("T") == T)
+    hidden = (t.get("transfer_hidden_by_variant") or {}).get(key, t["transfer_hidden"])
+    return {"T": T, "variant": VARIANTS[key], "ring_ms": row.get(f"{mask}_{key}_ms", t["ring_ms"]),
+            "transfer_hidden": hidden,
+            **{k: t[k] for k in ("ring_no_overlap_ms", "send_ms", "send_GBps", "ideal_overlap_ms",
+                                 "sum_of_parts_serial_ms")}}
+
+
+def program_order(data: dict | None) -> pd.DataFrame:
+    """The compiled program of each ring, as the order of its sends, waits and attention calls (the
+    schedule XLA chose; compiled at the benchmark's longest T). Columns: program, order."""
+    rows = [{"program": name.replace("non_causal", "non-causal").replace("_", " "),
+             "order": " → ".join(INSTRUCTIONS.get(op, op) for op in ops)}
+            for name, ops in ((data or {}).get("schedule") or {}).items()]
+    return pd.DataFrame(rows, columns=["program", "order"])
 
 
 def rates(data: dict | None, h200: dict | None = None) -> dict:
@@ -136,7 +165,7 @@ def scaling(loaded: dict[int, dict | None]) -> tuple[pd.DataFrame, list[int]]:
         if df.empty:
             missing.append(devices)
             continue
-        df = df[(df["T"] == df["T"].max()) & df["variant"].isin([VARIANTS["ring"], VARIANTS["all_gather"]])]
+        df = df[(df["T"] == df["T"].max()) & df["variant"].isin([VARIANTS[headline(data)], VARIANTS["all_gather"]])]
         frames.append(df.assign(P=devices))
     cols = ["P", "mask", "variant", "T", "efficiency", "speedup"]
     return (pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)), missing

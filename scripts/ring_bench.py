@@ -5,7 +5,10 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu \\
         PYTHONPATH=. python3 scripts/ring_bench.py --smoke --out /tmp/x    # tiny shapes on CPU
 
-Writes DIR/ring_h200x{P}.json (environment, tables) and prints a short table last. The ring overlaps a
+Writes DIR/ring_h200x{P}.json (environment, tables) and prints a short table last. Result keys name the
+variant: "ring" leaves the order of each step's transfer and attention to XLA (fence=False), "ring_fenced"
+is `context_parallel`'s default (the received block is fenced behind the step's result); the other rings
+("ring_uniform", "ring_no_overlap", "ring_unbalanced") are unfenced, "ring_uniform_fenced" fenced. The ring overlaps a
 step's K/V transfer with its attention only if XLA schedules the collective-permute asynchronously around
 the cuDNN call; the latency-hiding scheduler does that, so its flag is set before jax is imported (each flag
 is first tried in a subprocess, since an unknown XLA flag aborts the process).

@@ -34,7 +34,7 @@ def _run_on_virtual_devices(*args: str, devices: int) -> str:
 @pytest.mark.parametrize("devices", [2, 4])
 def test_ring_and_all_gather_match_single_device_and_float64_on_every_variant(devices):
     out = _run_on_virtual_devices(str(devices), devices=devices)
-    assert out.count("ok ") == 18, out  # round-trip + 3 non-causal + 8 causal + 3 grouped + 3 fenced rings
+    assert out.count("ok ") == 18, out  # round-trip + 3 non-causal + 8 causal + 3 grouped + 3 unfenced rings
 
 
 def test_balanced_causal_ring_matches_on_eight_devices():

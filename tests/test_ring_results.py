@@ -84,7 +84,7 @@ def test_rates_come_from_the_ring_file_on_gpu_else_from_the_h200_results_else_no
 def test_scaling_shows_what_ships_and_lists_the_ring_sizes_not_measured():
     df, missing = ring_results.scaling({2: smoke(), 4: None, 8: None})
     assert missing == [4, 8] and set(df["P"]) == {2}
-    assert set(df["variant"]) == {"ring (overlapped)", "all-gather"} and df["T"].nunique() == 1
+    assert set(df["variant"]) == {ring_results.VARIANTS["ring"], "all-gather"} and df["T"].nunique() == 1
     empty, missing = ring_results.scaling({2: None})
     assert empty.empty and missing == [2]
 
@@ -122,3 +122,36 @@ def test_live_ring_on_one_device_matches_one_device_attention_and_is_timed(causa
     r = ring_live.compare(shape, 1)
     assert r["relative_error"] < 1e-5 and r["max_abs_error"] < 1e-5
     assert r["ring"].wall_ms > 0 and r["one"].wall_ms > 0 and not math.isnan(r["ring"].compile_ms)
+
+
+def with_fenced_ring(data: dict, slower_by: float = 0.9) -> dict:
+    """The smoke file as if the benchmark had also measured the fenced ring (the lab's default)."""
+    for r in data["results"]:
+        for mask in ring_results.MASKS:
+            if f"{mask}_ring_ms" in r:
+                r[f"{mask}_ring_fenced_ms"] = r[f"{mask}_ring_ms"] * slower_by
+                r[f"{mask}_ring_fenced_speedup"] = r[f"{mask}_ring_speedup"] / slower_by
+                r[f"{mask}_ring_fenced_efficiency"] = r[f"{mask}_ring_efficiency"] / slower_by
+    return data
+
+
+def test_the_headline_ring_is_the_fenced_default_where_measured_else_the_ring_xla_ordered():
+    assert ring_results.headline(smoke()) == "ring"  # written before the fence
+    data = with_fenced_ring(smoke())
+    assert ring_results.headline(data) == "ring_fenced"
+    df, _ = ring_results.scaling({2: data})
+    assert set(df["variant"]) == {ring_results.VARIANTS["ring_fenced"], "all-gather"}
+    summary = ring_results.timeline_summary(data, "causal")
+    row = next(r for r in data["results"] if r.get("T") == summary["T"])
+    assert summary["ring_ms"] == row["causal_ring_fenced_ms"] and "fenced" in summary["variant"]
+
+
+def test_program_order_reads_as_sends_waits_and_attention_and_crossovers_list_only_what_was_measured():
+    data = smoke()
+    data["schedule"] = {"causal_fenced": ["collective-permute-start", "__cudnn$fmhaSoftmax",
+                                          "collective-permute-done", "conditional"]}
+    order = ring_results.program_order(data)
+    assert order.to_dict("records") == [{"program": "causal fenced", "order": "send starts → cuDNN attention → "
+                                         "wait for the send → branch (holds a cuDNN attention)"}]
+    data["crossover_T"]["non_causal_ring_grouped"] = None  # listed by the benchmark, never measured
+    assert "non-causal ring grouped" not in set(ring_results.crossovers(data)["variant"])

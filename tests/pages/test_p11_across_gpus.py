@@ -7,7 +7,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from attnlab import shipped
+from attnlab import ring_results, shipped
+from tests.test_ring_results import with_fenced_ring
 from tests.apptest_util import (
     CUSTOM,
     button,
@@ -25,9 +26,12 @@ SMOKE = Path(__file__).resolve().parents[1] / "ring_smoke_cpu_x2.json"
 
 @pytest.fixture
 def ring_shipped(monkeypatch):
-    """The page sees a small ring_h200x2.json (a real smoke file, relabelled as from GPUs); 4 and 8 absent."""
-    data = json.loads(SMOKE.read_text())
+    """The page sees a small ring_h200x2.json (a real smoke file, relabelled as from GPUs, with the fenced
+    ring and a compiled order added as a newer benchmark writes them); 4 and 8 absent."""
+    data = with_fenced_ring(json.loads(SMOKE.read_text()))
     data["environment"].update(backend="gpu", device_kind="NVIDIA H200")
+    data["schedule"] = {"causal": ["collective-permute-start", "collective-permute-done", "__cudnn$fmhaSoftmax"],
+                        "causal_fenced": ["collective-permute-start", "__cudnn$fmhaSoftmax", "collective-permute-done"]}
     real = shipped.load
     monkeypatch.setattr(shipped, "load", lambda name="h200": data if name == "ring_h200x2" else
                         None if name.startswith("ring_") else real(name))
@@ -100,8 +104,11 @@ def test_with_shipped_ring_results_the_timeline_speedup_and_scaling_charts_rende
     assert set(timeline["part"]) == {"compute", "transfer"}
     assert set(timeline["schedule"]) == {"overlapped", "one after the other"}
     speed = next(c for c in data if "speedup" in c.columns and "ms" in c.columns)
-    assert {"ring (overlapped)", "all-gather", "ring, contiguous (unbalanced)"} <= set(speed["implementation"])
+    assert {ring_results.VARIANTS["ring_fenced"], ring_results.VARIANTS["ring"], "all-gather",
+            "ring, contiguous (unbalanced)"} <= set(speed["implementation"])
     assert any("efficiency" in c.columns and "P" in c.columns for c in data)  # scaling
+    orders = [str(t.value) for t in at.table]  # what the compiler scheduled, in words
+    assert any("send starts → cuDNN attention → wait for the send" in o for o in orders), orders
     assert "Not measured (no results ship): 4 GPUs, 8 GPUs" in texts(at)
     assert "transfer hidden" in " ".join(m.label for m in at.metric)
     assert "T = [256]" in texts(at)  # the length the benchmark skipped is named
