@@ -8,7 +8,6 @@ import jax
 import pytest
 
 from attnlab import ring_results, shipped
-from tests.test_ring_results import with_fenced_ring
 from tests.apptest_util import (
     CUSTOM,
     button,
@@ -19,6 +18,7 @@ from tests.apptest_util import (
     open_page,
     texts,
 )
+from tests.test_ring_results import with_fenced_ring
 
 PAGE = "pages/p11_across_gpus.py"
 SMOKE = Path(__file__).resolve().parents[1] / "ring_smoke_cpu_x2.json"
