@@ -175,6 +175,7 @@ def auto_workers() -> int:
 
 
 START_S = 20.0  # a worker that exits sooner after its start is not restarted: the server stops
+COMPILE_CACHE_MAX_BYTES = 8 * 2**30  # the pod's cap (deploy/Dockerfile), when workers share a cache unset
 
 
 def free_port() -> int:
@@ -190,6 +191,11 @@ def worker_env(i: int, k: int, port: int) -> dict[str, str]:
                XLA_PYTHON_CLIENT_PREALLOCATE="false")  # K processes cannot each take 75% of the GPU
     # results computed by one worker are read by the others (attnlab.store)
     env.setdefault("ATTNLAB_RESULTS_DIR", os.path.join(tmp, f"attnlab-results-{port}"))
+    if env.get("JAX_COMPILATION_CACHE_DIR"):
+        # JAX writes a persistent-cache entry in place, with no lock, unless the cache's size is capped;
+        # workers sharing the folder then read each other's half-written programs (on the H200: "Invalid
+        # metadata payload id", and workers killed by SIGSEGV). Capped, every read and write takes a file lock.
+        env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
     return env
 
 
@@ -283,8 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     k = 1 if "ATTNLAB_WORKER" in os.environ else int(k)  # a worker serves, it does not start workers
     if k > 1:
         sys.exit(serve_workers(k, args))
+    import faulthandler
+
     from streamlit.web import cli
 
+    faulthandler.enable()  # a crash in native code (XLA, a kernel compiler) prints every thread's Python stack
     use_st_navigation_from_the_first_session()
     harden_the_server()
     refuse_cache_clearing()

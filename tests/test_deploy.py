@@ -943,3 +943,15 @@ def test_setup_script_parses_and_builds_the_image_before_any_gpu_node():
 def test_cloudbuild_logs_to_cloud_logging_only():
     options = yaml.safe_load((DEPLOY / "cloudbuild.yaml").read_text())["options"]
     assert options["logging"] == "CLOUD_LOGGING_ONLY"  # no logs bucket left behind
+
+
+def test_the_pods_compile_cache_settings_really_cache_with_what_the_image_installs(tmp_path):
+    # The pod caps JAX's persistent cache (JAX_COMPILATION_CACHE_MAX_SIZE): capped, JAX locks the cache with
+    # the `filelock` package, and without that package it warns on every compile and caches nothing.
+    env = {k: v for k, v in _dockerfile_env().items() if k.startswith("JAX_")}
+    env = {**os.environ, **env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+    code = "import jax, jax.numpy as jnp; jax.block_until_ready(jax.jit(lambda x: x * 3 + 1)(jnp.ones(5)))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "persistent compilation cache" not in done.stderr, done.stderr
+    assert list(tmp_path.glob("jit_*-cache")), "nothing was written to the compilation cache"

@@ -124,3 +124,17 @@ def test_a_signal_to_the_whole_group_stops_the_server_without_restarting_workers
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "; starting it again" not in log.read_text(), log.read_text()[-2000:]
+
+
+def test_workers_sharing_a_compile_cache_cap_it_so_jax_locks_it(monkeypatch):
+    # uncapped, JAX writes cache entries in place with no lock and workers read each other's half-written
+    # programs; capped (the pod's cap unless one is given), every read and write takes a file lock
+    import serve
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in serve.worker_env(0, 2, 8501)  # no cache, nothing to cap
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/shared-jax-cache")
+    assert serve.worker_env(0, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(8 * 2**30)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "12345")
+    assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == "12345"
