@@ -192,9 +192,10 @@ def worker_env(i: int, k: int, port: int) -> dict[str, str]:
     # results computed by one worker are read by the others (attnlab.store)
     env.setdefault("ATTNLAB_RESULTS_DIR", os.path.join(tmp, f"attnlab-results-{port}"))
     if env.get("JAX_COMPILATION_CACHE_DIR"):
-        # JAX writes a persistent-cache entry in place, with no lock, unless the cache's size is capped;
-        # workers sharing the folder then read each other's half-written programs (on the H200: "Invalid
-        # metadata payload id", and workers killed by SIGSEGV). Capped, every read and write takes a file lock.
+        # JAX writes a persistent-cache entry in place, with no lock, unless the cache's size is capped, so
+        # a worker can read another's half-written program. Capped, every read and write takes a file lock.
+        # (An own-shape class on the H200 lost two uncapped workers to SIGSEGV; a capped run lost none.
+        # One run each: the race is a likely cause, not a proven one.)
         env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
     return env
 
