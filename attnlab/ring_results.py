@@ -118,6 +118,13 @@ def timeline_summary(data: dict | None, mask: str = "non_causal") -> dict | None
                                  "sum_of_parts_serial_ms")}}
 
 
+def same_programs(data: dict | None) -> list[str]:
+    """The masks whose fenced and unfenced rings compiled to the same order of sends, waits and attention
+    calls: there the fence changes nothing, and any gap between their speed-ups is run-to-run noise."""
+    schedule = (data or {}).get("schedule") or {}
+    return [m for m in MASKS if m in schedule and schedule[m] == schedule.get(f"{m}_fenced")]
+
+
 def program_order(data: dict | None) -> pd.DataFrame:
     """The compiled program of each ring, as the order of its sends, waits and attention calls (the
     schedule XLA chose; compiled at the benchmark's longest T). Columns: program, order."""

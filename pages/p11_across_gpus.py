@@ -116,6 +116,10 @@ else:
     charts.altair(st, ring_ui.speedup_chart(speed, y), width="stretch")
     st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
+    for m in ring_results.same_programs(data):
+        st.caption(f"In the {m.replace('_', '-')} ring the fence changes nothing: both compiled to the same order of "
+                   "sends, waits and attention calls (the table above), so the gap between the fenced and the "
+                   "unfenced line is run-to-run noise, a measure of how far to trust one run.")
     common.table(ring_results.crossovers(data))
     if ring_results.skipped(data):
         st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(data)}.")

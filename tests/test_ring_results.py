@@ -155,3 +155,12 @@ def test_program_order_reads_as_sends_waits_and_attention_and_crossovers_list_on
                                          "wait for the send → branch (holds a cuDNN attention)"}]
     data["crossover_T"]["non_causal_ring_grouped"] = None  # listed by the benchmark, never measured
     assert "non-causal ring grouped" not in set(ring_results.crossovers(data)["variant"])
+
+
+def test_same_programs_names_the_masks_where_the_fence_changed_nothing():
+    data = smoke()
+    order = ["collective-permute-start", "__cudnn$fmhaSoftmax", "collective-permute-done"]
+    data["schedule"] = {"non_causal": order, "non_causal_fenced": list(order),
+                        "causal": order[::-1], "causal_fenced": order}
+    assert ring_results.same_programs(data) == ["non_causal"]
+    assert ring_results.same_programs(None) == []
