@@ -100,26 +100,13 @@ else:
                    "(K and V), so the benchmark allows two in flight "
                    "(`--xla_gpu_experimental_parallel_collective_overlap_limit=2`); without it the compiled "
                    "program sent V before any attention started.")
-        order = ring_results.program_order(data)
-        if not order.empty:
-            with st.expander("What the compiler scheduled: where each program waits for its send"):
-                st.markdown(
-                    "Issuing the send before the attention is not enough: XLA's scheduler decides where the "
-                    "program *waits* for it. In the causal ring it put both waits before the first attention "
-                    "call, so the GPU sat idle for the whole transfer. The lab's ring adds a **fence** "
-                    "(`jax.lax.optimization_barrier` over the step's result and the block being received): "
-                    "the received block is usable only once the step's attention is done, so the wait moves "
-                    "after it. Compare the causal rows with and without the fence, and the speed-ups below.")
-                common.text_table(order)
+        ring_ui.compiled_order(data)
     speed = ring_results.speedups(data)
     y = st.radio("y axis", ["speedup", "efficiency"], horizontal=True, key="p11_speed_y")
     charts.altair(st, ring_ui.speedup_chart(speed, y), width="stretch")
     st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
-    for m in ring_results.same_programs(data):
-        st.caption(f"In the {m.replace('_', '-')} ring the fence changes nothing: both compiled to the same order of "
-                   "sends, waits and attention calls (the table above), so the gap between the fenced and the "
-                   "unfenced line is run-to-run noise, a measure of how far to trust one run.")
+    ring_ui.same_program_notes(data)
     common.table(ring_results.crossovers(data))
     if ring_results.skipped(data):
         st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(data)}.")

@@ -1,11 +1,14 @@
 """Charts for page 11 (Across GPUs): the ring grid, bytes against compute, the measured timeline,
-speed-up and scaling. Each takes a table from attnlab.ring_schedule / attnlab.ring_results."""
+speed-up and scaling, each from a table of attnlab.ring_schedule / attnlab.ring_results; and the
+compiled programs' order of sends and waits, from the shipped results."""
 
 from __future__ import annotations
 
 import altair as alt
 import pandas as pd
+import streamlit as st
 
+from attnlab import ring_results
 from pages import common
 
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
@@ -93,3 +96,27 @@ def scaling_chart(df: pd.DataFrame) -> alt.Chart:
                     color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N", title="mask"),
                     shape=alt.Shape("mask:N", title="mask"),
                     tooltip=common.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))
+
+
+def compiled_order(data: dict) -> None:
+    """The shipped programs' order of sends, waits and attention calls, and why the ring is fenced."""
+    order = ring_results.program_order(data)
+    if order.empty:
+        return
+    with st.expander("What the compiler scheduled: where each program waits for its send"):
+        st.markdown(
+            "Issuing the send before the attention is not enough: XLA's scheduler decides where the program "
+            "*waits* for it. In the causal ring it put both waits before the first attention call, so the GPU sat "
+            "idle for the whole transfer. The lab's ring adds a **fence** (`jax.lax.optimization_barrier` over the "
+            "step's result and the block being received): the received block is usable only once the step's "
+            "attention is done, so the wait moves after it. Compare the causal rows with and without the fence, "
+            "and the speed-ups below.")
+        common.text_table(order)
+
+
+def same_program_notes(data: dict) -> None:
+    """Where fenced and unfenced compiled alike, their measured gap is noise: say so under the speed-ups."""
+    for m in ring_results.same_programs(data):
+        st.caption(f"In the {m.replace('_', '-')} ring the fence changes nothing: both compiled to the same order of "
+                   "sends, waits and attention calls (the table above), so the gap between the fenced and the "
+                   "unfenced line is run-to-run noise, a measure of how far to trust one run.")
