@@ -77,7 +77,7 @@ def warm_once() -> threading.Thread:
 @st.cache_resource(show_spinner=False)
 def sample_once(folder: str) -> threading.Thread:
     """Once per server process, when a benchmark asks (ATTNLAB_SAMPLE_TO): where page runs spend time."""
-    return sampler.start(folder)
+    return sampler.start(folder, active=turns.running)  # while learners' pages run: not the warm-up alone
 
 
 if os.environ.get("ATTNLAB_SAMPLE_TO"):

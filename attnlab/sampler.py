@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 THREADS = ("ScriptRunner", "attnlab-compile")  # name prefixes of the threads sampled
@@ -36,8 +37,10 @@ def where(frame) -> tuple[str, str]:
     return ours, what
 
 
-def start(folder: str | os.PathLike, interval: float = 0.02, write_every: float = 5.0) -> threading.Thread:
-    """Sample in a daemon thread; rewrite folder/sample-<pid>.json every `write_every` seconds."""
+def start(folder: str | os.PathLike, interval: float = 0.02, write_every: float = 5.0,
+          active: Callable[[], bool] = lambda: True) -> threading.Thread:
+    """Sample in a daemon thread; rewrite folder/sample-<pid>.json every `write_every` seconds. Only while
+    `active()`: the app counts only while a learner's page runs, so a warm-up alone leaves no samples."""
     out = Path(folder) / f"sample-{os.getpid()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     counts: collections.Counter = collections.Counter()
@@ -46,7 +49,7 @@ def start(folder: str | os.PathLike, interval: float = 0.02, write_every: float 
         last = time.monotonic()
         while True:
             time.sleep(interval)
-            frames = sys._current_frames()
+            frames = sys._current_frames() if active() else {}
             for t in threading.enumerate():
                 if t.name.startswith(THREADS) and t.ident in frames:
                     ours, what = where(frames[t.ident])

@@ -58,6 +58,11 @@ def turn():
             _QUIET.notify_all()
 
 
+def running() -> bool:
+    """Whether any page runs in this process now (waiting for a turn or not)."""
+    return _RUNNING[0] > 0
+
+
 def wait_for_quiet(settle_s: float = 1.0) -> None:
     """Block until no page has run in this process for `settle_s` seconds: background work (the
     warm-up) yields to learners, and the settle time leaves the CPU to the browser drawing the page

@@ -198,7 +198,7 @@ class Watch:
 class Server:
     """`python serve.py [--workers K]` on a free port, with a fresh results store."""
 
-    def __init__(self, workers: int, compile_cache: Path, log: Path):
+    def __init__(self, workers: int, compile_cache: Path, log: Path, label: str = "class"):
         self.workers, self.port = workers, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.home = Path(tempfile.mkdtemp(prefix="attnlab-home-"))
@@ -206,6 +206,8 @@ class Server:
                    STREAMLIT_GLOBAL_DEVELOPMENT_MODE="false",  # Streamlit outside site-packages (a carried wheel) assumes it
                    JAX_COMPILATION_CACHE_DIR=str(compile_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        if env.get("ATTNLAB_SAMPLE_TO"):  # each class's samples in a folder of its own
+            env["ATTNLAB_SAMPLE_TO"] = str(Path(env["ATTNLAB_SAMPLE_TO"]) / label)
         cmd = [sys.executable, str(ROOT / "serve.py"), "--server.port", str(self.port), "--server.headless", "true"]
         cmd += ["--workers", str(workers)] if workers > 1 else []
         self._log = open(log, "ab")
@@ -297,7 +299,7 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
     pages = list(page_paths().items())
     shapes = session_shapes(mode, n, rng, variant)
     firsts = [rng.randrange(len(pages)) for _ in range(n)]
-    server = Server(workers, compile_cache, log)
+    server = Server(workers, compile_cache, log, label=f"{n}-{mode}-{workers}proc")
     try:
         start_s = server.healthy()
         warm_s = server.warm()

@@ -41,3 +41,18 @@ def test_where_names_the_innermost_frame_of_the_labs_code():
     assert compiled._try(callback) is None  # attnlab code that calls back into this test
     assert seen == [("compiled.py:_try", "test_sampler.py:callback")]
     assert sampler.where(sys._getframe())[0] == "elsewhere"
+
+
+def test_the_sampler_counts_nothing_while_not_active(tmp_path):
+    # the app samples only while a learner's page runs, so a server warming itself leaves no samples
+    stop, on = threading.Event(), threading.Event()
+    page = threading.Thread(target=lambda: stop.wait(2.0), name="ScriptRunner.scriptThread")
+    page.start()
+    sampler.start(tmp_path, interval=0.005, write_every=0.1, active=on.is_set)
+    time.sleep(0.4)
+    assert sum(r["samples"] for r in json.loads(next(tmp_path.glob("sample-*.json")).read_text())["rows"]) == 0
+    on.set()
+    time.sleep(0.4)
+    stop.set()
+    page.join()
+    assert sum(r["samples"] for r in json.loads(next(tmp_path.glob("sample-*.json")).read_text())["rows"]) >= 20
