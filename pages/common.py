@@ -117,7 +117,9 @@ COLUMNS = {
     "kernel_count": _num("kernels", format="%d"),
     "tflops": _num("TFLOP/s", format="%.2f"),
     "device_tflops": _num("device TFLOP/s", format="%.2f"),
-    "pct_of_peak": _num("% of peak", format="%.1f"),
+    "pct_of_peak": _num("% of peak", format="%.1f",
+                        help="best TFLOP/s over the GPU's dense datasheet peak for the dtype: TF32 for float32 "
+                             "(JAX's default precision), bf16 for half precision and FP8 (H200: 495 and 990 TFLOP/s)"),
     "max_abs_error": _num("max abs error", format="%.2e"),
     "relative_error": _num("relative error", format="%.2e"),
     "rel_err_vs_bf16": _num("error vs bf16", format="%.2e"),

@@ -19,8 +19,10 @@ WHY = {
     "naive": "writes the (B, N, T, S) scores and weights to memory between its stages",
     "sdpa_auto": "implementation=None: JAX picked XLA's path, so the same as sdpa_xla",
     "sdpa_xla": "XLA's attention is matmul → softmax → matmul: it writes the (B, N, T, S) scores too",
-    "sdpa_cudnn": "one flash kernel: tiles of scores stay on chip; only the output and a log-sum-exp per row",
-    "te_dpa": "TransformerEngine calls the same cuDNN flash kernel",
+    "sdpa_cudnn": "one flash kernel: tiles of scores stay on chip, so its scratch is a small fixed workspace "
+                  "(asked for no log-sum-exp, it keeps none)",
+    "te_dpa": "TransformerEngine calls cuDNN's flash kernel too, and keeps a log-sum-exp per row (B·N·T float32) "
+              "for a backward pass: O(T)",
     "cudnn_fp8": "cuDNN's FP8 flash kernel, plus the FP8 copies of Q, K and V",
 }
 

@@ -158,6 +158,8 @@ def ncu_block(found: dict | None) -> None:
              "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
              "why not measured": c.get("reason") or "—"} for n, c in ncu.items()]
     common.table(pd.DataFrame(rows))
+    st.caption("The model counts every re-read of K and V (once per block of queries) as traffic to GPU memory; "
+               "the H200's 50 MB L2 cache serves most of those re-reads, so the DRAM counters read far less.")
     if all("reason" in c for c in ncu.values()):
         st.info("The GPU's counters could not be read where the file was made (reasons above): the model only.")
     shipped_caption(found)

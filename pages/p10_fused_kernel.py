@@ -120,7 +120,7 @@ with tabs[3]:
     tiles = kernel_ui.tile_frame(kinds)
     masked = shape.replace(batch=1, causal=causal_m, window=window_m, kv_lengths=(length_m,) if length_m else ())
     c1, c2 = st.columns([2, 3])
-    charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"{block} × {block} tiles of one sequence"))
+    charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"tiles of {block} × {block} positions, one sequence"))
     share = tiles["kind"].value_counts(normalize=True)
     c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
     c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")

@@ -36,12 +36,13 @@ st.write(
     f"**{scores['size']}** in float32, {scores['bytes'] / shape.input_bytes():.2f}× the inputs."
 )
 
-codelab = AttentionShape()
-cq = layout.layout_table(codelab).set_index("array").loc["Q (query)"]
+q, k = rows.loc["Q (query)"], rows.loc["K (key)"]
+same = shape.kv_len == shape.q_len and shape.kv_heads == shape.heads
 st.info(
-    f"The codelab's default, {codelab.describe()}: Q is {cq['shape']} = {cq['elements']:,} elements × "
-    f"{codelab.itemsize} bytes ({codelab.dtype}) = {cq['bytes']:,} bytes = **{cq['size']}** per tensor; "
-    f"K, V and the output are the same size because S = T and K = N."
+    f"Worked out at {shape.describe()}: Q is {q['shape']} = {q['elements']:,} elements × {shape.itemsize} bytes "
+    f"({shape.dtype}) = {q['bytes']:,} bytes = **{q['size']}**; the output has Q's shape, so the same size. "
+    + ("K and V are the same size too, because S = T and K = N." if same else
+       f"K and V are {k['shape']} each, **{k['size']}**: S = {shape.kv_len:,} keys and K = {shape.kv_heads} KV heads.")
 )
 
 st.subheader("The letters")

@@ -113,4 +113,7 @@ ref = sections.shipped_frame("default")
 if len(ref):
     mine = ref[ref["implementation"].isin(["sdpa_cudnn", "sdpa_xla"]) & (ref["dtype"] == "bfloat16")]
     st.markdown("**📦 Shipped from the H200: the codelab's shape in bfloat16, cuDNN against XLA**")
-    common.text_table(mine[["implementation", "shape", "wall_ms", "device_ms", "kernel_count", "kernels", "tflops"]])
+    common.text_table(mine[["implementation", "shape", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
+                            "kernels", "tflops"]])
+    st.caption("TFLOP/s here is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
+               "beside wall time; device time (CUPTI) counts only the kernels.")

@@ -88,6 +88,9 @@ with how:
     st.markdown("The code `attnlab.timing.time_compiled` runs (read from its source):")
     st.code(timing_demo.harness_source(), language="python")
     st.subheader(f"Live: the same jitted call, four ways, at {shape.describe()}")
+    st.caption("`f` is sdpa_xla (`jax.nn.dot_product_attention(..., implementation=\"xla\")`), compiled once. Each "
+               "figure is a median of a few repetitions (10 calls; the last, 3 rounds of 20) taken at its own moment, so its wall time can differ from the "
+               "harness's in the first tab, most on a busy CPU: compare the four rows with each other.")
     if sections.on_demand("p7_dispatch", "Run the demonstration", shape, auto=sections.small(shape)):
         demo = sections.guarded(dispatch, shape, what="The demonstration")
         if demo is not None:
@@ -98,8 +101,9 @@ with how:
 
 with sweeps:
     st.caption("**What to look at:** how each line climbs. Naive attention materialises the B·N·T·S scores, so it "
-               "grows as T²; a fused kernel's TFLOP/s climbs until the GPU is full. Solid and dashed lines are the two "
-               "dtypes, one colour per implementation. Masks of padding are left out of the sweeps.")
+               "grows as T²; a fused kernel's TFLOP/s climbs until the GPU is full. One colour per implementation; in "
+               "the live charts solid and dashed lines are the two dtypes, in the H200's (bfloat16 only) a dashed line "
+               "is one lying on another. Masks of padding are left out of the sweeps.")
     preferred = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn", "te_dpa") if n in names]
     st.header("Sequence length")
     st.write("q_len = kv_len = T grows; the rest of the sidebar's shape stays. Values default to what a "
@@ -109,7 +113,7 @@ with sweeps:
              lambda t: shape.replace(q_len=t, kv_len=t, kv_lengths=()), "sequence sweep", "seq_sweep", preferred)
     t_batch = 256 if on_gpu else 128
     st.header("Batch size")
-    st.write(f"B grows at T = {t_batch}. Small batches leave most of a GPU idle, so TFLOP/s climbs with B until the "
+    st.write(f"B grows at T = {t_batch} here (the H200 sweep beside it: T = 256). Small batches leave most of a GPU idle, so TFLOP/s climbs with B until the "
              "device is full; the time per call stays nearly flat until then.")
     ui.sweep("p7_batch", "batch", [1, 2, 4, 8, 16, 32, 64], [1, 4, 16],
              lambda b: shape.replace(batch=b, q_len=t_batch, kv_len=t_batch, kv_lengths=()), "batch sweep",

@@ -113,8 +113,10 @@ kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=
 chosen = c2.multiselect("implementations", CANDIDATES, default=list(CANDIDATES), key="p8_decode_impls",
                         help="One that cannot run here becomes a row saying why.")
 decode = [kvcache.decode_shape(v, int(kv_len)) for v in variants]
-if chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({len(decode) * len(chosen)} "
-                                 "cells)", (tuple(decode), tuple(chosen))):
+cells = sum(len(common.runnable(d, chosen)) for d in decode) if chosen else 0
+cannot = len(decode) * len(chosen) - cells
+if chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({cells} cells"
+                                 + (f"; {cannot} cannot run here" if cannot else "") + ")", (tuple(decode), tuple(chosen))):
     sections.queue_notice()
     with st.spinner("Timing one decode step per variant ..."):
         df = sections.guarded(decode_steps, decode, tuple(chosen), what="The decode step")

@@ -139,7 +139,8 @@ with tab_c:
             fp8_ui.fp8_attention(result)
 
 st.header("Clean up")
-st.write("This is the last step of the lab. If you ran it on your own GPU, give the GPU back:")
+st.write("This is the codelab's last step on one GPU (page 10 goes on to several). If you ran it on your own "
+         "GPU, give the GPU back when you are done:")
 st.markdown(
     "1. Stop the Streamlit server (Ctrl+C in its terminal) or shut down the notebook kernel: JAX holds most of "
     "the GPU's memory for as long as its process lives.\n"

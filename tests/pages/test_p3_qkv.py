@@ -22,11 +22,17 @@ def test_qkv_page_layout_table_bytes_match_the_shape(params, shape):
     assert "equal to the table's sum" in texts(at)
 
 
-def test_qkv_page_explains_the_codelab_default_from_computed_numbers():
-    at = open_page(PAGE, CUSTOM)
-    q = layout.layout_table(AttentionShape()).set_index("array").loc["Q (query)"]
+@pytest.mark.parametrize(("params", "shape"), [({}, AttentionShape()), (CUSTOM, CUSTOM_SHAPE)])
+def test_qkv_page_works_out_the_sidebars_shape_from_computed_numbers(params, shape):
+    # the worked example is the learner's shape (it once showed the codelab's default under any shape)
+    at = open_page(PAGE, params)
+    rows = layout.layout_table(shape).set_index("array")
     info = " ".join(i.value for i in at.info)
-    assert f"{q['elements']:,} elements" in info and q["size"] in info
+    assert f"{rows.loc['Q (query)', 'elements']:,} elements" in info and rows.loc["Q (query)", "size"] in info
+    if shape.kv_len != shape.q_len or shape.kv_heads != shape.heads:  # GQA and S != T: K and V have their own size
+        assert rows.loc["K (key)", "size"] in info and f"K = {shape.kv_heads} KV heads" in info
+    else:
+        assert "K and V are the same size too" in info
 
 
 def test_big_arrays_are_made_only_on_a_click():

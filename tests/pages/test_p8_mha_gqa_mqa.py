@@ -116,3 +116,12 @@ def test_decode_device_time_tracks_kv_bytes_on_a_gpu():
     decode = frame_with(at, "K and V bytes read").set_index(["implementation", "variant"])
     for impl in ("naive", "sdpa_xla"):
         assert decode.loc[(impl, "MQA"), "device_ms"] < decode.loc[(impl, "MHA"), "device_ms"]
+
+
+@pytest.mark.skipif(on_gpu, reason="on a GPU every default implementation runs")
+def test_decode_button_counts_only_the_cells_that_can_run_here():
+    # the default selection keeps sdpa_cudnn (the multiselect's default must not follow the machine or the
+    # shape), so on a CPU the button says how many of its cells cannot run rather than promising all of them
+    at = open_page(PAGE)
+    label = button(at, "btn_p8_decode").label
+    assert "(6 cells; 3 cannot run here)" in label, label
