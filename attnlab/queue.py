@@ -88,6 +88,7 @@ class Budget:
     device_bytes: int
     host_bytes: int
     shared: bool  # the CPU backend: device arrays are host memory, so both count against host_bytes
+    source: str = ""  # where the figures come from, said with a refusal (they differ between machines and starts)
 
     @classmethod
     def here(cls) -> Budget:
@@ -99,15 +100,21 @@ class Budget:
         if env:
             try:
                 cap = int(float(env) * GIB)
-                return cls(cap, cap, shared).split(workers())
+                return cls(cap, cap, shared, "ATTNLAB_MEMORY_LIMIT_GIB").split(workers())
             except ValueError:
                 pass
         host = int(host_available_bytes() * 0.5)
-        return cls(host if shared else int(info.memory_free_bytes * 0.8), host, shared).split(workers())
+        source = ("half of the memory available when this server started" if shared else
+                  "GPU: 80 % of its memory free when this server started; host: half of the memory available then")
+        return cls(host if shared else int(info.memory_free_bytes * 0.8), host, shared, source).split(workers())
+
+    def said(self) -> str:
+        return f" ({self.source})" if self.source else ""
 
     def split(self, k: int) -> Budget:
         """This process's share when `k` server processes share the machine."""
-        return self if k <= 1 else Budget(self.device_bytes // k, self.host_bytes // k, self.shared)
+        return self if k <= 1 else Budget(self.device_bytes // k, self.host_bytes // k, self.shared,
+                                          f"{self.source}, split among {k} server processes")
 
 
 def workers() -> int:
@@ -162,10 +169,11 @@ class DeviceQueue:
         host = host_bytes + (device_bytes if b.shared else 0)
         if not b.shared and device_bytes > b.device_bytes:
             return (f"needs about {format_bytes(device_bytes)} of GPU memory, over this lab's budget of "
-                    f"{format_bytes(b.device_bytes)}")
+                    f"{format_bytes(b.device_bytes)}{b.said()}")
         if host > b.host_bytes:
             where = "memory" if b.shared else "host memory"
-            return f"needs about {format_bytes(host)} of {where}, over this lab's budget of {format_bytes(b.host_bytes)}"
+            return (f"needs about {format_bytes(host)} of {where}, over this lab's budget of "
+                    f"{format_bytes(b.host_bytes)}{b.said()}")
         return None
 
     def _fits(self, device_bytes: int, host: int, exclusive: bool) -> bool:

@@ -186,3 +186,12 @@ def test_a_timing_knows_how_many_runs_wait_for_the_device_in_every_process(tmp_p
     holder.wait(10)
     waiter.communicate(timeout=10)
     assert q.waiting == 0
+
+
+def test_a_refusal_says_where_the_budget_comes_from(monkeypatch):
+    # budgets differ between machines, starts and worker counts; a refusal that names only a figure read as
+    # arbitrary (shipped rows said "over the cap of 52.43 GiB" and "52.05 GiB" in one table)
+    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", "1")
+    monkeypatch.setenv("ATTNLAB_WORKERS", "4")
+    why = DeviceQueue(Budget.here()).check(2 * 2**30, 2 * 2**30)
+    assert "over this lab's budget of 256.00 MiB (ATTNLAB_MEMORY_LIMIT_GIB, split among 4 server processes)" in why
