@@ -117,6 +117,9 @@ COLUMNS = {
     "kernel_count": _num("kernels", format="%d"),
     "tflops": _num("TFLOP/s", format="%.2f"),
     "device_tflops": _num("device TFLOP/s", format="%.2f"),
+    "committed": st.column_config.CheckboxColumn(
+        "committed", help="placed on a device explicitly (jax.device_put with a device): JAX then runs "
+                          "computations on it there; uncommitted arrays may be moved"),
     "pct_of_peak": _num("% of peak", format="%.1f",
                         help="best TFLOP/s over the GPU's dense datasheet peak for the dtype: TF32 for float32 "
                              "(JAX's default precision), bf16 for half precision and FP8 (H200: 495 and 990 TFLOP/s)"),

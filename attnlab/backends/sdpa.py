@@ -63,5 +63,5 @@ CUDNN = Backend(
     requirements=cudnn_requirements,
     device_bytes=streamed_bytes,
     description="jax.nn.dot_product_attention(implementation='cudnn'): one cuDNN flash-attention kernel.",
-    adds="One hand-written Hopper kernel: tiles on chip, asynchronous tensor-core instructions (wgmma), TMA copies.",
+    adds="One hand-written Hopper kernel: tiles on chip, asynchronous tensor-core instructions (wgmma), TMA copies (the Tensor Memory Accelerator: hardware that moves whole tiles between GPU memory and on-chip memory).",
 )

@@ -27,5 +27,6 @@ XLA_CHUNKED = _entry("xla_chunked", "tokamax, chunked XLA",
 TRITON = _entry("triton", "tokamax, Pallas Triton",
                 "One fused kernel written in Python (Pallas) and compiled by Triton: tiles kept on chip.")
 MOSAIC = _entry("mosaic", "tokamax, Pallas Mosaic GPU",
-                "Hopper's asynchronous tensor-core instructions (wgmma), TMA copies and warp specialisation, "
-                "from Python (Pallas Mosaic GPU).")
+                "Hopper's asynchronous tensor-core instructions (wgmma), TMA copies (hardware that moves whole "
+                "tiles to and from on-chip memory) and warp specialisation (some warps only load tiles while "
+                "others compute), from Python (Pallas Mosaic GPU).")
