@@ -116,16 +116,7 @@ else:
     common.download(speed, "ring_h200x2_speedups")
 
 st.subheader("More GPUs: scaling")
-scale, missing = ring_results.scaling({P_: shipped.load(name) for P_, name in SHIPPED.items()})
-if not scale.empty and scale["P"].nunique() > 1:
-    charts.altair(st, ring_ui.scaling_chart(scale), width="stretch")
-    st.caption("Efficiency at the longest sequence each file measured (in the tooltip).")
-elif not scale.empty:  # one ring size: a chart of one column of points says less than the numbers
-    common.table(scale)
-    st.caption(f"Only {scale['P'].iloc[0]} GPUs are measured so far, so there is no scaling line to draw yet: "
-               "efficiency (speed-up / P) at the longest sequence measured.")
-if missing:
-    st.info(f"Not measured (no results ship): {', '.join(f'{n} GPUs' for n in missing)}.")
+ring_ui.scaling(*ring_results.scaling({P_: shipped.load(name) for P_, name in SHIPPED.items()}))
 
 st.subheader("Live: the ring against one GPU here")
 gpus = jax.device_count() if jax.default_backend() == "gpu" else 0

@@ -139,8 +139,7 @@ with tab_c:
             fp8_ui.fp8_attention(result)
 
 st.header("Clean up")
-st.write("This is the codelab's last step on one GPU (page 10 goes on to several). If you ran it on your own "
-         "GPU, give the GPU back when you are done:")
+st.write("The codelab's last step on one GPU (page 10 goes on to several). On your own GPU, give it back when done:")
 st.markdown(
     "1. Stop the Streamlit server (Ctrl+C in its terminal) or shut down the notebook kernel: JAX holds most of "
     "the GPU's memory for as long as its process lives.\n"

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import ring_results
-from pages import common
+from pages import charts, common
 
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
 KIND_COLORS = ["#1f77b4", "#9ecae1", "#fdd0a2", "#eeeeee"]
@@ -120,3 +120,17 @@ def same_program_notes(data: dict) -> None:
         st.caption(f"In the {m.replace('_', '-')} ring the fence changes nothing: both compiled to the same order of "
                    "sends, waits and attention calls (the table above), so the gap between the fenced and the "
                    "unfenced line is run-to-run noise, a measure of how far to trust one run.")
+
+
+def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
+    """Efficiency against P as a chart once two ring sizes ship; one ring size as a table (a chart of one
+    column of points says less than the numbers); which sizes were not measured."""
+    if not scale.empty and scale["P"].nunique() > 1:
+        charts.altair(st, scaling_chart(scale), width="stretch")
+        st.caption("Efficiency at the longest sequence each file measured (in the tooltip).")
+    elif not scale.empty:
+        common.table(scale)
+        st.caption(f"Only {scale['P'].iloc[0]} GPUs are measured so far, so there is no scaling line to draw yet: "
+                   "efficiency (speed-up / P) at the longest sequence measured.")
+    if missing:
+        st.info(f"Not measured (no results ship): {', '.join(f'{n} GPUs' for n in missing)}.")
