@@ -113,7 +113,7 @@ with sweeps:
              lambda t: shape.replace(q_len=t, kv_len=t, kv_lengths=()), "sequence sweep", "seq_sweep", preferred)
     t_batch = 256 if on_gpu else 128
     st.header("Batch size")
-    st.write(f"B grows at T = {t_batch} here (the H200 sweep beside it: T = 256). Small batches leave most of a GPU idle, so TFLOP/s climbs with B until the "
+    st.write(f"B grows at T = {t_batch} here (the H200 sweep beside it names its own shapes). Small batches leave most of a GPU idle, so TFLOP/s climbs with B until the "
              "device is full; the time per call stays nearly flat until then.")
     ui.sweep("p7_batch", "batch", [1, 2, 4, 8, 16, 32, 64], [1, 4, 16],
              lambda b: shape.replace(batch=b, q_len=t_batch, kv_len=t_batch, kv_lengths=()), "batch sweep",
