@@ -23,7 +23,8 @@ its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's
 runs four such servers on local ports behind one front on --server.port (front.py: each browser
 stays on one worker), for a class on one GPU: one Python process runs one page script at a time.
 The workers share the GPU's memory budget (a quarter each), time alone across processes (a lock
-file), and share results (attnlab.store, ATTNLAB_RESULTS_DIR); a worker that dies is started again.
+file), and share results (attnlab.store, ATTNLAB_RESULTS_DIR); each keeps its compiled programs in a
+folder of its own under JAX_COMPILATION_CACHE_DIR (worker_env says why); a worker that dies is started again.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def auto_workers() -> int:
 
 
 START_S = 20.0  # a worker that exits sooner after its start is not restarted: the server stops
-COMPILE_CACHE_MAX_BYTES = 8 * 2**30  # the pod's cap (deploy/Dockerfile), when workers share a cache unset
+COMPILE_CACHE_MAX_BYTES = 8 * 2**30  # the pod's cap (deploy/Dockerfile) when none is set, split among the workers
 
 
 def free_port() -> int:
@@ -192,11 +193,19 @@ def worker_env(i: int, k: int, port: int) -> dict[str, str]:
     # results computed by one worker are read by the others (attnlab.store)
     env.setdefault("ATTNLAB_RESULTS_DIR", os.path.join(tmp, f"attnlab-results-{port}"))
     if env.get("JAX_COMPILATION_CACHE_DIR"):
-        # JAX writes a persistent-cache entry in place, with no lock, unless the cache's size is capped, so
-        # a worker can read another's half-written program. Capped, every read and write takes a file lock.
-        # (An own-shape class on the H200 lost two uncapped workers to SIGSEGV; a capped run lost none.
-        # One run each: the race is a likely cause, not a proven one.)
-        env.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(COMPILE_CACHE_MAX_BYTES))
+        # One folder of JAX's persistent compilation cache per worker (worker-0, worker-1, ... under the
+        # cache folder; a restarted worker i finds its own programs again). A capped cache takes one file
+        # lock for every read and write and, on each write, reads every entry's access time to evict the
+        # oldest: one folder shared by K workers made every worker's compiles queue for that lock (an
+        # own-shape class of 20 on four workers, H200: compile threads waited for it 1.6 times as long as
+        # they compiled). Uncapped, JAX writes entries in place with no lock, and a process can read
+        # another's half-written program. So: a folder each, capped (each its share of the cap), locked
+        # only against the worker's own threads.
+        env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(env["JAX_COMPILATION_CACHE_DIR"], f"worker-{i}")
+        total = int(env.get("JAX_COMPILATION_CACHE_MAX_SIZE") or -1)
+        if total < 0:
+            total = COMPILE_CACHE_MAX_BYTES
+        env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(max(total // k, 1))
     return env
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import jax  # noqa: E402
+
 from attnlab import compiled, device, runs  # noqa: E402
-from attnlab.backend import trace_error  # noqa: E402
+from attnlab.backend import abstract_inputs, trace_error  # noqa: E402
 from attnlab.backends import REGISTRY  # noqa: E402
 from attnlab.shapes import AttentionShape  # noqa: E402
 
@@ -30,6 +32,16 @@ SHAPES = (
     AttentionShape(batch=2, q_len=72, kv_len=72, heads=8, kv_heads=8, head_dim=64, dtype="float32"),
     AttentionShape(batch=1, q_len=96, kv_len=96, heads=8, kv_heads=1, head_dim=128, dtype="bfloat16"),
 )
+
+
+def jaxpr_error(backend, shape) -> str | None:
+    """Like trace_error, but to a jaxpr only (jax.eval_shape, nothing lowered): a fresh function each
+    time, so no trace is cached. Whether it refuses the same shapes as trace_error, and how much faster."""
+    try:
+        jax.eval_shape(lambda q, k, v: backend.fn(q, k, v, shape), *abstract_inputs(shape))
+    except Exception as e:
+        return str(e)[:200]
+    return None
 
 
 def main(argv=None) -> int:
@@ -50,11 +62,14 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             unmet_static = next((r.sentence() for r in backend.requirements(shape, info) if not r.met), None)
             t1 = time.perf_counter()
-            traced = trace_error(backend, shape) if unmet_static is None else None
+            jaxpr_only = None if unmet_static else jaxpr_error(backend, shape)  # the trace alone, cold, not lowered
             t2 = time.perf_counter()
+            traced = trace_error(backend, shape) if unmet_static is None else None
+            t3 = time.perf_counter()
             row = {"shape": shape.describe(), "implementation": name, "requirements_s": t1 - t0,
-                   "trace_s": t2 - t1, "runs_here": unmet_static is None and traced is None,
-                   "why_not": unmet_static or traced or ""}
+                   "trace_s": t3 - t2, "jaxpr_s": t2 - t1,
+                   "runs_here": unmet_static is None and traced is None,
+                   "why_not": unmet_static or traced or "", "why_not_jaxpr_only": jaxpr_only or ""}
             if row["runs_here"]:
                 t3 = time.perf_counter()
                 compiled.compile_backend(name, shape)
@@ -62,7 +77,8 @@ def main(argv=None) -> int:
                 r = runs.run(shape, [name])[0]
                 row.update(compile_s=t4 - t3, checked_run_s=time.perf_counter() - t4, status=r.status)
             rows.append(row)
-            print(f"{shape.describe():40} {name:22} trace {row['trace_s']:6.3f} s  compile "
+            print(f"{shape.describe():40} {name:22} trace {row['trace_s']:6.3f} s (jaxpr "
+                  f"{row['jaxpr_s']:6.3f} s, {'same' if bool(jaxpr_only) == bool(traced) else 'DIFFERS'})  compile "
                   f"{row.get('compile_s', 0):6.3f} s  run {row.get('checked_run_s', 0):6.3f} s  "
                   f"{row.get('status', row['why_not'][:60])}", flush=True)
     total = {k: sum(r.get(k, 0.0) for r in rows) for k in ("trace_s", "compile_s", "checked_run_s")}

@@ -126,15 +126,21 @@ def test_a_signal_to_the_whole_group_stops_the_server_without_restarting_workers
     assert "; starting it again" not in log.read_text(), log.read_text()[-2000:]
 
 
-def test_workers_sharing_a_compile_cache_cap_it_so_jax_locks_it(monkeypatch):
-    # uncapped, JAX writes cache entries in place with no lock and workers read each other's half-written
-    # programs; capped (the pod's cap unless one is given), every read and write takes a file lock
+def test_workers_keep_compile_caches_of_their_own_each_capped(monkeypatch):
+    # one folder shared by the workers: capped, every read and write of every worker queues for one file
+    # lock; uncapped, JAX writes entries in place with no lock and a worker can read another's half-written
+    # program. So each worker gets a folder of its own, capped (its share of the pod's cap) so JAX locks it.
     import serve
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in serve.worker_env(0, 2, 8501)  # no cache, nothing to cap
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/shared-jax-cache")
-    assert serve.worker_env(0, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(8 * 2**30)
+    env = serve.worker_env(0, 2, 8501)
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in env and "JAX_COMPILATION_CACHE_DIR" not in env  # no cache
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/tmp/jax-cache")
+    envs = [serve.worker_env(i, 4, 8501) for i in range(4)]
+    assert [e["JAX_COMPILATION_CACHE_DIR"] for e in envs] == [f"/tmp/jax-cache/worker-{i}" for i in range(4)]
+    assert {e["JAX_COMPILATION_CACHE_MAX_SIZE"] for e in envs} == {str(2 * 2**30)}  # 8 GiB split four ways
     monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "12345")
-    assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == "12345"
+    assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == "6172"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")  # JAX's "no cap" still gets one: the lock
+    assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(4 * 2**30)
