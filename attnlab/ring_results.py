@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from attnlab import device
+
 MASKS = ("non_causal", "causal")
 VARIANTS = {  # key in the JSON -> what the page calls it (scripts/ring_bench.py names the keys)
     "ring_fenced": "ring (overlapped, fenced: the lab's default)",
@@ -138,12 +140,14 @@ def program_order(data: dict | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["program", "order"])
 
 
-def rates(data: dict | None, h200: dict | None = None) -> dict:
+def rates(data: dict | None, h200: dict | None = None, dtype: str | None = None) -> dict:
     """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with their sources.
 
     From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
     alone), else the H200 results' longest non-causal cuDNN forward, else nothing; the bandwidth falls back
-    to the datasheet figure above.
+    to the datasheet figure above. Both attention rates were measured in bfloat16: for a float32 `dtype`
+    the rate is scaled by the H200's datasheet TF32 / bf16 ratio (float32 matmuls run as TF32 by default),
+    and the source says so.
     """
     out = {"flops_per_s": None, "flops_source": "no measured attention rate ships",
            "bytes_per_s": NVLINK_ONE_WAY_BYTES_PER_S, "bytes_source": NVLINK_SOURCE}
@@ -164,6 +168,13 @@ def rates(data: dict | None, h200: dict | None = None) -> dict:
             out["flops_per_s"] = (r.get("device_tflops") or r["tflops"]) * 1e12
             out["flops_source"] = (f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}, "
                                    f"measured {h200['environment']['date']}")
+    if out["flops_per_s"] is not None and dtype == "float32":
+        peak = device.peak_for("NVIDIA H200")
+        out["flops_per_s"] *= peak.tf32_tflops / peak.bf16_tflops
+        out["flops_source"] = (f"measured in bfloat16 ({out['flops_source']}), scaled to float32 by the "
+                               f"{peak.model}'s datasheet TF32 / bf16 peaks, {peak.tf32_tflops:g} / "
+                               f"{peak.bf16_tflops:g}: a float32 matmul runs as TF32, and cuDNN's fused kernel "
+                               "takes no float32, so a real float32 ring would be slower still")
     return out
 
 

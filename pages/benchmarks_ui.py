@@ -149,9 +149,13 @@ def long_context() -> None:
                   help=f"datasheet: {peak.get('bf16_tflops')} TFLOP/s dense" if peak else None)
         m2.metric("device-to-device copy", f"{ceil['copy_tb_s']:.2f} TB/s",
                   help=f"datasheet: {peak.get('memory_tb_s')} TB/s" if peak else None)
+        other = ((shipped.load("h200_ladder") or {}).get("ceilings") or {}).get("matmul_bf16_tflops")
         if peak:
             st.caption(f"Datasheet ({peak.get('source')}): {peak.get('bf16_tflops')} bf16 TFLOP/s dense, "
-                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what attention can hope for.")
+                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what attention can hope for"
+                       + (f"; they were measured in this suite's run. Page 5b's roofline uses its own run's "
+                          f"measurement of the same matmul, {other:.0f} TFLOP/s: the two differ by run-to-run "
+                          "variation, not by method." if other else "."))
     fid = shipped.frame("fidelity")
     if not fid.empty:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "

@@ -6,6 +6,7 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import altair as alt
 import pandas as pd
@@ -222,14 +223,44 @@ def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", 
             .interactive())
 
 
-BYTES_LABEL = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '.3~g') + ' GiB' : "
+BYTES_LABEL = ("datum.value >= 1099511627776 ? format(datum.value / 1099511627776, '.3~g') + ' TiB' : "
+               "datum.value >= 1073741824 ? format(datum.value / 1073741824, '.3~g') + ' GiB' : "
                "datum.value >= 1048576 ? format(datum.value / 1048576, '.3~g') + ' MiB' : "
                "datum.value >= 1024 ? format(datum.value / 1024, '.3~g') + ' KiB' : format(datum.value, '.3~g') + ' B'")
 
 
-def bytes_axis(title: str) -> alt.Axis:
-    """An axis of byte counts labelled in B, KiB, MiB, GiB rather than raw numbers."""
-    return alt.Axis(title=title, labelExpr=BYTES_LABEL)
+def bytes_axis(title: str, ticks=None) -> alt.Axis:
+    """An axis of byte counts labelled in B, KiB, MiB, GiB, TiB rather than raw numbers."""
+    return alt.Axis(title=title, labelExpr=BYTES_LABEL, **({"values": ticks} if ticks else {}))
+
+
+def bytes_y(field: str, title: str, values, log: bool = True) -> alt.Y:
+    """A y encoding of byte counts whose ticks sit at round binary sizes (`binary_ticks`), from the first
+    tick to the last: Vega's own ticks are powers of ten, which read as 977 KiB or 9.54 MiB."""
+    ticks = binary_ticks(values, log)
+    if not ticks:
+        return alt.Y(f"{field}:Q", scale=alt.Scale(type="log") if log else alt.Scale(), axis=bytes_axis(title))
+    scale = alt.Scale(type="log" if log else "linear", domain=[ticks[0], ticks[-1]], nice=False)
+    return alt.Y(f"{field}:Q", scale=scale, axis=bytes_axis(title, ticks))
+
+
+def binary_ticks(values, log: bool = True, most: int = 8) -> list[int]:
+    """Ticks at powers of two that bracket `values`: log, every 2^s-th power (s as small as keeps at most
+    `most` + 1 ticks); linear, 0 and the multiples of one power of two. Every label is a whole B, KiB, MiB..."""
+    v = [float(x) for x in values if x is not None and not pd.isna(x) and x > 0]
+    if not v:
+        return []
+    lo, hi = min(v), max(v)
+    if not log:
+        step = 2 ** max(0, math.ceil(math.log2(hi / most)))
+        return [k * step for k in range(math.ceil(hi / step) + 1)]
+    for s in (1, 2, 3, 4, 5, 10, 20):
+        a, b = math.floor(math.log2(lo) / s) * s, math.ceil(math.log2(hi) / s) * s
+        if b == a:
+            b += s
+        if (b - a) // s + 1 <= most + 1:
+            break
+    return [2 ** e for e in range(a, b + 1, s)]
 
 
 def fmt_bytes(n) -> str:

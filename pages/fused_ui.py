@@ -104,7 +104,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
     enc = dict(
         x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=xs, format=",~g"),
                 title="sequence length T = S (log)"),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(y_title)),
+        y=common.bytes_y(y, y_title, ok[y]),
         color=common.impl_color(ok), strokeDash=alt.StrokeDash("implementation:N", legend=None),
         tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)

@@ -92,7 +92,7 @@ def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_titl
     enc_color = common.impl_color(df) if color == "implementation" else alt.Color(f"{color}:N", title=None)
     return (alt.Chart(df, title=title).mark_line(point=True)
             .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x_title),
-                    y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=common.bytes_axis(title)),
+                    y=common.bytes_y(y, title, df[y]),
                     color=enc_color, tooltip=common.tips(x, color, y)))
 
 
@@ -118,8 +118,8 @@ def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> 
                     tooltip=common.tips("label", "causal", "model", alt.Tooltip("intensity:Q", format=".0f"),
                              alt.Tooltip("tflops:Q", format=".0f"), alt.Tooltip("pct_of_attainable:Q", format=".0f"))))
     return (line + dots).properties(
-        title=f"Roofline: measured ceilings {ceilings['copy_tb_s']:.2f} TB/s and {ceilings['matmul_bf16_tflops']:.0f} "
-              "TFLOP/s (bf16 matmul)", height=360)
+        title=f"Roofline: ceilings measured in this ladder's run, {ceilings['copy_tb_s']:.2f} TB/s and "
+              f"{ceilings['matmul_bf16_tflops']:.0f} TFLOP/s (bf16 matmul)", height=360)
 
 
 def step_table(step) -> pd.DataFrame:

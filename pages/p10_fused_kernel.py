@@ -139,7 +139,9 @@ with tabs[4]:
     kernel_ui.ladder_block(found)
     st.subheader("The same loop, two ways")
     st.code(kernel_ui.flash_update_source(), language="python")
-    st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O.")
+    st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
+               "\"line 8\" and the like in the comments are the lines of Algorithm 1 in the FlashAttention-2 paper "
+               "(Dao, 2023), which the code follows step by step.")
     which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
                      format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
     text, where = kernel_ui.pallas_source(which)

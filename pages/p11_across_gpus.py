@@ -43,7 +43,7 @@ st.caption(f"Work is counted in full (T/P × S/P) blocks: a causal diagonal bloc
 
 st.subheader("Bytes and compute per step")
 data = shipped.load(SHIPPED[2])
-rates = ring_results.rates(data, shipped.load("h200"))
+rates = ring_results.rates(data, shipped.load("h200"), shape.dtype)
 st.write(
     f"Each step, every GPU sends its K and V blocks, 2·B·(S/P)·K·H·itemsize bytes, while it computes one block "
     f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs. The bytes grow with T, the FLOPs with T², so past some "
@@ -67,7 +67,7 @@ else:
     m3.metric("link bandwidth assumed (one way)", f"{rates['bytes_per_s'] / 1e9:.0f} GB/s", help=rates["bytes_source"])
     charts.altair(st, ring_ui.costs_chart(costs, hiding_T), width="stretch")
     st.caption(f"Rates: attention {rates['flops_source']}; link {rates['bytes_source']}. A model, not a "
-               "measurement: the same rate at every length, for any dtype.")
+               "measurement: the same rate at every length.")
     common.table(costs.rename(columns={"bytes_per_step": "bytes"}), column_config={
         "tokens_per_device": st.column_config.NumberColumn("tokens per GPU (T/P)", format="%d"),
         "bytes": st.column_config.NumberColumn("bytes sent per step (each GPU)", format="localized"),

@@ -94,9 +94,7 @@ with how:
     if sections.on_demand("p7_dispatch", "Run the demonstration", shape, auto=sections.small(shape)):
         demo = sections.guarded(dispatch, shape, what="The demonstration")
         if demo is not None:
-            common.table(demo[["measured", "code", "ms", "what it is"]],
-                         column_config={"ms": st.column_config.NumberColumn("ms per call", format="%.4f"),
-                                        "what it is": st.column_config.TextColumn("what it is", width="large")})
+            common.text_table(demo[["measured", "code", "ms", "what it is"]].rename(columns={"ms": "ms per call"}))
             st.markdown(timing_demo.dispatch_reading(demo, on_gpu))
 
 with sweeps:

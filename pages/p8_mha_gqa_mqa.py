@@ -94,7 +94,7 @@ for col, (_, r) in zip(st.columns(len(cache)), cache.iterrows(), strict=True):
 charts.altair(st,
     alt.Chart(cache, title=f"KV cache per sequence: {int(context_len):,} tokens, {int(layers)} layers, {shape.dtype}")
     .mark_bar().encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
-                       y=alt.Y("cache_bytes_per_sequence:Q", axis=common.bytes_axis("cache per sequence")),
+                       y=common.bytes_y("cache_bytes_per_sequence", "cache per sequence", cache["cache_bytes_per_sequence"], log=False),
                        color=alt.Color("variant:N", sort=None, legend=None),
                        tooltip=common.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence")),
     width="stretch")

@@ -92,8 +92,8 @@ st.markdown(
     "entry), so the lab reaches cuDNN's FP8 kernel through JAX's internal "
     "`jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(..., use_fp8=True)`, with Q, K and V in E4M3.\n"
     "- TE 2.x for JAX has no FP8 path in its attention: `te.autocast` with the `DelayedScaling` recipe (format "
-    "HYBRID: E4M3 forward, E5M2 for gradients) changes TE's GEMM layers (DenseGeneral, LayerNormMLP, ...), and "
-    "DotProductAttention runs the same bf16 kernel either way; (a) is the evidence."
+    "HYBRID: E4M3 forward, E5M2 for gradients) changes TE's GEMM layers (GEMM: general matrix multiply; "
+    "DenseGeneral, LayerNormMLP, ...), and DotProductAttention runs the same bf16 kernel either way; (a) is the evidence."
 )
 cc = device.FP8_MATMUL_MIN_CC
 why_a = get("te_dpa").unmet(half, info) or (None if info.at_least(cc) else
@@ -107,8 +107,8 @@ with tab_a:
         fp8_ui.autocast(result)
 with tab_b:
     st.write("A block of QKV projection, DotProductAttention and output projection built from TE layers, in bf16 "
-             "and under FP8 autocast with delayed scaling (HYBRID format; the scale from past steps' amax) and current "
-             "scaling (this step's amax). What to look at: the projections' GEMMs become FP8 and the block gets "
+             "and under FP8 autocast with delayed scaling (HYBRID format; the scale from past steps' amax, a "
+             "tensor's largest |value|) and current scaling (this step's amax). What to look at: the projections' GEMMs become FP8 and the block gets "
              "faster; the error is the block's output against bf16.")
     result = fp8_ui.study("p9_block", why_a, f"Time the block at {half.describe()}", half,
                           lambda: block_study(half), "te_block", te.TE_SNIPPET)

@@ -131,3 +131,20 @@ def test_warm_up_pauses_before_every_shape(monkeypatch):
     shapes = [AttentionShape(q_len=8, kv_len=8), AttentionShape(q_len=16, kv_len=16)]
     warm.warm(shapes, preset_shapes=[AttentionShape(q_len=32, kv_len=32)], pause=lambda: events.append("pause"))
     assert events == ["pause", ("run", 8), "pause", ("run", 16), "pause", ("run", 32)]
+
+
+def test_byte_axes_tick_at_whole_binary_sizes_not_powers_of_ten():
+    # Vega's own ticks on a byte axis are powers of ten, labelled 977 KiB, 9.54 MiB: every tick here is
+    # a whole number of B, KiB, MiB, GiB or TiB, and the ticks bracket the data
+    from pages.common import binary_ticks
+
+    for values, log in (([1000, 8e9], True), ([3e6, 2.5e7], True), ([512], True), ([1e5, 1.3e11], True),
+                        ([0, 1.5e6, 4.9e7], False), ([2**20, 2**24], False), ([300], False)):
+        ticks = binary_ticks(values, log)
+        assert 2 <= len(ticks) <= 9, (values, ticks)
+        assert ticks[0] <= min(v for v in values if v > 0) and ticks[-1] >= max(values), (values, ticks)
+        for t in ticks:
+            unit = max([1] + [u for u in (2**10, 2**20, 2**30, 2**40) if t >= u])
+            assert t % unit == 0, (values, ticks, t)
+    assert binary_ticks([2**20, 2**24], log=True) == [2**20, 2**21, 2**22, 2**23, 2**24]
+    assert binary_ticks([]) == [] and binary_ticks([0, None]) == []

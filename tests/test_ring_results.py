@@ -79,6 +79,11 @@ def test_rates_come_from_the_ring_file_on_gpu_else_from_the_h200_results_else_no
     assert cpu["flops_per_s"] == 600e12 and cpu["bytes_per_s"] == ring_results.NVLINK_ONE_WAY_BYTES_PER_S
     assert "assumed" in cpu["bytes_source"] and "H200" in cpu["flops_source"]
     assert ring_results.rates(None)["flops_per_s"] is None
+    # both rates are bf16 measurements: a float32 shape gets the TF32 share of them, and is told so
+    f32 = ring_results.rates(data, dtype="float32")
+    assert f32["flops_per_s"] == pytest.approx(r["flops_per_s"] * 494.7 / 989.5)
+    assert "bfloat16" in f32["flops_source"] and "TF32" in f32["flops_source"]
+    assert ring_results.rates(data, dtype="float16")["flops_per_s"] == r["flops_per_s"]
 
 
 def test_scaling_shows_what_ships_and_lists_the_ring_sizes_not_measured():
