@@ -288,8 +288,25 @@ def serve_workers(k: int, args: list[str]) -> int:
     return failed[0] if failed else 0
 
 
+# XLA runs a GPU program's kernels as a CUDA graph, captured on the program's first run. A server runs many
+# learners' programs from many threads, and while one thread captures, another thread's CUDA call (a compile
+# loading its kernels, a launch) is refused or crashes: on the H200 an own-shape class of 20 got "Failed to
+# launch CUDA graph: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: operation not permitted when stream is capturing"
+# and a worker killed by SIGSEGV inside a program's call. Off for the server (each kernel launched on its
+# own: a few microseconds more per kernel); an instructor's own XLA_FLAGS naming the flag win.
+NO_CUDA_GRAPHS = "--xla_gpu_enable_command_buffer="
+
+
+def server_xla_flags(flags: str) -> str:
+    """XLA_FLAGS for the server's processes: `flags` plus CUDA graphs off, unless `flags` already sets them."""
+    if "xla_gpu_enable_command_buffer" in flags:
+        return flags
+    return f"{flags} {NO_CUDA_GRAPHS}".strip()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    os.environ["XLA_FLAGS"] = server_xla_flags(os.environ.get("XLA_FLAGS", ""))  # before anything starts JAX
     k, args = take_option(args, "workers")
     k = k or os.environ.get("ATTNLAB_WORKERS", "1")
     if k == "auto":

@@ -144,3 +144,15 @@ def test_workers_keep_compile_caches_of_their_own_each_capped(monkeypatch):
     assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == "6172"
     monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")  # JAX's "no cap" still gets one: the lock
     assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(4 * 2**30)
+
+
+def test_the_server_turns_xlas_cuda_graphs_off_unless_told_otherwise():
+    # many threads run programs at once; a CUDA graph being captured on one makes other threads' CUDA calls
+    # fail (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) or crash the process, as measured on the H200
+    import serve
+
+    assert serve.server_xla_flags("") == "--xla_gpu_enable_command_buffer="
+    assert serve.server_xla_flags("--xla_gpu_autotune_level=0") == (
+        "--xla_gpu_autotune_level=0 --xla_gpu_enable_command_buffer=")
+    own = "--xla_gpu_enable_command_buffer=FUSION"
+    assert serve.server_xla_flags(own) == own
