@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnlab import timing_demo
+from attnlab import timing, timing_demo
 from attnlab.shapes import AttentionShape
 from pages import benchmarks_ui as ui
 from pages import common, sections
@@ -85,6 +85,8 @@ with how:
         "queues many calls and waits once: Python dispatches the next call while the device runs the last, as in a "
         "training loop. **Device** time is the GPU's own kernel time (CUPTI), with no Python in it. "
         "**TFLOP/s** is the matmul FLOPs (4·B·N·T·S·H, halved when causal) over throughput (or device) time.")
+    if on_gpu and timing.launch_note():
+        st.caption(timing.launch_note())
     st.markdown("The code `attnlab.timing.time_compiled` runs (read from its source):")
     st.code(timing_demo.harness_source(), language="python")
     st.subheader(f"Live: the same jitted call, four ways, at {shape.describe()}")

@@ -156,3 +156,15 @@ def test_the_server_turns_xlas_cuda_graphs_off_unless_told_otherwise():
         "--xla_gpu_autotune_level=0 --xla_gpu_enable_command_buffer=")
     own = "--xla_gpu_enable_command_buffer=FUSION"
     assert serve.server_xla_flags(own) == own
+
+
+def test_timings_say_when_the_server_launches_kernels_without_cuda_graphs(monkeypatch):
+    import serve
+    from attnlab import timing
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=4")
+    assert timing.launch_note() == ""
+    monkeypatch.setenv("XLA_FLAGS", serve.server_xla_flags("--xla_gpu_autotune_level=4"))
+    assert "CUDA graphs off" in timing.launch_note()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=FUSION")
+    assert timing.launch_note() == ""
