@@ -71,8 +71,8 @@ def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | 
 
             def update(carry):
                 O_i, l_i, m_i = carry
-                S_ij = jnp.einsum("bkgqh,bksh->bkgqs", Q_i, K_j, preferred_element_type=jnp.float32)
-                S_ij = jnp.where(mask, S_ij * scale, -jnp.inf)  # (B, K, G, Br, Bc), line 8
+                S_ij = jnp.einsum("bkgqh,bksh->bkgqs", Q_i, K_j, preferred_element_type=jnp.float32)  # line 8
+                S_ij = jnp.where(mask, S_ij * scale, -jnp.inf)  # (B, K, G, Br, Bc): scaled, masked
                 # m is a shift for numerical safety only: the output does not depend on it.
                 m_new = lax.stop_gradient(jnp.maximum(m_i, S_ij.max(axis=-1)))  # line 9
                 m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # a row with no key yet: no shift

@@ -153,7 +153,7 @@ def formats() -> pd.DataFrame:
     rows = []
     for name, dtype, role, here in (
             ("E4M3", jnp.float8_e4m3fn, "forward: activations, weights", "cuDNN FP8 attention (Q, K, V, P, O)"),
-            ("E5M2", jnp.float8_e5m2, "backward: gradients (more range)", "TE's backward GEMMs (HYBRID)")):
+            ("E5M2", jnp.float8_e5m2, "backward: gradients (more range)", "TE's backward matrix multiplies (GEMMs), HYBRID")):
         fi = jnp.finfo(dtype)
         rows.append({"format": name, "exponent bits": fi.nexp, "mantissa bits": fi.nmant,
                      "largest value": float(fi.max), "smallest value": float(fi.smallest_subnormal),

@@ -145,33 +145,34 @@ def rates(data: dict | None, h200: dict | None = None, dtype: str | None = None)
 
     From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
     alone), else the H200 results' longest non-causal cuDNN forward, else nothing; the bandwidth falls back
-    to the datasheet figure above. Both attention rates were measured in bfloat16: for a float32 `dtype`
+    to the datasheet figure above; `measured` says where and when, once. Both attention rates were measured in bfloat16: for a float32 `dtype`
     the rate is scaled by the H200's datasheet TF32 / bf16 ratio (float32 matmuls run as TF32 by default),
     and the source says so.
     """
     out = {"flops_per_s": None, "flops_source": "no measured attention rate ships",
-           "bytes_per_s": NVLINK_ONE_WAY_BYTES_PER_S, "bytes_source": NVLINK_SOURCE}
+           "bytes_per_s": NVLINK_ONE_WAY_BYTES_PER_S, "bytes_source": NVLINK_SOURCE, "measured": ""}
     measured = [r for r in (data or {}).get("results", []) if "skipped" not in r]
     if data and measured and data["environment"].get("backend") == "gpu":
         r, s = max(measured, key=lambda r: r["T"]), data["environment"]["shape"]
         out["flops_per_s"] = 4 * s["B"] * r["T"] ** 2 * s["N"] * s["H"] / (r["non_causal_one_device_ms"] / 1e3)
-        out["flops_source"] = f"one GPU, non-causal, T={r['T']} ({label(data)})"
+        out["flops_source"] = f"one GPU, non-causal, T={r['T']}, {s.get('dtype', 'bfloat16')}"
+        out["measured"] = label(data)
         t = (data.get("timeline") or {}).get("non_causal")
         if t and t.get("send_GBps"):
             out["bytes_per_s"] = t["send_GBps"] * 1e9
-            out["bytes_source"] = f"one ring send timed alone at T={r['T']} ({label(data)})"
+            out["bytes_source"] = f"one ring send timed alone at T={r['T']}"
     elif h200:
         rows = [r for r in h200.get("tables", {}).get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
                 and r.get("pass") == "forward" and not r.get("causal") and r.get("status") == "ok"]
         if rows:
             r = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
             out["flops_per_s"] = (r.get("device_tflops") or r["tflops"]) * 1e12
-            out["flops_source"] = (f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}, "
-                                   f"measured {h200['environment']['date']}")
+            out["flops_source"] = f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}"
+            out["measured"] = f"Measured {h200['environment']['date']}"
     if out["flops_per_s"] is not None and dtype == "float32":
         peak = device.peak_for("NVIDIA H200")
         out["flops_per_s"] *= peak.tf32_tflops / peak.bf16_tflops
-        out["flops_source"] = (f"measured in bfloat16 ({out['flops_source']}), scaled to float32 by the "
+        out["flops_source"] = (f"{out['flops_source']} (a bfloat16 measurement), scaled to float32 by the "
                                f"{peak.model}'s datasheet TF32 / bf16 peaks, {peak.tf32_tflops:g} / "
                                f"{peak.bf16_tflops:g}: a float32 matmul runs as TF32, and cuDNN's fused kernel "
                                "takes no float32, so a real float32 ring would be slower still")

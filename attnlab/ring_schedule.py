@@ -146,7 +146,8 @@ def describe_step(schedule: list[dict], step: int) -> str:
     phrases = {FULL: "a full block", DIAGONAL: "a causal diagonal block (half of it)",
                "partly skipped": "half a block (the rest is masked)", SKIPPED: "nothing (the block is masked)"}
     counts = {kind: sum(r["compute"] == kind for r in rows) for kind in phrases}
-    doing = ", ".join(f"{n} {'computes' if n == 1 else 'compute'} {phrases[kind]}" for kind, n in counts.items() if n)
+    doing = ", ".join(f"{n} {'device computes' if n == 1 else 'devices compute'} {phrases[kind]}"
+                      for kind, n in counts.items() if n)
     held = ("its own K/V block" if step == 0 else
             f"the K/V block that started {step} device{'s' if step > 1 else ''} to its left (device d holds "
             f"device (d − {step}) mod {devices}'s)")

@@ -125,7 +125,7 @@ LICENCE_NOTE = ("Copyright 2025 DeepMind Technologies Limited. Licensed under th
                 "from tokamax 0.0.17 (github.com/openxla/tokamax); unchanged.")
 
 # Each excerpt: the file in tokamax 0.0.17, its first line number, the text, and the online-softmax
-# lines marked by their line number in that file: max, rescale (exp of old max - new max), sum, accumulate.
+# lines marked by their line number in that file: max, exp, rescale (exp of old max - new max), sum, accumulate.
 EXCERPTS = {
     "triton": dict(
         path="tokamax/_src/ops/attention/pallas_triton.py",

@@ -152,7 +152,7 @@ def long_context() -> None:
         other = ((shipped.load("h200_ladder") or {}).get("ceilings") or {}).get("matmul_bf16_tflops")
         if peak:
             st.caption(f"Datasheet ({peak.get('source')}): {peak.get('bf16_tflops')} bf16 TFLOP/s dense, "
-                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what attention can hope for"
+                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what bf16 attention can hope for (FP8 has twice the tensor-core peak)"
                        + (f"; they were measured in this suite's run. Page 5b's roofline uses its own run's "
                           f"measurement of the same matmul, {other:.0f} TFLOP/s: the two differ by run-to-run "
                           "variation, not by method." if other else "."))

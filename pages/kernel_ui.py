@@ -72,6 +72,10 @@ def source_lines(fn, start: str, end: str) -> str:
     return "\n".join(ln[indent:] for ln in lines[a:b + 1])
 
 
+LINES_NOTE = ("\"line 8\" and the like in its comments are the lines of Algorithm 1 in the FlashAttention-2 paper "
+              "(Dao, 2023), which the code follows step by step.")
+
+
 def flash_update_source() -> str:
     return source_lines(flash.flash_attention, "def update(", "return O_new, l_new, m_new")
 
@@ -224,8 +228,11 @@ def ladder_block(found: dict | None) -> None:
                             width="stretch")
             st.caption(f"x: FLOPs over the bytes the traffic model gives each rung (scores through memory for XLA and "
                        f"plain JAX; the flash model, query blocks of {ladder.BLOCK_Q}, for fused kernels). The roof is "
-                       "min(matmul ceiling, copy bandwidth × intensity). The model counts every K/V re-read from "
-                       "memory; the L2 cache serves many, so a fused kernel can sit above its roof.")
+                       "min(matmul ceiling, copy bandwidth × intensity). A rung above its roof moves fewer bytes "
+                       "than its model counts: the flash model counts every K/V re-read from memory where the L2 "
+                       "cache serves many, and the scores model counts each of XLA's passes over the scores where "
+                       "XLA fuses some. The roof is the bf16 matmul's; FP8 tensor cores have twice its peak, so "
+                       "cuDNN FP8 can pass 100 % of it.")
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnlab import flash, flash_traffic, ladder, memory
 from attnlab.shapes import AttentionShape
-from pages import charts, common, kernel_ui, sections
+from pages import charts, common, fused_ui, kernel_ui, sections
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -31,7 +31,7 @@ st.write("A fused attention kernel computes softmax(QKᵀ/√d)·V one tile at a
          "trains, how masks let it skip work, and how fast each way of writing it runs on an H200.")
 shape = common.require_shape()
 # T = S for the compiled-memory charts: the sidebar's T and past flash_jax's 512-wide tile (compiles only)
-lengths = tuple(sorted({max(16, shape.q_len // 2), shape.q_len, 2 * shape.q_len, 2048, 4096}))
+lengths = tuple(sorted({max(16, shape.q_len // 2), shape.q_len, 2 * shape.q_len, 512, 1024, 2048, 4096}))
 found = ladder.load_shipped()
 tabs = st.tabs(["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"])
 
@@ -61,7 +61,8 @@ with tabs[0]:
     st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                "rounding (float32 against float64).")
     st.code(kernel_ui.flash_update_source(), language="python")
-    st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX.")
+    st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
+               + kernel_ui.LINES_NOTE)
 
 with tabs[1]:
     st.info("**What to look at:** naive attention writes the scores and weights (T × S float32) and reads them "
@@ -86,9 +87,8 @@ with tabs[1]:
     if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
         df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
         if df is not None:
-            ok = df[df["status"] == "ok"]
-            charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
-                                                 "compiled scratch (temp) bytes", "T = S"), width="stretch")
+            fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
+                                  "compiled scratch (log)")  # lines on top of each other are named
             sections.not_run(df)
     kernel_ui.ncu_block(found)
 
@@ -140,10 +140,9 @@ with tabs[4]:
     st.subheader("The same loop, two ways")
     st.code(kernel_ui.flash_update_source(), language="python")
     st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
-               "\"line 8\" and the like in the comments are the lines of Algorithm 1 in the FlashAttention-2 paper "
-               "(Dao, 2023), which the code follows step by step.")
+               + kernel_ui.LINES_NOTE)
     which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
                      format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
     text, where = kernel_ui.pallas_source(which)
     st.code(text, language="python")
-    st.caption(f"The same four steps in tokamax's kernel, marked ◀ at the left. {where}")
+    st.caption(f"The same steps in tokamax's kernel (max, exp, rescale, sum, accumulate), marked ◀ at the left. {where}")

@@ -66,7 +66,7 @@ else:
     m2.metric("attention rate assumed", f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s", help=rates["flops_source"])
     m3.metric("link bandwidth assumed (one way)", f"{rates['bytes_per_s'] / 1e9:.0f} GB/s", help=rates["bytes_source"])
     charts.altair(st, ring_ui.costs_chart(costs, hiding_T), width="stretch")
-    st.caption(f"Rates: attention {rates['flops_source']}; link {rates['bytes_source']}. A model, not a "
+    st.caption(f"Rates: attention, {rates['flops_source']}; link, {rates['bytes_source']}. {rates['measured']}. A model, not a "
                "measurement: the same rate at every length.")
     common.table(costs.rename(columns={"bytes_per_step": "bytes"}), column_config={
         "tokens_per_device": st.column_config.NumberColumn("tokens per GPU (T/P)", format="%d"),

@@ -106,7 +106,7 @@ st.write("Generating a token is attention with one query (q_len = 1) over the wh
          "bytes. The mask is off: the newest token may see every cached one. None of the three copies K or V: the "
          "naive code views the N query heads as K groups of N/K and multiplies each group with its one KV head "
          "in a single einsum (`attnlab/attention.py`), and XLA's SDPA and cuDNN index the shared head, so each "
-         "reads K·S·H per sequence for K and again for V.")
+         "reads kv_heads·S·H values per sequence for the keys and again for the values.")
 c1, c2 = st.columns([1, 2])
 kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=262_144, value=4096, step=1024,
                          key="p8_kv_len")

@@ -30,7 +30,7 @@ st.write(
     "TransformerEngine (TE) is NVIDIA's library of fused transformer layers; its JAX `DotProductAttention` "
     "calls cuDNN's fused attention underneath. FP8 (8-bit floats) doubles the tensor cores' rate on Hopper, "
     "but only where a kernel actually computes in FP8, and each tensor needs a scale so that its values land "
-    "in FP8's narrow range. There are two FP8 formats, and TE names a recipe format that uses both:"
+    "in FP8's narrow range. There are two FP8 formats:"
 )
 common.table(fp8_study.formats(), column_config={"largest value": st.column_config.NumberColumn(format="%g"),
                                                   "smallest value": st.column_config.NumberColumn(

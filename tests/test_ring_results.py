@@ -108,9 +108,9 @@ def test_step_costs_bytes_follow_the_formula_and_compute_hides_the_send_from_the
 def test_each_step_is_described_in_one_sentence_and_the_last_sends_nothing():
     schedule = rs.ring_schedule(4, causal=True, layout="contiguous")
     assert rs.describe_step(schedule, 0).startswith("Step 0 of 3: every device attends its queries to its own")
-    assert "2 compute a full block, 2 compute nothing" in rs.describe_step(schedule, 2)
+    assert "2 devices compute a full block, 2 devices compute nothing" in rs.describe_step(schedule, 2)
     assert "nothing is sent" in rs.describe_step(schedule, 3)
-    assert "4 compute half a block" in rs.describe_step(rs.ring_schedule(4, causal=True), 1)
+    assert "4 devices compute half a block" in rs.describe_step(rs.ring_schedule(4, causal=True), 1)
 
 
 def test_live_ring_says_why_it_cannot_run_a_shape():

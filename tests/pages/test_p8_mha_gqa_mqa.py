@@ -67,7 +67,7 @@ def test_variants_page_without_a_gqa_says_so():
 def test_decode_text_says_naive_groups_heads_and_does_not_repeat_kv():
     text = texts(open_page(PAGE, SMALL), "markdown")
     assert "jnp.repeat" not in text and "gains nothing" not in text
-    assert "einsum" in text and "K·S·H" in text
+    assert "einsum" in text and "kv_heads·S·H" in text
 
 
 def test_decode_implementations_widget_keeps_its_options_and_default_when_the_shape_changes():
