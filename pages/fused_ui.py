@@ -45,6 +45,7 @@ def not_run(df: pd.DataFrame) -> None:
         lambda t: ", ".join(f"{int(x):,}" for x in sorted(set(t)))).reset_index()
     st.markdown("**Not run here**")
     common.text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
+    sections.memory_note(bad)
 
 
 def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:

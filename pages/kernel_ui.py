@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import flash, tokamax_backend
-from pages import charts, common
+from pages import charts, common, sections
 
 STATES = ["done", "current", "skipped", "to come"]
 STATE_COLORS = ["#4c78a8", "#f58518", "#d9d9d9", "#ffffff"]
@@ -221,7 +221,8 @@ def ladder_block(found: dict | None) -> None:
             st.caption("Rungs missing here did not run forward + backward; why is listed below.")
         for part in (fwd, back):
             if not part.empty and (part["status"] != "ok").any():
-                common.table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
+                common.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
+                sections.memory_note(part[part["status"] != "ok"])
         points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
         if not points.empty:
             charts.altair(st, roofline_chart(points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"]),

@@ -89,6 +89,18 @@ def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None
     if not bad.empty:
         st.markdown("**Not run here**")
         common.text_table(bad[[*keys, "status", "reason"]].drop_duplicates())
+        memory_note(bad)
+
+
+def memory_note(bad: pd.DataFrame) -> None:
+    """Under a table of failures: what a memory refusal and an out-of-memory mean, when there are any."""
+    reasons = " ".join(bad["reason"].astype(str))
+    if not ({runs.OVER_BUDGET, runs.OOM} & set(bad["status"]) or "cap of" in reasons or "budget of" in reasons):
+        return
+    st.caption("Two kinds of memory failure. A refusal (over a cap or budget) is the lab's own estimate of the "
+               "bytes, made before anything runs, against the memory budget of the run that made the table: a "
+               "share of the memory free when that run started, so tables from different runs name different "
+               "caps. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on the GPU.")
 
 
 def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:

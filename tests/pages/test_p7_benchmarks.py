@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from attnlab import device, queue, timing, timing_demo  # noqa: E402
+from attnlab import device, queue, shipped, timing, timing_demo  # noqa: E402
 from attnlab.backends import REGISTRY  # noqa: E402
 from attnlab.shapes import AttentionShape  # noqa: E402
 from tests.apptest_util import SMALL, button, chart_data, charts, frame_with, frames, open_page, texts  # noqa: E402
@@ -202,6 +202,16 @@ def test_fidelity_columns_have_labels_with_units(with_shipped):
     config = json.loads(next(d for d in at.dataframe if "harness_over_bare" in d.value.columns).proto.columns)
     assert set(fid.columns) <= set(config)
     assert config["harness_over_bare"]["label"] == "harness ÷ bare loop (×)"
+
+
+def test_memory_refusals_and_out_of_memory_are_told_apart_under_the_shipped_tables():
+    # the shipped H200 long-context table (the real one) refuses some lengths over one run's cap and lists
+    # XLA's out-of-memory for others: a newcomer reads different limits unless the page says what each is
+    long = shipped.frame("long_context")
+    assert long["reason"].str.contains("cap of").any() and (long["status"] == "out of memory").any()
+    at = open_page(P7, SMALL)
+    captions = texts(at, "caption")
+    assert "Two kinds of memory failure" in captions and "different caps" in captions
 
 
 def test_lines_on_top_of_each_other_are_drawn_dashed_and_named(with_shipped):
