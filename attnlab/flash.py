@@ -112,7 +112,7 @@ BACKWARD_PLAN: tuple[tuple[str, str, str], ...] = (
     ("Q, K, V", "(B, T, N, H), (B, S, K, H)", "saved: the inputs, needed again to rebuild the scores"),
     ("O", "(B, T, N, H)", "saved: D_i = rowsum(dO_i ∘ O_i) replaces a sum over the softmax row"),
     ("L = m + log(l)", "(B, N, T) float32", "saved: one number per query row; P_ij = exp(S_ij - L_i) exactly"),
-    ("S_ij = Q_i K_jᵀ / √H", "(Br, Bc) per tile", "recomputed per tile, never written to memory"),
+    ("S_ij = Q_i K_jᵀ / √d", "(Br, Bc) per tile", "recomputed per tile, never written to memory"),
     ("P_ij", "(Br, Bc) per tile", "recomputed from S_ij and L_i, never written to memory"),
 )
 

@@ -97,6 +97,7 @@ with tabs[2]:
             "log-sum-exp per row, and rebuilds S and P tile by tile: compiled memory stays O(T) in training too.")
     st.dataframe(pd.DataFrame(flash.BACKWARD_PLAN, columns=["what", "shape", "kept or recomputed"]),
                  hide_index=True, width="stretch")
+    st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
     if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
         df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
                                      accuracy=False, program=True, backward=True) for t in lengths])
