@@ -39,10 +39,10 @@ with here:
                               budget_s=None if every else 0.5)
         if df is not None:
             df = timing_demo.annotate(df)
-            common.table(df[df["status"] == "ok"][["implementation", "label", "compile", "wall_ms",
-                                                    "wall_ms_iqr", "wall_spread_pct", "throughput_ms", "device_ms",
+            common.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,
+                                                    "wall_spread_pct", "throughput_ms", "device_ms",  # text last
                                                     "kernel_count", "tflops", "device_tflops", "pct_of_peak",
-                                                    "timing_note"]], column_config=ui.HERE)
+                                                    "compile", "timing_note"]], column_config=ui.HERE)
             for note in timing_demo.notes(df, on_gpu):
                 st.markdown(f"- {note}")
             ui.bars(df)
