@@ -202,7 +202,10 @@ def worker_env(i: int, k: int, port: int) -> dict[str, str]:
         # another's half-written program. So: a folder each, capped (each its share of the cap), locked
         # only against the worker's own threads.
         env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(env["JAX_COMPILATION_CACHE_DIR"], f"worker-{i}")
-        total = int(env.get("JAX_COMPILATION_CACHE_MAX_SIZE") or -1)
+        raw = env.get("JAX_COMPILATION_CACHE_MAX_SIZE", "").strip()
+        if raw and not raw.lstrip("-").isdigit():
+            sys.exit(f"serve.py: JAX_COMPILATION_CACHE_MAX_SIZE takes a whole number of bytes, not {raw!r}")
+        total = int(raw) if raw else -1
         if total < 0:
             total = COMPILE_CACHE_MAX_BYTES
         env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(max(total // k, 1))

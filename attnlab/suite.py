@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +42,7 @@ def environment() -> dict:
         "cudnn": info.cudnn_version,
         "transformer_engine": info.te_version,
         "peak": None if info.peak is None else info.peak.__dict__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),  # e.g. CUDA graphs off, as the server runs them
     }
     try:
         import subprocess

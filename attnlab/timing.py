@@ -37,7 +37,8 @@ def launch_note() -> str:
         return ("This server runs XLA with CUDA graphs off (`--xla_gpu_enable_command_buffer=`, so that many "
                 "learners' programs can run side by side safely): each kernel is launched on its own, which adds a "
                 "few microseconds per kernel to wall and throughput times. The shipped H200 tables were measured "
-                "with XLA's default, CUDA graphs on.")
+                "outside the server (`python -m attnlab bench`, no XLA_FLAGS), where XLA's defaults keep CUDA "
+                "graphs on.")
     return ""
 
 

@@ -5,6 +5,9 @@ then a trace), the compile, and one checked run. Seconds, measured in this proce
     python scripts/shape_costs.py                  # three small shapes a learner might type
     python scripts/shape_costs.py --json out.json
 
+Beside each trace (traced and lowered, as the app checks a shape), the same call traced to a jaxpr
+only (`jax.eval_shape`): its time, and whether it refuses the same shapes ('same' / 'DIFFERS').
+
 Why: a class of learners each on a shape of their own pays these for every shape, and the
 tracing part holds Python's GIL (the compile mostly does not), so it bounds how many new shapes
 one server process can take per second. Prints one row per (shape, implementation) and totals.

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from browser_util import StreamlitServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +143,9 @@ def test_workers_keep_compile_caches_of_their_own_each_capped(monkeypatch):
     assert {e["JAX_COMPILATION_CACHE_MAX_SIZE"] for e in envs} == {str(2 * 2**30)}  # 8 GiB split four ways
     monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "12345")
     assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == "6172"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "8GiB")  # a message, not a traceback
+    with pytest.raises(SystemExit, match="whole number of bytes"):
+        serve.worker_env(1, 2, 8501)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")  # JAX's "no cap" still gets one: the lock
     assert serve.worker_env(1, 2, 8501)["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(4 * 2**30)
 
