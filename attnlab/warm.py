@@ -23,14 +23,17 @@ PRESET_SHAPES = tuple(presets.apply(p, AttentionShape(dtype=d)) for p in presets
 def head_start() -> float:
     """Page 1's own work on a fresh server, done ahead: the imports its first run needs (JAX,
     pandas, Altair) and the JAX operations of its default tiny example, each compiled on first use
-    (about 1 s on a CPU). serve.py runs it in a background thread while the server starts and the
-    first browser loads Streamlit's JavaScript, so the first learner finds it done. Seconds it took."""
+    (about 1 s on a CPU), then tokamax's import where it is installed (which every page's first
+    check of the backends would otherwise wait for). serve.py runs it in a background thread while
+    the server starts and the first browser loads Streamlit's JavaScript, so the first learner finds
+    it done. Seconds it took."""
     t0 = time.perf_counter()
     import altair  # noqa: F401  (pages/common.py's charts)
 
-    from attnlab import weights
+    from attnlab import tokamax_backend, weights
 
     weights.four_stages(weights.example_shape())
+    tokamax_backend.import_error()  # imports tokamax where it is installed (seconds on a GPU machine)
     return time.perf_counter() - t0
 
 

@@ -20,6 +20,21 @@ ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V
 TIME_HELP = "The GPU's own kernel time per call (CUPTI), or the pipelined time per call where CUPTI is absent."
 
 
+@common.cached
+def autocast_study(shape) -> pd.DataFrame:
+    return pd.DataFrame([fp8_study.te_autocast_study(shape)])
+
+
+@common.cached
+def block_study(shape) -> pd.DataFrame:
+    return pd.DataFrame(fp8_study.te_block_study(shape))
+
+
+@common.cached
+def attention_study(shapes: tuple) -> pd.DataFrame:
+    return pd.DataFrame(fp8_study.fp8_attention_study(list(shapes)))
+
+
 def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd.DataFrame], table: str,
           snippet: str) -> pd.DataFrame | None:
     """Measured here on a button where it can run (why_not is None); else the reason, the code to run it

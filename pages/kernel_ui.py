@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import flash, tokamax_backend
+from attnlab import flash, flash_traffic, tokamax_backend
 from pages import charts, common, sections
 
 STATES = ["done", "current", "skipped", "to come"]
@@ -90,6 +90,26 @@ def pallas_source(implementation: str) -> tuple[str, str]:
                      for n, line, mark in tokamax_backend.excerpt_lines(implementation))
     return text, f"tokamax is not installed here: the excerpt shipped with the lab, {e['path']}. " \
                  f"{tokamax_backend.LICENCE_NOTE}"
+
+
+def traffic_block(shape) -> None:
+    """The bytes model of naive against flash (attnlab.flash_traffic): a chart over T and a table at the shape."""
+    bq_t = st.select_slider("query block of the flash kernel", [64, 128, 256], value=128, key="p10_traffic_bq")
+    dims = (shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize)
+    model = pd.DataFrame([{"T = S": t, "model": m, "bytes": f["total"]} for t in (2 ** e for e in range(7, 16))
+                          for m, f in (("naive: four kernels", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
+                                       ("flash: one kernel", flash_traffic.traffic_flash(
+                                           dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
+    charts.altair(st, bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)", "T = S"),
+                  width="stretch")
+    at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
+          "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
+                                               block_q=min(bq_t, shape.q_len))}
+    table = pd.DataFrame(at)
+    st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
+                 width="stretch")
+    st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
+               "change nothing here (attnlab/flash_traffic.py says what it assumes).")
 
 
 def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str) -> alt.Chart:

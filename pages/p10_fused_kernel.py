@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import flash, flash_traffic, ladder, memory
+from attnlab import flash, ladder, memory
 from attnlab.shapes import AttentionShape
 from pages import charts, common, fused_ui, kernel_ui, sections
 
@@ -33,117 +33,108 @@ shape = common.require_shape()
 # T = S for the compiled-memory charts: the sidebar's T and past flash_jax's 512-wide tile (compiles only)
 lengths = tuple(sorted({max(16, shape.q_len // 2), shape.q_len, 2 * shape.q_len, 512, 1024, 2048, 4096}))
 found = ladder.load_shipped()
-tabs = st.tabs(["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"])
+tabs = sections.tabs("p10_tab", ["Step through", "Memory traffic", "The backward pass", "Masks that skip work",
+                                 "The ladder"])
 
-with tabs[0]:
-    st.info(f"**What to look at:** a tiny example of its own (T = S = {TINY}, one head, H = 8, float32) walked tile "
-            "by tile. Watch the running max m jump, the rescale factor shrink the old sum, and the block's partial "
-            "output reach the exact one when its last key block is done.")
-    causal, window, length = kernel_ui.mask_controls("p10_walk", shape, TINY)
-    c1, c2 = st.columns(2)
-    bq = c1.select_slider("query block size", [2, 4, 8], value=4, key="p10_bq")
-    bk = c2.select_slider("key block size", [2, 4, 8], value=4, key="p10_bk")
-    walk = steps(bq, bk, causal, window, length)
-    if st.session_state.get("p10_step", 1) > len(walk):  # fewer tiles than before: back to the first
-        st.session_state["p10_step"] = 1
-    n = st.slider("step (one tile each)", 1, len(walk), 1, key="p10_step")
-    s = walk[n - 1]
-    kinds = flash.tile_map(TINY, TINY, bq, bk, causal, window, length)
-    left, right = st.columns([2, 3])
-    charts.altair(left, kernel_ui.tile_chart(kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block"))
-    right.metric(f"tile (Q block {s.q_block}, K block {s.k_block})", s.kind)
-    right.metric(f"max |partial − exact| over Q block {s.q_block}", f"{s.max_error:.2g}",
-                 help="this block's output so far, diag(l)⁻¹·O, against the exact float64 output")
-    if s.kind == "skipped":
-        right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
-    common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
-    charts.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
-    st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
-               "rounding (float32 against float64).")
-    st.code(kernel_ui.flash_update_source(), language="python")
-    st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
-               + kernel_ui.LINES_NOTE)
+if tabs[0].open:
+    with tabs[0]:
+        st.info(f"**What to look at:** a tiny example of its own (T = S = {TINY}, one head, H = 8, float32) walked tile "
+                "by tile. Watch the running max m jump, the rescale factor shrink the old sum, and the block's partial "
+                "output reach the exact one when its last key block is done.")
+        causal, window, length = kernel_ui.mask_controls("p10_walk", shape, TINY)
+        c1, c2 = st.columns(2)
+        bq = c1.select_slider("query block size", [2, 4, 8], value=4, key="p10_bq")
+        bk = c2.select_slider("key block size", [2, 4, 8], value=4, key="p10_bk")
+        walk = steps(bq, bk, causal, window, length)
+        if st.session_state.get("p10_step", 1) > len(walk):  # fewer tiles than before: back to the first
+            st.session_state["p10_step"] = 1
+        n = st.slider("step (one tile each)", 1, len(walk), 1, key="p10_step")
+        s = walk[n - 1]
+        kinds = flash.tile_map(TINY, TINY, bq, bk, causal, window, length)
+        left, right = st.columns([2, 3])
+        charts.altair(left, kernel_ui.tile_chart(kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block"))
+        right.metric(f"tile (Q block {s.q_block}, K block {s.k_block})", s.kind)
+        right.metric(f"max |partial − exact| over Q block {s.q_block}", f"{s.max_error:.2g}",
+                     help="this block's output so far, diag(l)⁻¹·O, against the exact float64 output")
+        if s.kind == "skipped":
+            right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
+        common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
+        charts.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
+        st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
+                   "rounding (float32 against float64).")
+        st.code(kernel_ui.flash_update_source(), language="python")
+        st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
+                   + kernel_ui.LINES_NOTE)
 
-with tabs[1]:
-    st.info("**What to look at:** naive attention writes the scores and weights (T × S float32) and reads them "
-            "back; flash moves only Q, K, V and O, re-reading K and V once per query block. The model below is "
-            "in bytes to and from GPU memory, for the sidebar's B, N, K, H and dtype.")
-    bq_t = st.select_slider("query block of the flash kernel", [64, 128, 256], value=128, key="p10_traffic_bq")
-    dims = (shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize)
-    model = pd.DataFrame([{"T = S": t, "model": m, "bytes": f["total"]} for t in (2 ** e for e in range(7, 16))
-                          for m, f in (("naive: four kernels", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
-                                       ("flash: one kernel", flash_traffic.traffic_flash(
-                                           dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
-    charts.altair(st, kernel_ui.bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)",
-                                         "T = S"), width="stretch")
-    at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
-          "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
-                                               block_q=min(bq_t, shape.q_len))}
-    table = pd.DataFrame(at)
-    st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
-                 width="stretch")
-    st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
-               "change nothing here (attnlab/flash_traffic.py says what it assumes).")
-    if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
-        df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
-        if df is not None:
-            fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
-                                  "compiled scratch (log)")  # lines on top of each other are named
+if tabs[1].open:
+    with tabs[1]:
+        st.info("**What to look at:** naive attention writes the scores and weights (T × S float32) and reads them "
+                "back; flash moves only Q, K, V and O, re-reading K and V once per query block. The model below is "
+                "in bytes to and from GPU memory, for the sidebar's B, N, K, H and dtype.")
+        kernel_ui.traffic_block(shape)
+        if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
+            df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
+            if df is not None:
+                fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
+                                      "compiled scratch (log)")  # lines on top of each other are named
+                sections.not_run(df)
+        kernel_ui.ncu_block(found)
+
+if tabs[2].open:
+    with tabs[2]:
+        st.info("**What to look at:** the backward pass needs the softmax weights P. Flash keeps only O and one "
+                "log-sum-exp per row, and rebuilds S and P tile by tile: compiled memory stays O(T) in training too.")
+        st.dataframe(pd.DataFrame(flash.BACKWARD_PLAN, columns=["what", "shape", "kept or recomputed"]),
+                     hide_index=True, width="stretch")
+        st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
+        if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
+            df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
+                                         accuracy=False, program=True, backward=True) for t in lengths])
+            ok = df[df["status"] == "ok"]
+            if not ok.empty:
+                charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
+                                                     "forward+backward scratch (temp) bytes", "T = S"), width="stretch")
+                st.caption("flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score matrix, so its "
+                           "memory grows like naive's; past it only the number of tiles grows.")
             sections.not_run(df)
-    kernel_ui.ncu_block(found)
 
-with tabs[2]:
-    st.info("**What to look at:** the backward pass needs the softmax weights P. Flash keeps only O and one "
-            "log-sum-exp per row, and rebuilds S and P tile by tile: compiled memory stays O(T) in training too.")
-    st.dataframe(pd.DataFrame(flash.BACKWARD_PLAN, columns=["what", "shape", "kept or recomputed"]),
-                 hide_index=True, width="stretch")
-    st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
-    if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
-        df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
-                                     accuracy=False, program=True, backward=True) for t in lengths])
-        ok = df[df["status"] == "ok"]
-        if not ok.empty:
-            charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
-                                                 "forward+backward scratch (temp) bytes", "T = S"), width="stretch")
-            st.caption("flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score matrix, so its "
-                       "memory grows like naive's; past it only the number of tiles grows.")
-        sections.not_run(df)
+if tabs[3].open:
+    with tabs[3]:
+        st.info("**What to look at:** a tile no query of its block may see is never loaded (grey); a partly hidden "
+                "tile is computed and masked inside. Skipped tiles are time saved, which is why a fused kernel's "
+                "time falls with the window and XLA's does not.")
+        causal_m, window_m, length_m = kernel_ui.mask_controls("p10_masks", shape, shape.kv_len)
+        block = st.select_slider("tile (block_q = block_k)", [16, 32, 64, 128, 256], value=128 if shape.q_len >= 512
+                                 else 16, key="p10_tile")
+        block = max(block, int(np.ceil(max(shape.q_len, shape.kv_len) / 64)))  # at most 64 × 64 tiles drawn
+        kinds = flash.tile_map(shape.q_len, shape.kv_len, block, block, causal_m, window_m, length_m)
+        tiles = kernel_ui.tile_frame(kinds)
+        masked = shape.replace(batch=1, causal=causal_m, window=window_m, kv_lengths=(length_m,) if length_m else ())
+        c1, c2 = st.columns([2, 3])
+        charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"tiles of {block} × {block} positions, one sequence"))
+        share = tiles["kind"].value_counts(normalize=True)
+        c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
+        c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")
+        c2.metric("(query, key) pairs the masks let through", f"{masked.visible_fraction():.0%}")
+        c2.caption("Computed tiles ≥ pairs let through: the difference is masked work inside partial tiles."
+                   + ("" if share.get("skipped", 0) else " No mask, no skipping: turn on causal or a window above."))
+        kernel_ui.mask_sweep_block(found)
 
-with tabs[3]:
-    st.info("**What to look at:** a tile no query of its block may see is never loaded (grey); a partly hidden "
-            "tile is computed and masked inside. Skipped tiles are time saved, which is why a fused kernel's "
-            "time falls with the window and XLA's does not.")
-    causal_m, window_m, length_m = kernel_ui.mask_controls("p10_masks", shape, shape.kv_len)
-    block = st.select_slider("tile (block_q = block_k)", [16, 32, 64, 128, 256], value=128 if shape.q_len >= 512
-                             else 16, key="p10_tile")
-    block = max(block, int(np.ceil(max(shape.q_len, shape.kv_len) / 64)))  # at most 64 × 64 tiles drawn
-    kinds = flash.tile_map(shape.q_len, shape.kv_len, block, block, causal_m, window_m, length_m)
-    tiles = kernel_ui.tile_frame(kinds)
-    masked = shape.replace(batch=1, causal=causal_m, window=window_m, kv_lengths=(length_m,) if length_m else ())
-    c1, c2 = st.columns([2, 3])
-    charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"tiles of {block} × {block} positions, one sequence"))
-    share = tiles["kind"].value_counts(normalize=True)
-    c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
-    c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")
-    c2.metric("(query, key) pairs the masks let through", f"{masked.visible_fraction():.0%}")
-    c2.caption("Computed tiles ≥ pairs let through: the difference is masked work inside partial tiles."
-               + ("" if share.get("skipped", 0) else " No mask, no skipping: turn on causal or a window above."))
-    kernel_ui.mask_sweep_block(found)
-
-with tabs[4]:
-    st.info("**What to look at:** the same attention at B4 T8192 N16 H128 bf16, written seven ways, each rung "
-            "adding one idea (its sentence is in the table). Saving memory alone does not make it fast: the "
-            "chunked and plain-JAX tilings hold O(T) memory yet run slower than XLA's fused O(T²) program; the "
-            "jump comes when the tiles stay on chip in one kernel (Triton), and again with Hopper's asynchronous "
-            "tensor-core instructions (Mosaic GPU, cuDNN) and FP8. The roofline places each rung against the "
-            "GPU's memory bandwidth and its tensor-core rate, both measured in the same run.")
-    kernel_ui.ladder_block(found)
-    st.subheader("The same loop, two ways")
-    st.code(kernel_ui.flash_update_source(), language="python")
-    st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
-               + kernel_ui.LINES_NOTE)
-    which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
-                     format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
-    text, where = kernel_ui.pallas_source(which)
-    st.code(text, language="python")
-    st.caption(f"The same steps in tokamax's kernel (max, exp, rescale, sum, accumulate), marked ◀ at the left. {where}")
+if tabs[4].open:
+    with tabs[4]:
+        st.info("**What to look at:** the same attention at B4 T8192 N16 H128 bf16, written seven ways, each rung "
+                "adding one idea (its sentence is in the table). Saving memory alone does not make it fast: the "
+                "chunked and plain-JAX tilings hold O(T) memory yet run slower than XLA's fused O(T²) program; the "
+                "jump comes when the tiles stay on chip in one kernel (Triton), and again with Hopper's asynchronous "
+                "tensor-core instructions (Mosaic GPU, cuDNN) and FP8. The roofline places each rung against the "
+                "GPU's memory bandwidth and its tensor-core rate, both measured in the same run.")
+        kernel_ui.ladder_block(found)
+        st.subheader("The same loop, two ways")
+        st.code(kernel_ui.flash_update_source(), language="python")
+        st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
+                   + kernel_ui.LINES_NOTE)
+        which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
+                         format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
+        text, where = kernel_ui.pallas_source(which)
+        st.code(text, language="python")
+        st.caption(f"The same steps in tokamax's kernel (max, exp, rescale, sum, accumulate), marked ◀ at the left. {where}")

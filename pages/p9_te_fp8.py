@@ -1,6 +1,5 @@
 """Lab step 9: NVIDIA TransformerEngine's attention, FP8 where it really acts, and cleaning up the GPU."""
 
-import pandas as pd
 import streamlit as st
 
 from attnlab import device, fp8, fp8_study, te
@@ -8,21 +7,6 @@ from attnlab.backends import get
 from pages import common, fp8_ui, sections
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
-
-
-@common.cached
-def autocast_study(shape) -> pd.DataFrame:
-    return pd.DataFrame([fp8_study.te_autocast_study(shape)])
-
-
-@common.cached
-def block_study(shape) -> pd.DataFrame:
-    return pd.DataFrame(fp8_study.te_block_study(shape))
-
-
-@common.cached
-def attention_study(shapes: tuple) -> pd.DataFrame:
-    return pd.DataFrame(fp8_study.fp8_attention_study(list(shapes)))
 
 
 st.title("9 · TransformerEngine and FP8")
@@ -98,45 +82,49 @@ st.markdown(
 cc = device.FP8_MATMUL_MIN_CC
 why_a = get("te_dpa").unmet(half, info) or (None if info.at_least(cc) else
                                               f"FP8 autocast needs compute capability {cc[0]}.{cc[1]} or newer")
-tab_a, tab_b, tab_c = st.tabs(["(a) autocast around attention", "(b) FP8 in TE's dense layers", "(c) cuDNN's FP8 attention"])
-with tab_a:
-    st.caption("What to look at: the two kernel lists are the same, and the outputs do not differ.")
-    result = fp8_ui.study("p9_autocast", why_a, f"Compare with and without autocast at {half.describe()}", half,
-                          lambda: autocast_study(half), "te_autocast", te.TE_SNIPPET)
-    if result is not None:
-        fp8_ui.autocast(result)
-with tab_b:
-    st.write("A block of QKV projection, DotProductAttention and output projection built from TE layers, in bf16 "
-             "and under FP8 autocast with delayed scaling (HYBRID format; the scale from past steps' amax, a "
-             "tensor's largest |value|) and current scaling (this step's amax). What to look at: the projections' GEMMs become FP8 and the block gets "
-             "faster; the error is the block's output against bf16.")
-    result = fp8_ui.study("p9_block", why_a, f"Time the block at {half.describe()}", half,
-                          lambda: block_study(half), "te_block", te.TE_SNIPPET)
-    if result is not None:
-        fp8_ui.block(result)
-with tab_c:
-    st.write("Q, K and V are stored in FP8 E4M3 with per-tensor scales (448 / amax, so the largest value lands on "
-             "E4M3's largest); inside the kernel the softmax probabilities P (scale 448: each tile's largest value "
-             "is exactly 1 before normalising) and the output O (scale calibrated from one run) are E4M3 too. Speed "
-             "is the GPU's own kernel time (CUPTI), for the FP8 kernel alone and end to end (amax, casts, O back to "
-             "bf16), each at boost clock after 1 s idle and sustained after 1.5 s of calls, with the SM clock read. "
-             "What to look at: the speed-up at each clock, and which scaling keeps the error small on x/64 inputs "
-             "(E4M3's smallest value is 2⁻⁹ ≈ 0.002: an O left at unit scale rounds to zero).")
-    mha = half.replace(kv_heads=half.heads)
-    why_c = get("cudnn_fp8").unmet(mha, info)
-    shapes = ()
-    if why_c is None:
-        c1, c2 = st.columns(2)
-        ts = c1.multiselect("q_len = kv_len", [1024, 2048, 4096, 8192, 16384], default=[2048, 8192], key="p9_fp8_t")
-        hs = c2.multiselect("head_dim", [64, 128, 256], default=[64, 128], key="p9_fp8_h")
-        shapes = tuple(mha.replace(q_len=t, kv_len=t, head_dim=h) for t in sorted(ts) for h in sorted(hs))
-    if why_c is None and not shapes:
-        st.info("Choose at least one q_len and one head_dim.")
-    else:
-        result = fp8_ui.study("p9_fp8", why_c, f"Run FP8 vs bf16 at {len(shapes)} shapes", shapes,
-                              lambda: attention_study(shapes), "fp8_attention", fp8.HOPPER_SNIPPET)
+tab_a, tab_b, tab_c = sections.tabs("p9_tab", ["(a) autocast around attention", "(b) FP8 in TE's dense layers",
+                                               "(c) cuDNN's FP8 attention"])
+if tab_a.open:
+    with tab_a:
+        st.caption("What to look at: the two kernel lists are the same, and the outputs do not differ.")
+        result = fp8_ui.study("p9_autocast", why_a, f"Compare with and without autocast at {half.describe()}", half,
+                              lambda: fp8_ui.autocast_study(half), "te_autocast", te.TE_SNIPPET)
         if result is not None:
-            fp8_ui.fp8_attention(result)
+            fp8_ui.autocast(result)
+if tab_b.open:
+    with tab_b:
+        st.write("A block of QKV projection, DotProductAttention and output projection built from TE layers, in bf16 "
+                 "and under FP8 autocast with delayed scaling (HYBRID format; the scale from past steps' amax, a "
+                 "tensor's largest |value|) and current scaling (this step's amax). What to look at: the projections' GEMMs become FP8 and the block gets "
+                 "faster; the error is the block's output against bf16.")
+        result = fp8_ui.study("p9_block", why_a, f"Time the block at {half.describe()}", half,
+                              lambda: fp8_ui.block_study(half), "te_block", te.TE_SNIPPET)
+        if result is not None:
+            fp8_ui.block(result)
+if tab_c.open:
+    with tab_c:
+        st.write("Q, K and V are stored in FP8 E4M3 with per-tensor scales (448 / amax, so the largest value lands on "
+                 "E4M3's largest); inside the kernel the softmax probabilities P (scale 448: each tile's largest value "
+                 "is exactly 1 before normalising) and the output O (scale calibrated from one run) are E4M3 too. Speed "
+                 "is the GPU's own kernel time (CUPTI), for the FP8 kernel alone and end to end (amax, casts, O back to "
+                 "bf16), each at boost clock after 1 s idle and sustained after 1.5 s of calls, with the SM clock read. "
+                 "What to look at: the speed-up at each clock, and which scaling keeps the error small on x/64 inputs "
+                 "(E4M3's smallest value is 2⁻⁹ ≈ 0.002: an O left at unit scale rounds to zero).")
+        mha = half.replace(kv_heads=half.heads)
+        why_c = get("cudnn_fp8").unmet(mha, info)
+        shapes = ()
+        if why_c is None:
+            c1, c2 = st.columns(2)
+            ts = c1.multiselect("q_len = kv_len", [1024, 2048, 4096, 8192, 16384], default=[2048, 8192], key="p9_fp8_t")
+            hs = c2.multiselect("head_dim", [64, 128, 256], default=[64, 128], key="p9_fp8_h")
+            shapes = tuple(mha.replace(q_len=t, kv_len=t, head_dim=h) for t in sorted(ts) for h in sorted(hs))
+        if why_c is None and not shapes:
+            st.info("Choose at least one q_len and one head_dim.")
+        else:
+            result = fp8_ui.study("p9_fp8", why_c, f"Run FP8 vs bf16 at {len(shapes)} shapes", shapes,
+                                  lambda: fp8_ui.attention_study(shapes), "fp8_attention", fp8.HOPPER_SNIPPET)
+            if result is not None:
+                fp8_ui.fp8_attention(result)
 
 st.header("Clean up")
 st.write("The codelab's last step on one GPU (page 10 goes on to several). On your own GPU, give it back when done:")

@@ -1,5 +1,6 @@
 """The building blocks pages are made of: each a section a learner recognises from page to page.
 
+    tabs              tabs that draw only the open one: a page opens at the cost of its first tab
     on_demand         heavy work runs on a button (small shapes run at once); the result belongs to
                       the shape and settings it was asked for, and only those (one staleness rule)
     guarded           a computation whose failure (memory budget, busy GPU, out of memory) is a
@@ -29,6 +30,12 @@ AUTO_BYTES = 256 * 2**20
 def small(shape: AttentionShape) -> bool:
     """Cheap enough to compute on page load, for every learner, without asking."""
     return shape.flops() / 1e9 <= AUTO_GFLOP and NAIVE.device_bytes(shape) <= AUTO_BYTES
+
+
+def tabs(key: str, labels: Sequence[str]) -> Sequence:
+    """st.tabs whose closed tabs are not run: opening a tab reruns the page and draws it (its `.open`
+    is True), so a page costs its server and its learner's browser one tab, not all of them."""
+    return st.tabs(list(labels), key=key, on_change="rerun")
 
 
 def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | None = None) -> bool:

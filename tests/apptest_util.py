@@ -21,12 +21,16 @@ HOSTILE = {"batch": "__import__('os')", "dtype": "<script>"}
 HEAVY = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
 
 
-def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = True) -> AppTest:
-    """Run app.py with the URL's query parameters, switch to `page`, run it; no exception allowed."""
+def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = True,
+              tab: tuple[str, str] | None = None) -> AppTest:
+    """Run app.py with the URL's query parameters, switch to `page`, run it; no exception allowed.
+    `tab`: (the tabs' key, a label) opens that tab, as a learner's click does (closed tabs are not run)."""
     at = AppTest.from_file(APP, default_timeout=300)
     for k, v in (params or {}).items():
         at.query_params[k] = v
     at.run()  # AppTest needs one run of the entry point before switch_page
+    if tab is not None:
+        at.session_state[tab[0]] = tab[1]
     at.switch_page(page)
     at.run()
     if check:

@@ -21,6 +21,7 @@ from tests.apptest_util import (
 PAGE = "pages/p10_fused_kernel.py"
 MASKED = {**CUSTOM, "window": "8,0", "kv_lengths": "40,30"}
 TABS = ["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"]
+STEP, TRAFFIC, BACKWARD, MASKS, LADDER = (("p10_tab", t) for t in TABS)
 
 
 def fake_ladder() -> dict:
@@ -63,12 +64,15 @@ def test_every_tab_renders(params, no_ladder):
     assert [t.label for t in at.tabs] == TABS
     assert metric(at, "tile (Q block 0, K block 0)") in ("full", "partial", "skipped")
     assert any("def update(" in c.value for c in at.code)  # the plain-JAX online softmax
-    assert any("◀ max" in c.value for c in at.code)  # the shipped Pallas excerpt, its lines marked
-    assert "GPU memory traffic (model)" in "".join(charts(at))
+    assert "GPU memory traffic (model)" not in "".join(charts(at)), "a closed tab is not run"
+    assert "GPU memory traffic (model)" in "".join(charts(open_page(PAGE, params, tab=TRAFFIC)))
+    assert any("◀ max" in c.value for c in open_page(PAGE, params, tab=LADDER).code)  # Pallas excerpt, lines marked
+    assert "compute capability" not in texts(open_page(PAGE, params, tab=BACKWARD), "error")
+    assert metric(open_page(PAGE, params, tab=MASKS), "tiles skipped").endswith("%")
 
 
 def test_masks_start_from_the_sidebar_and_skip_tiles(no_ladder):
-    at = open_page(PAGE, MASKED)
+    at = open_page(PAGE, MASKED, tab=MASKS)
     assert at.toggle(key="p10_masks_causal").value and at.toggle(key="p10_masks_use_padding").value
     assert (at.number_input(key="p10_masks_left").value, at.number_input(key="p10_masks_length").value) == (8, 40)
     assert metric(at, "tiles skipped") != "0%"
@@ -103,15 +107,15 @@ def test_step_through_first_step_is_far_and_slider_shrinks_with_bigger_blocks():
 
 
 def test_absent_ladder_is_explained(no_ladder):
-    at = open_page(PAGE)
+    at = open_page(PAGE, tab=LADDER)
     assert "Not measured yet: run `python -m attnlab ladder" in texts(at, "info")
-    assert "the model above is all there is" in texts(at, "info")
-    assert "Expected on an H200 (anchor" in " ".join(e.label for e in at.expander)
     assert "Roofline" not in "".join(charts(at))
+    assert "Expected on an H200 (anchor" in " ".join(e.label for e in at.expander)
+    assert "the model above is all there is" in texts(open_page(PAGE, tab=TRAFFIC), "info")
 
 
 def test_fake_ladder_chart_table_and_roofline(with_ladder):
-    at = open_page(PAGE)
+    at = open_page(PAGE, tab=LADDER)
     spec = "".join(charts(at))
     assert "Roofline" in spec and "best_tflops" in spec
     table = next(f for f in frames(at) if "what this rung adds" in f.columns)  # a wrapping st.table
@@ -124,18 +128,22 @@ def test_fake_ladder_chart_table_and_roofline(with_ladder):
     roof = next(d for d in chart_data(at) if "intensity" in d.columns and "model" in d.columns)
     assert set(roof["implementation"]) == set(ladder.LADDER) - {"tokamax_mosaic"}
     assert "Measured on NVIDIA H200" in texts(at, "caption")
+    at = open_page(PAGE, tab=MASKS)
     assert any("3.1" in str(d["ms"].tolist()) for d in chart_data(at) if "mask" in d.columns)
 
 
 def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
-    at = open_page(PAGE, {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "2", "kv_heads": "2",
-                          "head_dim": "16"})
+    small = {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "2", "kv_heads": "2", "head_dim": "16"}
+    at = open_page(PAGE, small, tab=TRAFFIC)
     button(at, "btn_p10_compiled").click().run()
-    button(at, "btn_p10_backward").click().run()
-    assert not at.exception
-    spec = "".join(charts(at))
-    assert "compiled scratch (temp) bytes" in spec and "forward+backward scratch (temp) bytes" in spec
     temp = [d for d in chart_data(at) if "temp_bytes" in d.columns]
+    spec = "".join(charts(at))
+    at.session_state["p10_tab"] = "The backward pass"
+    button(at.run(), "btn_p10_backward").click().run()
+    assert not at.exception
+    spec += "".join(charts(at))
+    assert "compiled scratch (temp) bytes" in spec and "forward+backward scratch (temp) bytes" in spec
+    temp += [d for d in chart_data(at) if "temp_bytes" in d.columns]
     assert len(temp) == 2 and {"naive", "flash_jax"} <= set(temp[1]["implementation"])
     naive = temp[1][temp[1]["implementation"] == "naive"].sort_values("q_len")["temp_bytes"].tolist()
     assert naive == sorted(naive) and naive[-1] > naive[0]

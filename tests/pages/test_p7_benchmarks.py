@@ -19,6 +19,7 @@ from attnlab.shapes import AttentionShape  # noqa: E402
 from tests.apptest_util import SMALL, button, chart_data, charts, frame_with, frames, open_page, texts  # noqa: E402
 
 P7 = "pages/p7_benchmarks.py"
+HOW, SWEEPS, LONG = ("p7_tab", "How it is timed"), ("p7_tab", "Sweeps"), ("p7_tab", "Long context on an H200")
 ON_CPU = jax.default_backend() != "gpu"
 SMALL_SHAPE = AttentionShape(batch=1, q_len=32, kv_len=32, heads=4, kv_heads=2, head_dim=16)
 
@@ -85,7 +86,18 @@ def test_benchmarks_page_at_a_custom_shape_from_the_url(without_shipped):
 def test_the_page_is_four_tabs_each_saying_what_to_look_at(without_shipped):
     at = open_page(P7, SMALL)
     assert [t.label for t in at.tabs] == ["At your shape", "How it is timed", "Sweeps", "Long context on an H200"]
-    assert texts(at, "caption").count("What to look at") >= 3  # the long-context tab says it only with data
+    said = [texts(open_page(P7, SMALL, tab=("p7_tab", t.label)), "caption").count("What to look at")
+            for t in at.tabs[:3]]  # the long-context tab says it only with data
+    assert said == [1, 1, 1]
+
+
+def test_a_closed_tab_is_not_run_until_it_is_opened(without_shipped):
+    at = open_page(P7, SMALL)  # opens at its first tab: the demonstration and the sweeps' controls wait
+    assert not frames(at, "what it is") and not [m for m in at.multiselect if m.key == "p7_seq_values"]
+    assert "How the harness times a call" not in texts(at, "header")
+    at = open_page(P7, SMALL, tab=HOW)
+    assert frames(at, "what it is") and "How the harness times a call" in texts(at, "header")
+    assert not frames(at, "compile"), "the first tab's timings wait until it is opened again"
 
 
 def test_a_program_compiled_before_says_cached_and_the_spread_is_shown(without_shipped):
@@ -133,7 +145,7 @@ def test_the_harness_code_shown_is_the_code_that_runs():
 
 
 def test_the_dispatch_demonstration_shows_queuing_is_cheaper_than_waiting(without_shipped):
-    at = open_page(P7)  # the codelab's shape: a call costs far more than its dispatch
+    at = open_page(P7, tab=HOW)  # the codelab's shape: a call costs far more than its dispatch
     assert timing_demo.harness_source().splitlines()[0] in "\n".join(c.value for c in at.code)
     demo = frame_with(at, "what it is").set_index("measured")
     assert any("what it is" in t.value.columns for t in at.table)  # a static table: its sentences wrap, not cut
@@ -147,7 +159,7 @@ def test_the_dispatch_demonstration_shows_queuing_is_cheaper_than_waiting(withou
 # sweeps
 # --------------------------------------------------------------------------------------------
 def test_sequence_and_batch_sweeps_run_on_their_buttons_with_both_dtypes(without_shipped):
-    at = open_page(P7, SMALL)
+    at = open_page(P7, SMALL, tab=SWEEPS)
     assert not [d for d in frames(at, "q_len") if "pass" in d], "no sweep before its button"
     seq = run_sweep(at, "p7_seq", "q_len", ["naive", "sdpa_xla"], [64, 128])
     assert len(seq) == 8 and (seq["wall_ms"] > 0).all()  # the table lists the cells that ran
@@ -157,13 +169,13 @@ def test_sequence_and_batch_sweeps_run_on_their_buttons_with_both_dtypes(without
 
     batch = run_sweep(at, "p7_batch", "batch", ["sdpa_xla"], [1, 2], dtypes=("float32",))
     assert sorted(batch["batch"]) == [1, 2]
-    assert len(at.download_button) >= 3  # timings, sequence sweep, batch sweep
+    assert len(at.download_button) == 2  # sequence sweep, batch sweep (the timings of the first tab: not drawn)
 
 
 def test_sweep_lists_cells_that_do_not_fit_with_their_reason(without_shipped, small_memory_cap, monkeypatch):
     monkeypatch.setattr(queue.DEVICE, "_budget", None)  # read the cap now, not the budget an earlier test saw
     # 64 MiB: naive's float32 scores at T = 1024 (B1 N16: 2 x 64 MiB) do not fit, at T = 64 they do
-    at = open_page(P7, {"batch": "1", "heads": "16", "kv_heads": "16", "head_dim": "8"})
+    at = open_page(P7, {"batch": "1", "heads": "16", "kv_heads": "16", "head_dim": "8"}, tab=SWEEPS)
     seq = run_sweep(at, "p7_seq", "q_len", ["naive"], [64, 1024], dtypes=("float32",))
     assert list(seq["q_len"]) == [64]
     bad = next(d for d in frames(at, "reason") if "q_len" in d).set_index("q_len")
@@ -171,7 +183,7 @@ def test_sweep_lists_cells_that_do_not_fit_with_their_reason(without_shipped, sm
 
 
 def test_cpu_sweep_defaults_are_small(without_shipped):
-    at = open_page(P7)
+    at = open_page(P7, tab=SWEEPS)
     if ON_CPU:
         assert max(at.multiselect(key="p7_seq_values").value) <= 256
         assert at.multiselect(key="p7_seq_dtypes").value == ["float32", "bfloat16"]
@@ -187,7 +199,7 @@ def test_benchmarks_page_says_when_no_shipped_results(without_shipped):
 
 
 def test_benchmarks_page_shows_the_shipped_results_only_when_they_exist(with_shipped):
-    at = open_page(P7, SMALL)
+    at = open_page(P7, SMALL, tab=LONG)
     assert "No H200 results ship" not in texts(at, "info")
     assert "Measured on NVIDIA H200" in texts(at, "caption")
     assert "700 TFLOP/s" in [m.value for m in at.metric]  # the ceiling, from the shipped results
@@ -197,7 +209,7 @@ def test_benchmarks_page_shows_the_shipped_results_only_when_they_exist(with_shi
 
 
 def test_fidelity_columns_have_labels_with_units(with_shipped):
-    at = open_page(P7, SMALL)
+    at = open_page(P7, SMALL, tab=LONG)
     (fid,) = frames(at, "harness_over_bare")
     config = json.loads(next(d for d in at.dataframe if "harness_over_bare" in d.value.columns).proto.columns)
     assert set(fid.columns) <= set(config)
@@ -209,14 +221,14 @@ def test_memory_refusals_and_out_of_memory_are_told_apart_under_the_shipped_tabl
     # XLA's out-of-memory for others: a newcomer reads different limits unless the page says what each is
     long = shipped.frame("long_context")
     assert long["reason"].str.contains("cap of").any() and (long["status"] == "out of memory").any()
-    at = open_page(P7, SMALL)
+    at = open_page(P7, SMALL, tab=LONG)
     captions = texts(at, "caption")
     assert "Two kinds of memory failure" in captions and "different caps" in captions
 
 
 def test_lines_on_top_of_each_other_are_drawn_dashed_and_named(with_shipped):
     # the stand-in gives sdpa_xla, sdpa_cudnn and te_dpa identical numbers: they overlap everywhere
-    at = open_page(P7, SMALL)
+    at = open_page(P7, SMALL, tab=LONG)
     assert "overlap: within 3%" in texts(at, "caption")
     assert any("line" in d and d["line"].str.startswith("dashed").any() for d in chart_data(at))
     pairs = timing_demo.overlapping(pd.DataFrame({"q_len": [1, 2, 1, 2], "implementation": ["a", "a", "b", "b"],

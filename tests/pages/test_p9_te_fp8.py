@@ -8,6 +8,8 @@ import pytest
 from attnlab import te as te_mod
 from tests.apptest_util import SMALL, charts, frame_with, frames, metric, open_page, texts
 
+AUTOCAST, DENSE, FP8_ATTENTION = (("p9_tab", t) for t in ("(a) autocast around attention", "(b) FP8 in TE's dense layers",
+                                                            "(c) cuDNN's FP8 attention"))
 PAGE = "pages/p9_te_fp8.py"
 ON_CPU = jax.default_backend() != "gpu"
 HEAVY_MQA = {"batch": "2", "q_len": "1", "kv_len": "2048", "heads": "512", "kv_heads": "1", "head_dim": "512"}
@@ -50,7 +52,7 @@ def test_requirements_come_from_the_backends_declarations():
 
 @pytest.mark.skipif(not ON_CPU, reason="describes the CPU backend")
 def test_te_fp8_page_on_cpu_says_what_is_missing_and_shows_the_code_to_run(without_shipped):
-    at = open_page(PAGE)
+    at = open_page(PAGE, tab=FP8_ATTENTION)
     req = frame_with(at, "requirement")
     assert (req[req["requirement"] == "a CUDA GPU"]["met"] == "no").all()
     codes = [c.value for c in at.code]
@@ -63,13 +65,21 @@ def test_te_fp8_page_on_cpu_says_what_is_missing_and_shows_the_code_to_run(witho
 def test_te_fp8_page_shows_the_shipped_studies_labelled_where_nothing_runs_live(with_shipped):
     at = open_page(PAGE, SMALL)
     captions = texts(at, "caption")
-    assert captions.count("📦 Measured on NVIDIA H200") == 4  # TE sweep, (a), (b), (c): each labelled
+    assert captions.count("📦 Measured on NVIDIA H200") == 2  # TE sweep, (a): each labelled
     assert "not measured on this machine" in captions
     assert "identical" in texts(at, "success")  # (a) autocast changed no kernel
     assert metric(at, "max |output with autocast − without|") == "0"
+    assert any("by q_len" in s for s in charts(at))  # the TE sweep from the shipped results
+    assert "ran at its own shapes, not the sidebar's" in texts(at, "caption")
+    assert len(at.tabs) == 3  # the three FP8 studies, one tab each
+    at = open_page(PAGE, SMALL, tab=DENSE)
+    assert texts(at, "caption").count("📦 Measured on NVIDIA H200") == 2  # TE sweep, (b)
+    assert any("TFLOP/s by recipe" in s for s in charts(at))
     block = frame_with(at, "rel_err_vs_bf16")
     assert list(block["recipe"]) == ["bf16", "fp8_delayed", "fp8_current"]
     assert "matmul (XLA fusion) (gemm_test) 12.5 µs" in block["top_kernels"].iloc[0]
+    at = open_page(PAGE, SMALL, tab=FP8_ATTENTION)
+    assert texts(at, "caption").count("📦 Measured on NVIDIA H200") == 2  # TE sweep, (c)
     errors = frame_with(at, "err_unit_scales")
     assert errors["err_amax_all"].iloc[0] == pytest.approx(0.02)
     speed = frame_with(at, "fp8_e2e_tflops")
@@ -80,10 +90,6 @@ def test_te_fp8_page_shows_the_shipped_studies_labelled_where_nothing_runs_live(
     assert any("by shape at boost clock" in s for s in charts(at))
     at.radio(key="p9_fp8_state").set_value("sustained (after 1.5 s of calls)").run()
     assert not at.exception and any("by shape sustained" in s for s in charts(at))
-    assert any("by q_len" in s for s in charts(at))  # the TE sweep from the shipped results
-    assert any("TFLOP/s by recipe" in s for s in charts(at))
-    assert "ran at its own shapes, not the sidebar's" in texts(at, "caption")
-    assert len(at.tabs) == 3  # the three FP8 studies, one tab each
 
 
 def test_last_step_says_how_to_clean_up_the_gpu():
@@ -103,7 +109,9 @@ def test_heavy_mqa_link_opens_with_nothing_computed(without_shipped):
 @pytest.mark.gpu
 def test_te_and_fp8_studies_run_live_on_a_gpu():
     at = open_page(PAGE, {"dtype": "bfloat16", "causal": "true"})
-    for key in ("p9_te", "p9_autocast", "p9_block", "p9_fp8"):
+    for key, tab in (("p9_te", AUTOCAST), ("p9_autocast", AUTOCAST), ("p9_block", DENSE), ("p9_fp8", FP8_ATTENTION)):
+        at.session_state[tab[0]] = tab[1]
+        at.run()
         if f"btn_{key}" not in study_buttons(at):
             continue  # the page said why this study cannot run here (no TE, or compute capability)
         if key == "p9_te":
