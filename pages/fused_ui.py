@@ -28,6 +28,8 @@ WHY = {
 
 
 compiled_memory = common.cached(memory.compiled_memory)
+# shared by the server's processes: another process that ran the same shape answers without compiling
+same_program = common.cached(memory.same_program)
 
 
 def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
@@ -56,7 +58,7 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     rows = df.set_index("implementation")
     auto, cudnn = rows.loc["sdpa_auto"], rows.loc["sdpa_cudnn"]
     if auto["status"] == runs.OK:
-        same = rows.loc["sdpa_xla", "status"] == runs.OK and memory.same_program(shape, "sdpa_auto", "sdpa_xla")
+        same = rows.loc["sdpa_xla", "status"] == runs.OK and same_program(shape, "sdpa_auto", "sdpa_xla")
         st.success(f"On this machine `implementation=None` compiled to **{auto['what_ran']}**"
                    + (": the very same program as `implementation=\"xla\"` (identical optimised HLO)." if same
                       else "."))

@@ -48,7 +48,7 @@ if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (s
         c3.metric("max |naive − SDPA|", f"{diff:.3g}")
         c4.metric("allclose, both", str(naive.accuracy.allclose and auto.accuracy.allclose),
                   help=f"each against float64 at rtol {tol['rtol']:g}, atol {tol['atol']:g}")
-        same = "the same" if memory.same_program(shape, "naive", "sdpa_auto") else "different"
+        same = "the same" if fused_ui.same_program(shape, "naive", "sdpa_auto") else "different"
         st.caption(f"SDPA is `jax.nn.dot_product_attention(implementation=None)`. The difference is over the part "
                    f"of the outputs checked against float64{' (' + naive.reference_note + ')' if naive.reference_note else ''}. "
                    f"The two compiled to {same} programs here"

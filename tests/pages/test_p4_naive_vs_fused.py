@@ -152,3 +152,17 @@ def test_names_the_cudnn_kernel_and_its_device_time_on_gpu():
     timed = frame_with(at, "wall_ms").set_index("implementation")
     assert timed.loc["sdpa_cudnn", "device_ms"] > 0
     assert len(frames(at))
+
+
+def test_whether_two_programs_are_one_is_shared_by_the_servers_processes(tmp_path, monkeypatch):
+    # page 4 says whether naive and SDPA compiled to one program: a server process that finds the answer in
+    # the results store must not compile both programs again only to compare their text
+    from attnlab import compiled
+    from pages import fused_ui
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    shape = AttentionShape(batch=1, q_len=24, kv_len=24, heads=2, kv_heads=2, head_dim=8)
+    first = fused_ui.same_program(shape, "naive", "sdpa_auto")
+    fused_ui.same_program.clear()  # as another process of the server: nothing of this one in its memory
+    monkeypatch.setattr(compiled, "compile_backend", lambda *a, **k: pytest.fail("compiled again"))
+    assert fused_ui.same_program(shape, "naive", "sdpa_auto") == first
