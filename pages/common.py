@@ -61,16 +61,20 @@ def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
 
 
 @cached
-def unmet(shape: AttentionShape) -> dict[str, str | None]:
-    """For every backend, None when it can run `shape` here, else why not. Shared by the server's
-    processes: tracing every backend at a new shape costs seconds of Python on a GPU machine
-    (tokamax's Pallas kernels most), once per server rather than once per process."""
+def unmet(shape: AttentionShape, names: tuple[str, ...] | None = None) -> dict[str, str | None]:
+    """For each backend of `names` (default: every one), None when it can run `shape` here, else why
+    not. Only the backends asked about are traced: tracing every backend at a new shape costs seconds
+    of Python on a GPU machine (tokamax's Pallas kernels most), and a page asking about its three at
+    a shape of its own (a decode step, a masked view) should not pay for all of them. Shared by the
+    server's processes: once per server rather than once per process."""
     info = device.info()
-    return {n: b.unmet(shape, info) for n, b in REGISTRY.items()}
+    return {n: REGISTRY[n].unmet(shape, info) for n in (names or REGISTRY)}
 
 
 def runnable(shape: AttentionShape, names=None) -> list[str]:
-    return [n for n in (names or REGISTRY) if unmet(shape)[n] is None]
+    names = tuple(names or REGISTRY)
+    why = unmet(shape, None if names == tuple(REGISTRY) else names)
+    return [n for n in names if why[n] is None]
 
 
 def literal(text: str) -> str:

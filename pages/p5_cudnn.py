@@ -51,7 +51,7 @@ bf = shape.replace(dtype="bfloat16")
 info = common.device_info()
 if shape.dtype != "bfloat16":
     st.caption(f"The sidebar's dtype is {shape.dtype}; this page uses bfloat16: **{bf.describe()}**.")
-why_not = common.unmet(bf)["sdpa_cudnn"]
+why_not = common.unmet(bf, ("sdpa_cudnn",))["sdpa_cudnn"]
 
 st.subheader("Why name cuDNN at all?")
 st.write("Because `implementation=None` does not pick it. Here is what each call compiles to on this machine:")

@@ -142,6 +142,6 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
             [f"key_value_seq_lengths=jnp.array({list(lengths)}, jnp.int32)"] if lengths else [])
         c2.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
                 + f",\n    implementation=\"{FUSED[name]}\")", language="python")
-for n, why in common.unmet(masked_view).items():
-    if n in FUSED and why:
+for n, why in common.unmet(masked_view, tuple(FUSED)).items():
+    if why:
         st.caption(f"{n} cannot run this here: {common.literal(why)}")

@@ -46,7 +46,7 @@ st.caption("The variants of the sidebar's shape: "
               f". No GQA: heads ({shape.heads}) has no divisor between 1 and itself."))
 
 st.header("Same output, fewer KV heads")
-names = tuple(n for n in CANDIDATES if any(common.unmet(v)[n] is None for v in variants)) or ("naive",)
+names = tuple(n for n in CANDIDATES if any(common.unmet(v, CANDIDATES)[n] is None for v in variants)) or ("naive",)
 st.write(f"Each variant through {', '.join(f'`{n}`' for n in names)}, compared with a float64 NumPy reference "
          "of the same attention. " + ("" if on_gpu else "cuDNN needs an NVIDIA GPU, so on this CPU backend the "
                                       "naive code and XLA's SDPA answer."))

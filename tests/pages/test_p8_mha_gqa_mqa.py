@@ -125,3 +125,19 @@ def test_decode_button_counts_only_the_cells_that_can_run_here():
     at = open_page(PAGE)
     label = button(at, "btn_p8_decode").label
     assert "(6 cells; 3 cannot run here)" in label, label
+
+
+def test_at_its_own_shapes_the_page_asks_only_about_its_three_implementations(monkeypatch):
+    # the variants and the decode steps are shapes of the page's own: tracing every backend of the registry
+    # at each (six shapes) costs seconds per learner on a GPU machine, for answers the page never shows
+    from attnlab.backend import Backend
+    from attnlab.shapes import AttentionShape
+
+    params = {"batch": "1", "q_len": "40", "kv_len": "40", "heads": "6", "kv_heads": "3", "head_dim": "24"}
+    sidebar = AttentionShape(batch=1, q_len=40, kv_len=40, heads=6, kv_heads=3, head_dim=24)
+    asked, real = [], Backend.unmet
+    monkeypatch.setattr(Backend, "unmet", lambda self, shape, info: asked.append((self.name, shape))
+                        or real(self, shape, info))
+    open_page(PAGE, params)
+    elsewhere = {name for name, shape in asked if shape != sidebar}
+    assert elsewhere and elsewhere <= {"naive", "sdpa_xla", "sdpa_cudnn"}, sorted(elsewhere)
