@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable
 
 import jax
@@ -63,11 +64,24 @@ def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
     return [jax.ShapeDtypeStruct(s, shape.dtype) for s in (shape.q_shape(), shape.kv_shape(), shape.kv_shape())]
 
 
+_LOWERING = threading.Lock()
+
+
+def lower(jitted, args):
+    """`jitted.lower(*args)`, one thread of this process at a time. Lowering is Python (it holds the
+    GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
+    side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
+    while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
+    stays parallel."""
+    with _LOWERING:
+        return jitted.lower(*args)
+
+
 @functools.lru_cache(maxsize=512)
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
     """Trace the call for `shape` without running it: the backend's own error text, or None."""
     try:
-        _jitted(backend, shape).lower(*abstract_inputs(shape))
+        lower(_jitted(backend, shape), abstract_inputs(shape))
     except Exception as e:  # the backend's own words are the lesson here
         return error_text(e)
     return None

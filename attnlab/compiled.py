@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab.backend import abstract_inputs
+from attnlab.backend import abstract_inputs, lower
 from attnlab.backends import get
 from attnlab.shapes import AttentionShape
 
@@ -150,7 +150,7 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     XLA compiler options (`check_options()`).
     """
     t0 = time.perf_counter()
-    lowered = jax.jit(fn).lower(*args)
+    lowered = lower(jax.jit(fn), args)  # one thread at a time (backend.lower says why)
     key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
     while True:
         with _LOCK:

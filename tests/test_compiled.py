@@ -85,3 +85,33 @@ def test_compile_many_compiles_side_by_side_and_returns_each_jobs_error(monkeypa
     assert len(compiles) == 4
     compiled.compile_backend("naive", shapes[1])
     assert len(compiles) == 4  # kept: asking again compiles nothing
+
+
+def test_lowering_takes_turns_in_a_process(monkeypatch):
+    # Mosaic GPU's lowering crashed a server process when threads lowered side by side (backend.lower)
+    import threading
+
+    import jax
+
+    from attnlab import backend
+    from attnlab.backends import get
+
+    entered = []
+
+    class Recording:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __enter__(self):
+            entered.append(threading.get_ident())
+            return self.lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self.lock.__exit__(*exc)
+
+    monkeypatch.setattr(backend, "_LOWERING", Recording())
+    shape = AttentionShape(batch=1, q_len=12, kv_len=12, heads=2, kv_heads=2, head_dim=8)
+    backend.trace_error.cache_clear()
+    assert backend.trace_error(get("naive"), shape) is None
+    compiled.compile_timed(lambda x: x * 3.0, [jax.ShapeDtypeStruct((5,), "float32")], "test")
+    assert len(entered) == 2  # the trace and the compile's lowering, each under the lock
