@@ -18,6 +18,7 @@ import jax
 
 from attnlab.device import DeviceInfo
 from attnlab.shapes import AttentionShape
+from attnlab.turns import TURNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +73,8 @@ def lower(jitted, args):
     GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
     side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
     while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
-    stays parallel."""
-    with _LOWERING:
+    stays parallel. Never while this process runs something on the device (turns.py says why)."""
+    with TURNS.building(), _LOWERING:
         return jitted.lower(*args)
 
 

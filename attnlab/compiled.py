@@ -26,6 +26,7 @@ import pandas as pd
 from attnlab.backend import abstract_inputs, lower
 from attnlab.backends import get
 from attnlab.shapes import AttentionShape
+from attnlab.turns import TURNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +148,16 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
     says so instead of presenting the cache lookup as a compile time. A program another thread is
     compiling (another learner on the same new shape) is waited for, not compiled twice. `options`:
-    XLA compiler options (`check_options()`).
+    XLA compiler options (`check_options()`). Never while this process runs on the device (turns.py).
     """
     t0 = time.perf_counter()
+    with TURNS.building():  # from lowering to compiled, so a thread waited for is never itself waiting
+        compiled, seen, first = _lower_and_compile(fn, args, who, options)
+    ms = (time.perf_counter() - t0) * 1e3
+    return compiled, ms, (first or "an earlier call") if seen else None
+
+
+def _lower_and_compile(fn, args, who, options):
     lowered = lower(jax.jit(fn), args)  # one thread at a time (backend.lower says why)
     key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
     while True:
@@ -173,10 +181,9 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
         finally:
             with _LOCK:
                 _COMPILING.pop(key).set()
-    else:
-        first, compiled = seen
-    ms = (time.perf_counter() - t0) * 1e3
-    return compiled, ms, (first or "an earlier call") if seen is not None else None
+        return compiled, False, None
+    first, compiled = seen
+    return compiled, True, first
 
 
 def compile_threads() -> int:

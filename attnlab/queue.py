@@ -4,7 +4,8 @@ Every run asks `DEVICE` for what it will hold (device bytes and host bytes) befo
 anything. Runs that only compute (an output to check, a program to compile) share the device as
 long as their bytes fit the budget together; a timing run waits until it has the device to
 itself, so no learner's timing is disturbed by another's work. Requests are served in order of
-arrival. A request bigger than the whole budget is refused at once with a sentence; one that
+arrival. Inside one process, admitted runs then use the device one thread at a time, and never
+while that process compiles (attnlab/turns.py: CUDA refuses it). A request bigger than the whole budget is refused at once with a sentence; one that
 would wait behind too many others, or too long, gets `DeviceBusy`. Both are expected events a
 page shows as a message.
 
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from attnlab import waiting
 from attnlab.across import AcrossProcesses
 from attnlab.shapes import GIB, format_bytes
+from attnlab.turns import TURNS, Turns
 
 
 class DeviceBusy(RuntimeError):
@@ -137,8 +139,12 @@ class Stats:
 class DeviceQueue:
     """Admission by memory, first come first served; `exclusive` runs have the device alone."""
 
-    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0):
+    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0,
+                 turns: Turns | None = TURNS):
+        """`turns`: how admitted runs of this process take turns on the device with its compiles
+        (None: admitted runs go side by side, as runs of different processes do)."""
         self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
+        self._turns = turns
         self._cond = threading.Condition()
         self._queue: deque[object] = deque()
         self._device = self._host = self._running = 0
@@ -181,6 +187,9 @@ class DeviceQueue:
             return False
         b = self.budget
         return self._host + host <= b.host_bytes and (b.shared or self._device + device_bytes <= b.device_bytes)
+
+    def _taking_turns(self):
+        return self._turns.running() if self._turns is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def slot(self, device_bytes: int = 0, host_bytes: int = 0, *, exclusive: bool = False,
@@ -232,10 +241,11 @@ class DeviceQueue:
         self._held.depth = 1
         try:
             if self.across is None:
-                yield waited
+                with self._taking_turns():  # not while this process compiles (turns.py says why)
+                    yield waited
             else:
                 limit = self.timeout_s if timeout_s is None else timeout_s
-                with self.across.hold(exclusive, start + limit):
+                with self.across.hold(exclusive, start + limit), self._taking_turns():
                     waited = time.perf_counter() - start
                     with self._cond:
                         self.stats.longest_wait_s = max(self.stats.longest_wait_s, waited)
