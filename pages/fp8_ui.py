@@ -71,7 +71,7 @@ def autocast(df: pd.DataFrame) -> None:
     (st.success if same else st.warning)(
         f"At {row.get('shape')}: the kernels are {'identical' if same else 'different'} with and without "
         "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
-    common.table(fp8_study.kernels_side_by_side(row))
+    common.text_table(fp8_study.kernels_side_by_side(row))
 
 
 def block(df: pd.DataFrame) -> None:

@@ -180,8 +180,8 @@ def ncu_block(found: dict | None) -> None:
     rows = [{"implementation": n, "kernel": c.get("kernel") or "—", "read": common.fmt_bytes(c.get("read_bytes")),
              "written": common.fmt_bytes(c.get("write_bytes")),
              "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
-             "why not measured": c.get("reason") or "—"} for n, c in ncu.items()]
-    common.table(pd.DataFrame(rows))
+             "why not measured": c.get("reason")} for n, c in ncu.items()]
+    common.text_table(pd.DataFrame(rows))  # kernel names are long: they wrap
     st.caption("The model counts every re-read of K and V (once per block of queries) as traffic to GPU memory; "
                "the H200's 50 MB L2 cache serves most of those re-reads, so the DRAM counters read far less.")
     if all("reason" in c for c in ncu.values()):

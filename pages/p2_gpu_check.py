@@ -27,4 +27,4 @@ st.subheader("Each implementation's requirements")
 st.write("What each backend declares it needs, what is here, and whether it is met. The first unmet one is the "
          "reason above; where every declared requirement is met but the backend still refuses the shape, its own "
          "error is the reason.")
-common.table(common.requirements_table(shape, info))
+common.text_table(common.requirements_table(shape, info))

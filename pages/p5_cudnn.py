@@ -61,7 +61,7 @@ st.write("XLA's attention is matmul → softmax → matmul with the (B, N, T, S)
 fused_ui.xla_at_scale()
 
 st.subheader("What cuDNN needs")
-common.table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
+common.text_table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
 if why_not:
     st.warning(f"cuDNN cannot run {bf.describe()} here: {why_not}.")
     error = trace_error(get("sdpa_cudnn"), bf)

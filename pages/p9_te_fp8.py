@@ -16,9 +16,10 @@ st.write(
     "but only where a kernel actually computes in FP8, and each tensor needs a scale so that its values land "
     "in FP8's narrow range. There are two FP8 formats:"
 )
-common.table(fp8_study.formats(), column_config={"largest value": st.column_config.NumberColumn(format="%g"),
-                                                  "smallest value": st.column_config.NumberColumn(
-                                                      "smallest value (subnormal)", format="%.2g")})
+formats = fp8_study.formats()
+common.text_table(formats.assign(**{"largest value": formats["largest value"].map("{:,.0f}".format),
+                                    "smallest value": formats["smallest value"].map("{:.2g}".format)})
+                  .rename(columns={"smallest value": "smallest value (subnormal)"}))
 st.caption("HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward; TE's DelayedScaling "
            "recipe (used in (a) and (b) below) takes it.")
 info = common.device_info_static()
@@ -28,8 +29,7 @@ half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype=
 st.header("What can run here")
 st.caption("Each row is a requirement that TE's DotProductAttention (`te_dpa`) or cuDNN's FP8 attention "
            f"(`cudnn_fp8`) declares, checked at the sidebar's shape ({shape.describe()}) on this device.")
-common.table(common.requirements_table(shape, info, ["te_dpa", "cudnn_fp8"]),
-             column_config={"here": st.column_config.TextColumn("here", width="large")})
+common.text_table(common.requirements_table(shape, info, ["te_dpa", "cudnn_fp8"]))
 if shape is not half:
     st.caption(f"TE and FP8 take bfloat16 or float16 inputs; the sections below use your shape in bfloat16 "
                f"({half.describe()}).")

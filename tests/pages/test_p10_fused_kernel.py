@@ -149,3 +149,11 @@ def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
     assert naive == sorted(naive) and naive[-1] > naive[0]
     at_4096 = temp[1][temp[1]["q_len"] == 4096].set_index("implementation")["temp_bytes"]
     assert at_4096["flash_jax"] < at_4096["naive"] / 4  # past its 512-wide tile, flash's memory is O(T)
+
+
+def test_the_nsight_table_wraps_its_long_kernel_names_and_reasons(with_ladder):
+    # a 60-character cuDNN kernel name and the "why not measured" column were cut off at the page's edge
+    at = open_page(PAGE, None, tab=TRAFFIC)
+    (ncu,) = [t.value.reset_index() for t in at.table if "the model's total" in t.value.reset_index()]
+    assert list(ncu["implementation"]) == ["sdpa_cudnn", "tokamax_mosaic"]
+    assert ncu.loc[0, "kernel"] == "cudnn_test" and ncu.loc[1, "why not measured"].startswith("test reason")

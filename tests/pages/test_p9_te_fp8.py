@@ -31,12 +31,20 @@ def test_bad_urls_give_messages_not_exceptions(params):
 def test_fp8_formats_are_named_with_their_bits_range_and_use():
     at = open_page(PAGE)
     fmt = frame_with(at, "mantissa bits").set_index("format")
-    assert (fmt.loc["E4M3", "exponent bits"], fmt.loc["E4M3", "mantissa bits"], fmt.loc["E4M3", "largest value"]) == (4, 3, 448)
-    assert (fmt.loc["E5M2", "exponent bits"], fmt.loc["E5M2", "mantissa bits"], fmt.loc["E5M2", "largest value"]) == (5, 2, 57344)
+    assert (fmt.loc["E4M3", "exponent bits"], fmt.loc["E4M3", "mantissa bits"], fmt.loc["E4M3", "largest value"]) == ("4", "3", "448")
+    assert (fmt.loc["E5M2", "exponent bits"], fmt.loc["E5M2", "mantissa bits"], fmt.loc["E5M2", "largest value"]) == ("5", "2", "57,344")
+    assert fmt.loc["E5M2", "smallest value (subnormal)"] == "1.5e-05"
     assert "cuDNN FP8 attention" in fmt.loc["E4M3", "in this lab"] and "HYBRID" in fmt.loc["E5M2", "in this lab"]
     assert "HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward" in texts(at, "caption")
     text = texts(at, "markdown")
     assert "HYBRID: E4M3 forward, E5M2 for gradients" in text and "Q, K and V in E4M3" in text
+
+
+def test_tables_of_long_text_wrap_instead_of_scrolling_sideways():
+    # the requirement checklist's "here" (a pip command) and the formats' "in this lab" were cut off
+    at = open_page(PAGE)
+    static = [t.value.reset_index() for t in at.table]
+    assert any("mantissa bits" in t for t in static) and any("requirement" in t for t in static)
 
 
 def test_requirements_come_from_the_backends_declarations():
