@@ -175,9 +175,9 @@ def ncu_block(found: dict | None) -> None:
     if not found or not ncu:
         st.info(NOT_MEASURED + " Until then, the model above is all there is.")
         return
-    from attnlab import ladder
+    from attnlab import kernels, ladder
 
-    rows = [{"implementation": n, "kernel": c.get("kernel") or "—", "read": common.fmt_bytes(c.get("read_bytes")),
+    rows = [{"implementation": n, "kernel": kernels.describe(c["kernel"]) if c.get("kernel") else None, "read": common.fmt_bytes(c.get("read_bytes")),
              "written": common.fmt_bytes(c.get("write_bytes")),
              "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
              "why not measured": c.get("reason")} for n, c in ncu.items()]

@@ -42,7 +42,7 @@ def fake_ladder() -> dict:
     return json.loads(json.dumps({
         "environment": env, "anchor": "B4 T8192 S8192 N16 K16 H128 bfloat16",
         "ceilings": {"matmul_bf16_tflops": 800.0, "copy_tb_s": 4.0}, "ladder": rows, "masks": masks,
-        "ncu": {"sdpa_cudnn": {"kernel": "cudnn_test", "read_bytes": 2**30, "write_bytes": 2**28},
+        "ncu": {"sdpa_cudnn": {"kernel": "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128", "read_bytes": 2**30, "write_bytes": 2**28},
                 "tokamax_mosaic": {"reason": "test reason: counters not readable"}}}))
 
 
@@ -156,4 +156,6 @@ def test_the_nsight_table_wraps_its_long_kernel_names_and_reasons(with_ladder):
     at = open_page(PAGE, None, tab=TRAFFIC)
     (ncu,) = [t.value.reset_index() for t in at.table if "the model's total" in t.value.reset_index()]
     assert list(ncu["implementation"]) == ["sdpa_cudnn", "tokamax_mosaic"]
-    assert ncu.loc[0, "kernel"] == "cudnn_test" and ncu.loc[1, "why not measured"].startswith("test reason")
+    # what the kernel is in words, its raw name cut short (one unbreakable word ran off the page)
+    assert ncu.loc[0, "kernel"] == "cuDNN flash attention, forward (cudnn_generated_fort_native_sdpa_sm90_flash_fpr…)"
+    assert ncu.loc[1, "why not measured"].startswith("test reason")
