@@ -170,8 +170,11 @@ SHAPE_FIELDS = {f.name for f in dataclasses.fields(AttentionShape)}
 
 
 def text_table(df: pd.DataFrame) -> None:
-    """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off."""
+    """A small table whose long text (what ran, a reason, kernel names) wraps instead of being cut off.
+    A table with no rows draws nothing."""
     df = df.loc[:, [c for c in df.columns if df[c].notna().any()]]
+    if df.empty:
+        return
     num = lambda x: f"{int(x):,}" if float(x).is_integer() else f"{x:.4g}"  # noqa: E731 (7, not 7.0000)
     df = df.assign(**{c: df[c].map(lambda x: num(x) if pd.notna(x) else x) for c in df.columns
                       if pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool and c not in SHAPE_FIELDS})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apptest_util import HOSTILE, open_page, texts
+from tests.apptest_util import HOSTILE, frames, open_page, texts
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 PAGES = re.findall(r'st\.Page\("(pages/p\d+_\w+\.py)"', APP.read_text())
@@ -67,3 +67,58 @@ def test_a_malformed_link_gives_messages_and_computes_nothing_on_every_page(page
     assert "`" in errors  # URL text is shown as code, never as Markdown
     if page != "pages/p1_attention.py":  # page 1 uses its own tiny example, not the sidebar's shape
         assert any("computes nothing" in w.value for w in at.warning)
+
+
+@pytest.fixture
+def full_queue(monkeypatch):
+    """Another learner's timing holds the GPU alone and no run may wait behind it: every run that needs
+    the device is refused as busy at once. (The holder does not take this process's turns with compiles,
+    which would make the page's compiles wait for the end of the test: turns.py is tested on its own.)"""
+    import threading
+
+    import streamlit as st
+
+    from attnlab.queue import DEVICE
+
+    monkeypatch.setattr(DEVICE, "max_waiting", 0)
+    monkeypatch.setattr(DEVICE, "_turns", None)
+    st.cache_data.clear()  # results computed by earlier tests would be served without asking the queue
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with DEVICE.slot(exclusive=True):
+            held.set()
+            release.wait(300)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(10)
+    yield
+    release.set()
+    holder.join(10)
+    st.cache_data.clear()  # busy answers are not cached, but what ran around them was
+
+
+BUSY_ON_LOAD = {"pages/p3_qkv.py", "pages/p4_naive_vs_fused.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py"}
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_full_queue_is_a_message_on_every_page_tab_and_button(page, full_queue):
+    def said_on(at):  # the page's words and its tables' rows (a busy run is a row with its reason)
+        return texts(at) + " ".join(f.to_string() for f in frames(at))
+
+    at = open_page(page, {})
+    on_load = said_on(at)
+    for label in [t.label for t in at.tabs][1:]:
+        at.session_state[Path(page).stem.split("_")[0] + "_tab"] = label
+        at.run()
+        assert not at.exception, (label, [e.value for e in at.exception])
+        for key in [b.key for b in at.button if b.key]:  # each of the open tab's buttons, pressed once
+            next(b for b in at.button if b.key == key).click().run()
+            assert not at.exception, (label, key, [e.value for e in at.exception])
+    for key in [b.key for b in open_page(page, {}).button if b.key]:  # the first tab's (or the page's) buttons
+        at = open_page(page, {})
+        next(b for b in at.button if b.key == key).click().run()
+        assert not at.exception, (key, [e.value for e in at.exception])
+    if page in BUSY_ON_LOAD:  # said on the page, or as the reason in a table's row
+        assert "The GPU is busy" in on_load, on_load[:2000]
