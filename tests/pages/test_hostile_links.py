@@ -59,6 +59,27 @@ def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link)
         assert "over this lab's budget" in said or "Even a fused kernel" in said
 
 
+@pytest.mark.parametrize("page", ["pages/p4_naive_vs_fused.py", "pages/p8_mha_gqa_mqa.py"])
+def test_a_button_pressed_on_a_heavy_link_holds_about_what_the_queue_admitted(page):
+    # the issue's own link, then each button: a run is admitted for its estimated bytes, and the process's
+    # peak may rise by that much (up to the budget), but not by much more than the estimate
+    from attnlab.queue import DEVICE
+
+    link = LINKS["mqa-many-heads"]
+    for key in [b.key for b in open_page(page, link).button if (b.key or "").startswith("btn_")]:
+        at = open_page(page, link)
+        with open("/proc/self/status") as f:
+            baseline = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        DEVICE.stats.peak_host_bytes = 0
+        measured = _reset_peak()
+        next(b for b in at.button if b.key == key).click().run()
+        assert not at.exception, (key, [e.value for e in at.exception])
+        rise, admitted = _rss_peak() - baseline, DEVICE.stats.peak_host_bytes
+        print(f"PRESS {page} {key} rise {rise / 2**20:.0f} MiB, admitted {admitted / 2**20:.0f} MiB")
+        if measured:
+            assert rise < 2 * admitted + 256 * 2**20, (key, rise, admitted)
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_a_malformed_link_gives_messages_and_computes_nothing_on_every_page(page):
     at = open_page(page, HOSTILE)
