@@ -25,8 +25,8 @@ import pandas as pd
 
 from attnlab.backend import abstract_inputs, lower
 from attnlab.backends import get
+from attnlab.gpu_turns import TURNS
 from attnlab.shapes import AttentionShape
-from attnlab.turns import TURNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +148,7 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
     says so instead of presenting the cache lookup as a compile time. A program another thread is
     compiling (another learner on the same new shape) is waited for, not compiled twice. `options`:
-    XLA compiler options (`check_options()`). Never while this process runs on the device (turns.py).
+    XLA compiler options (`check_options()`). Never while this process runs on the device (gpu_turns.py).
     """
     t0 = time.perf_counter()
     with TURNS.building():  # from lowering to compiled, so a thread waited for is never itself waiting

@@ -1,13 +1,13 @@
 """One GPU, many learners: admission by memory, and the device to oneself while timing.
 
 Every run asks `DEVICE` for what it will hold (device bytes and host bytes) before it allocates
-anything. Runs that only compute (an output to check, a program to compile) share the device as
-long as their bytes fit the budget together; a timing run waits until it has the device to
+anything (reading what the compiler made allocates nothing and asks for nothing). Runs that only
+compute (an output to check) share the device as long as their bytes fit the budget together; a timing run waits until it has the device to
 itself, so no learner's timing is disturbed by another's work. Requests are served in order of
 arrival. Inside one process, admitted runs then use the device one thread at a time, and never
-while that process compiles (attnlab/turns.py: CUDA refuses it). A request bigger than the whole budget is refused at once with a sentence; one that
-would wait behind too many others, or too long, gets `DeviceBusy`. Both are expected events a
-page shows as a message.
+while that process compiles (attnlab/gpu_turns.py: CUDA refuses it). A request bigger than the
+whole budget is refused at once with a sentence; one that would wait behind too many others, or
+too long, gets `DeviceBusy`. Both are expected events a page shows as a message.
 
 Budgets: `ATTNLAB_MEMORY_LIMIT_GIB` if set (for the whole server); else 80% of the GPU's free memory and half of the
 host's available memory (on the CPU backend, device arrays live in host memory: one budget).
@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 from attnlab import waiting
 from attnlab.across import AcrossProcesses
+from attnlab.gpu_turns import TURNS, Turns
 from attnlab.shapes import GIB, format_bytes
-from attnlab.turns import TURNS, Turns
 
 
 class DeviceBusy(RuntimeError):
@@ -241,7 +241,7 @@ class DeviceQueue:
         self._held.depth = 1
         try:
             if self.across is None:
-                with self._taking_turns():  # not while this process compiles (turns.py says why)
+                with self._taking_turns():  # not while this process compiles (gpu_turns.py says why)
                     yield waited
             else:
                 limit = self.timeout_s if timeout_s is None else timeout_s

@@ -12,7 +12,7 @@ MIB = 2**20
 
 def _queue(device=100 * MIB, host=100 * MIB, shared=False, **kw):
     # admission alone: admitted runs go side by side, as runs of the server's processes do (inside one
-    # process they then take turns with each other and with compiles: tests/test_turns.py)
+    # process they then take turns with each other and with compiles: tests/test_gpu_turns.py)
     return DeviceQueue(Budget(device, host, shared), turns=None, **kw)
 
 

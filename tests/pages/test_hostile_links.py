@@ -94,7 +94,7 @@ def test_a_malformed_link_gives_messages_and_computes_nothing_on_every_page(page
 def full_queue(monkeypatch):
     """Another learner's timing holds the GPU alone and no run may wait behind it: every run that needs
     the device is refused as busy at once. (The holder does not take this process's turns with compiles,
-    which would make the page's compiles wait for the end of the test: turns.py is tested on its own.)"""
+    which would make the page's compiles wait for the end of the test: gpu_turns.py is tested on its own.)"""
     import threading
 
     import streamlit as st

@@ -1,4 +1,4 @@
-"""Inside one process, device work and program builds take turns (attnlab/turns.py).
+"""Inside one process, device work and program builds take turns (attnlab/gpu_turns.py).
 
 On the H200 a server process aborted when a thread ran a program while two others compiled
 (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). These tests hold one side and check the other waits.
@@ -11,8 +11,8 @@ import jax
 import pytest
 
 from attnlab import compiled
+from attnlab.gpu_turns import TURNS, Turns
 from attnlab.queue import DEVICE
-from attnlab.turns import TURNS, Turns
 
 
 def _started(fn):
