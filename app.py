@@ -21,7 +21,9 @@ st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 jax.config.update("jax_traceback_filtering", "off")
 
 PAGES = [
-    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="formula", default=True),
+    # the default page is served at /, never at its own url_path: /formula and friends are ALIASES below
+    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="how-attention-works",
+            default=True),
     st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
     st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
     st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
@@ -35,12 +37,12 @@ PAGES = [
 ]
 
 def _first_page() -> None:
-    """/attention and /home: the first page is served at the root URL, so these links lead there."""
+    """/formula, /attention and /home: the first page is served at the root URL, so these links lead there."""
     st.switch_page(PAGES[0])
 
 
 ALIASES = [st.Page(_first_page, title="1 · How attention works", url_path=path, visibility="hidden")
-           for path in ("attention", "home")]
+           for path in ("formula", "attention", "home")]
 
 
 def freeze_long_lived() -> None:

@@ -35,7 +35,7 @@ def _app_pages() -> list[tuple[str, str]]:
     """(url path, the page's st.title) for every page of app.py's st.navigation, in its order, read from
     app.py and the pages' sources (nothing imported, so no Streamlit is needed). The default page is
     served at the root URL, not at its own url_path, so its path here is the first alias app.py
-    gives it (/attention)."""
+    gives it (/formula)."""
     tree = ast.parse((ROOT / "app.py").read_text())
     found, aliases = [], []
     for node in ast.walk(tree):

@@ -116,7 +116,7 @@ def test_the_root_url_opens_the_first_page(tab, base_url):
     tab.assert_clean()
 
 
-@pytest.mark.parametrize("alias", ["home", "attention"])
+@pytest.mark.parametrize("alias", ["formula", "home", "attention"])
 def test_links_to_the_first_page_by_name_lead_to_it_with_their_shape(tab, base_url, alias):
     page = tab.page
     open_page(page, base_url, alias, PAGES[0][1], "q_len=64&kv_len=64")
