@@ -139,7 +139,7 @@ def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:
 def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     """The codelab's table: how much causal masking changes each query position's output.
 
-    Position 0 may see only key 0 under the mask, so its output changes most; the last position
+    Position 0 may see only key 0 under the mask, so early outputs change a lot; the last position
     sees every key either way (when T == S), so its output does not change at all. The comparison
     is causal against no mask at all: a sliding window or padding on `shape` is left out, so that
     "keys seen" counts exactly what the causal mask alone lets through.

@@ -36,8 +36,9 @@ st.write(
 shape = common.require_shape()
 view = weights.view_shape(shape).replace(causal=False, window=None, kv_lengths=())
 if view.batch != shape.batch or (view.q_len, view.kv_len) != (shape.q_len, shape.kv_len):
-    st.caption(f"The heatmaps use the first {view.batch} batch element(s) and the first {view.q_len} × {view.kv_len} "
-               f"positions of your shape ({shape.describe()}), so they stay readable and cheap.")
+    st.caption(f"The heatmaps are computed on a smaller copy of your shape ({shape.describe()}), so they stay "
+               f"readable and cheap: {view.describe()}, the same heads, head_dim and dtype. Each row's softmax is "
+               f"over these {view.kv_len} keys, not your {shape.kv_len}.")
 
 c1, c2 = st.columns(2)
 sections.clamp("p6_batch", view.batch - 1)
@@ -62,8 +63,9 @@ if shape.group_size > 1:
 
 st.subheader("First position against last")
 st.write(
-    "How much does the mask change each query's output? Position 0 may see only key 0, so its output "
-    "changes most; the last position sees every key either way when T = S, so its output does not change."
+    "How much does the mask change each query's output? Position 0 may see only key 0 and the first "
+    "positions only a few keys, so their outputs change a lot (how much exactly depends on the values); the "
+    "last position sees every key either way when T = S, so its output does not change."
 )
 fvl_shape = shape.replace(window=None, kv_lengths=())
 if max(shape.q_len, shape.kv_len) > FVL_CAP:

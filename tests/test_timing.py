@@ -51,3 +51,21 @@ def test_overlapping_lines_are_those_within_the_tolerance_at_every_shared_x():
     found = memory.overlaps(df, "ms", within=0.01)
     assert [(a, b) for a, b, _ in found] == [("b", "a"), ("b", "e"), ("a", "e")]  # in the frame's order
     assert math.isclose(found[0][2], 0.1 / 20.1)
+
+
+def _demo(wall: float, throughput: float):
+    import pandas as pd
+
+    return pd.DataFrame({"measured": ["one call, no wait", "one call + block_until_ready (wall)",
+                                      "20 calls queued, clock read before the wait", "20 calls queued, one wait (throughput)"],
+                         "ms": [0.15, wall, 0.02, throughput]})
+
+
+def test_the_dispatch_reading_claims_overlap_only_beyond_the_noise():
+    from attnlab.timing_demo import dispatch_reading
+
+    # 33.05 against 33.51 ms (1.4 %) was read as "Python dispatched the next call while the device worked"
+    close = dispatch_reading(_demo(33.51, 33.05), on_gpu=False)
+    assert "about as much as one waited call" in close and "dispatched the next call" not in close
+    assert "dispatched the next call while the device worked" in dispatch_reading(_demo(1.0, 0.4), on_gpu=True)
+    assert "2.0× as much as" in dispatch_reading(_demo(1.0, 2.0), on_gpu=False)

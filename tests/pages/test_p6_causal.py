@@ -40,7 +40,7 @@ def test_causal_page_heatmaps_are_capped_at_64_and_causal_is_lower_triangular():
     at = open_page(PAGE)  # T = S = 128: the view is 64 × 64
     full, causal = weight_maps(at)[:2]
     assert full["query"].max() == 63 and full["key"].max() == 63
-    assert "64 positions" in texts(at)
+    assert "over these 64 keys" in texts(at)
     upper = causal["key"] > causal["query"]
     assert causal.loc[upper, "weight"].fillna(0).eq(0).all()
     assert causal["masked"].eq(upper).all() and not full["masked"].any()  # grey is exactly the mask
@@ -134,3 +134,11 @@ def test_causal_page_runs_the_masks_through_cudnn_on_gpu():
     assert not at.exception
     refused = [e.value for e in at.error if "implementation=\"cudnn\"" in e.value]
     assert refused or float(metric(at, "max |fused − weights·V|")) < TOLERANCES["bfloat16"]["atol"] * 5
+
+
+def test_the_heatmaps_say_they_are_a_smaller_computation_not_a_crop_of_the_learners_shape():
+    # the maps' softmax runs over 64 keys; "the first 64 × 64 positions of your shape" read as a crop of 512 keys
+    at = open_page(PAGE, {"q_len": "128", "kv_len": "128"})
+    said = texts(at, "caption")
+    assert "Each row's softmax is over these 64 keys, not your 128" in said
+    assert "positions of your shape" not in said
