@@ -133,12 +133,14 @@ def sweep(key: str, shapes: Sequence[AttentionShape], names: Sequence[str], labe
 
 
 def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "throughput_ms", "device_ms", "tflops",
-                                                            "device_tflops")) -> None:
-    """A line per implementation (one colour each, everywhere), the y axis of the learner's choice."""
+                                                            "device_tflops"), first: str | None = None) -> None:
+    """A line per implementation (one colour each, everywhere), the y axis of the learner's choice
+    (`first`, where the sweep has it, is what the chart opens on)."""
     good = df[df["status"] == runs.OK]
     present = [c for c in options if good[c].notna().any()] if not good.empty else []
     if not present:
         st.warning("No cell of this sweep could run here; the reasons are below.")
         return
-    y = st.selectbox("y axis", present, key=f"{key}_y", format_func=common.label)
+    y = st.selectbox("y axis", present, index=present.index(first) if first in present else 0, key=f"{key}_y",
+                     format_func=common.label)
     charts.altair(st, common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")
