@@ -172,7 +172,7 @@ def kernels_side_by_side(row: dict) -> pd.DataFrame:
     """The autocast study's two kernel lists as two columns of equal length."""
     a, b = list(row.get("bf16_kernels") or []), list(row.get("autocast_kernels") or [])
     n = max(len(a), len(b))
-    pad = lambda ks: [kernels.describe(k, 90) for k in ks] + [""] * (n - len(ks))  # noqa: E731
+    pad = lambda ks: [kernels.describe(k, 56) for k in ks] + [""] * (n - len(ks))  # noqa: E731 (fits half a page)
     return pd.DataFrame({"kernels without autocast": pad(a), "kernels with autocast": pad(b)})
 
 

@@ -125,9 +125,9 @@ def compile_text(compile_ms, compiled_before) -> str | None:
     if not isinstance(compiled_before, str) or not compiled_before:
         return f"{compile_ms:,.1f} ms"
     who = compiled_before.split(" at ")[0]  # the backend's name; the shape is this row's own
-    if compile_ms < CACHED_MS:
-        return f"cached, {compile_ms:,.1f} ms (compiled first by {who})"
-    return f"{compile_ms:,.1f} ms, again (compiled first by {who})"
+    if compile_ms < CACHED_MS:  # short: the table has eight columns; the notes under it name the pair
+        return f"cached, {compile_ms:,.1f} ms ({who}'s)"
+    return f"{compile_ms:,.1f} ms, again ({who}'s)"
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,8 +12,9 @@ from attnlab.backends import REGISTRY
 from pages import charts, common, sections
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
-HERE = {"compile": _text("compile", width="large", help="the first call's trace + XLA compile; a program compiled "
-                         "before (by another implementation or page) is a cache lookup and says so"),
+HERE = {"compile": _text("compile", width="medium", help="the first call's trace + XLA compile; a program compiled "
+                         "before (by another implementation or page) is a cache lookup and says so, naming whose "
+                         "program it is: \"cached (sdpa_xla's)\""),
         "wall_spread_pct": _num("wall spread (% of median)", format="%.0f %%"),
         "timing_note": _text("timing note", width="medium")}
 FIDELITY = {"shape": _text("shape"), "implementation": _text("implementation"),
