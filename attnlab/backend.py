@@ -41,6 +41,7 @@ class Backend:
     device_bytes: Callable[[AttentionShape], int]  # what one forward call holds on the device
     description: str
     adds: str = ""  # what this rung of the ladder adds over the one below it, in a sentence
+    fp8: bool = False  # computes in FP8 on the tensor cores: its TFLOP/s are a share of the FP8 peak
 
     def unmet(self, shape: AttentionShape, device: DeviceInfo) -> str | None:
         """None when this backend can run `shape` here; else why not, in a sentence."""

@@ -158,8 +158,8 @@ def rungs(result: dict, passes: str = "forward") -> list[dict]:
         if r.get("pass") != passes:
             continue
         best = r.get("device_tflops") or r.get("tflops")
-        sheet = peak.get("fp8_tflops" if r["implementation"] == "cudnn_fp8" else "bf16_tflops")
         backend = REGISTRY.get(r["implementation"])
+        sheet = peak.get("fp8_tflops" if backend is not None and backend.fp8 else "bf16_tflops")
         out.append({**r, "best_tflops": best, "adds": backend.adds if backend else "",
                     "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling else None,
                     "pct_of_datasheet": 100 * best / sheet if best and sheet else None,

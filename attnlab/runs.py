@@ -277,7 +277,7 @@ def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
         return dataclasses.replace(result, status=status, reason=reason)
     return dataclasses.replace(
         result, timing=dataclasses.replace(t, queue_wait_s=result.queue_wait_s + waited),
-        peak_tflops=timing.peak_tflops(shape.dtype, info),
+        peak_tflops=timing.peak_tflops(shape.dtype, info, fp8=get(n).fp8),
         timing_note=f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting" if waiting else "")
 
 

@@ -195,10 +195,13 @@ def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: fl
                        note=note)
 
 
-def peak_tflops(dtype: str, info: device.DeviceInfo) -> float | None:
-    """The datasheet peak that applies to this dtype on this device (None when unknown)."""
+def peak_tflops(dtype: str, info: device.DeviceInfo, fp8: bool = False) -> float | None:
+    """The datasheet peak that applies to this dtype on this device (None when unknown); `fp8`: the
+    kernel computes in FP8 whatever its inputs' dtype (cuDNN's FP8 attention), so the FP8 peak."""
     if info.peak is None:
         return None
+    if fp8:
+        return info.peak.fp8_tflops
     if dtype == "float32":  # JAX's default precision lets XLA use TF32 tensor cores on NVIDIA GPUs
         return info.peak.tf32_tflops
     return info.peak.bf16_tflops

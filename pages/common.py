@@ -126,10 +126,11 @@ COLUMNS = {
         "committed", help="placed on a device explicitly (jax.device_put with a device): JAX then runs "
                           "computations on it there; uncommitted arrays may be moved"),
     "pct_of_peak": _num("% of peak", format="%.1f",
-                        help="best TFLOP/s over the GPU's dense datasheet peak for the dtype: TF32 for float32 "
-                             "(JAX's default precision), bf16 for half precision and FP8 (H200: "
-                             f"{device.peak_for('H200').tf32_tflops:.0f} and {device.peak_for('H200').bf16_tflops:.0f} "
-                             "TFLOP/s, attnlab/device.py)"),
+                        help="best TFLOP/s over the GPU's dense datasheet peak for what its tensor cores compute "
+                             "in: TF32 for float32 (JAX's default precision), bf16 for half precision, FP8 for "
+                             "cuDNN's FP8 attention (H200: "
+                             f"{device.peak_for('H200').tf32_tflops:.0f}, {device.peak_for('H200').bf16_tflops:.0f} "
+                             f"and {device.peak_for('H200').fp8_tflops:.0f} TFLOP/s, attnlab/device.py)"),
     "max_abs_error": _num("max abs error", format="%.2e"),
     "relative_error": _num("relative error", format="%.2e"),
     "rel_err_vs_bf16": _num("error vs bf16", format="%.2e"),

@@ -30,3 +30,13 @@ def test_kernel_names_read_in_words_like_live_rows():
     df = shipped.frame("default")
     cudnn = df[(df.implementation == "sdpa_cudnn") & (df.status == "ok")]
     assert cudnn["kernels"].str.contains("cuDNN flash attention, forward").any()
+
+
+def test_percent_of_peak_follows_one_rule_an_fp8_kernel_against_the_fp8_peak():
+    # the shipped suite measured cudnn_fp8 (bfloat16 inputs, FP8 inside) against the bf16 peak; the ladder against FP8
+    fp8_peak = shipped.load()["environment"]["peak"]["fp8_tflops"]
+    df = shipped.frame("default")
+    row = df[(df["implementation"] == "cudnn_fp8") & (df["status"] == "ok")].iloc[0]
+    assert row["pct_of_peak"] == 100 * row["device_tflops"] / fp8_peak
+    bf16 = df[(df["implementation"] == "sdpa_cudnn") & (df["status"] == "ok")].iloc[0]
+    assert bf16["pct_of_peak"] == 100 * bf16["device_tflops"] / shipped.load()["environment"]["peak"]["bf16_tflops"]

@@ -14,6 +14,7 @@ def test_peak_for_float32_is_tf32_and_for_bf16_is_bf16():
                              device.peak_for("NVIDIA H200"))
     assert timing.peak_tflops("float32", info) == info.peak.tf32_tflops
     assert timing.peak_tflops("bfloat16", info) == info.peak.bf16_tflops
+    assert timing.peak_tflops("bfloat16", info, fp8=True) == info.peak.fp8_tflops == 1979.0  # cuDNN's FP8 kernel
 
 
 def test_time_compiled_measures_the_compiled_call_with_a_spread():

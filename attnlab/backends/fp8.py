@@ -32,4 +32,5 @@ FP8 = Backend(
     device_bytes=streamed_bytes,
     description="cuDNN's FP8 flash attention via jax._src.cudnn (E4M3 inputs, amax scaling), forward only.",
     adds="FP8 (E4M3) tensor cores: twice bf16's peak, 3 mantissa bits.",
+    fp8=True,
 )

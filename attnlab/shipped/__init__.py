@@ -62,7 +62,20 @@ def _build(r: dict | None, table: str) -> pd.DataFrame:
     df = pd.DataFrame(rows if isinstance(rows, list) else [rows])
     if "kernels" in df:  # raw names as measured -> the same words live rows carry (presentation only)
         df["kernels"] = df["kernels"].map(_in_words)
+    fp8_peak = ((r.get("environment") or {}).get("peak") or {}).get("fp8_tflops")
+    if {"pct_of_peak", "implementation"} <= set(df.columns) and fp8_peak:
+        df["pct_of_peak"] = _fp8_share(df, fp8_peak)
     return df
+
+
+def _fp8_share(df: pd.DataFrame, fp8_peak: float) -> pd.Series:
+    """% of peak with the lab's one rule: an FP8 kernel's TFLOP/s are a share of the FP8 peak (files made
+    before the rule measured every bfloat16 row against the bf16 peak; the TFLOP/s themselves are as measured)."""
+    from attnlab.backends import REGISTRY
+
+    fp8 = df["implementation"].map(lambda n: n in REGISTRY and REGISTRY[n].fp8)
+    best = df["device_tflops"].fillna(df["tflops"]) if "device_tflops" in df else df.get("tflops")
+    return df["pct_of_peak"].where(~fp8, 100 * best / fp8_peak)
 
 
 def _in_words(text):
