@@ -126,7 +126,7 @@ def masks_taken(shape: AttentionShape, window: bool, padding: bool) -> Requireme
     """Which masks the backend takes besides causal (every backend here takes causal)."""
     takes = ["causal"] + (["sliding window"] if window else []) + (["padding"] if padding else [])
     asked = [m for m, on in (("sliding window", shape.window is not None), ("padding", bool(shape.kv_lengths))) if on]
-    return Requirement("masks", ", ".join(takes), ", ".join(asked) or "none beyond causal",
+    return Requirement("masks", ", ".join(takes), ", ".join(asked) or "no window or padding",
                        all(m in takes for m in asked))
 
 

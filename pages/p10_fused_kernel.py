@@ -69,8 +69,9 @@ if tabs[0].open:
 if tabs[1].open:
     with tabs[1]:
         st.info("**What to look at:** naive attention writes the scores and weights (T × S float32) and reads them "
-                "back; flash moves only Q, K, V and O, re-reading K and V once per query block. The model below is "
-                "in bytes to and from GPU memory, for the sidebar's B, N, K, H and dtype.")
+                "back; flash moves only Q, K, V and O, re-reading K and V once per query block of each query head "
+                "(the N/K query heads of a group each read their group's K and V). The model below is in bytes to "
+                "and from GPU memory, for the sidebar's B, N, K, H and dtype.")
         kernel_ui.traffic_block(shape)
         if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
             df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")

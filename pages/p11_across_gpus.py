@@ -46,7 +46,8 @@ data = shipped.load(SHIPPED[2])
 rates = ring_results.rates(data, shipped.load("h200"), shape.dtype)
 st.write(
     f"Each step, every GPU sends its K and V blocks, 2·B·(S/P)·K·H·itemsize bytes, while it computes one block "
-    f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs. The bytes grow with T, the FLOPs with T², so past some "
+    f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs (with a causal mask, a block on the diagonal half of that "
+    f"and a block wholly above it none). The bytes grow with T, the FLOPs with T², so past some "
     f"length the compute hides the transfer. Here at the sidebar's B={shape.batch}, N={shape.heads}, "
     f"K={shape.kv_heads}, H={shape.head_dim}, {shape.dtype}, {'causal' if causal else 'not causal'}, "
     f"{LAYOUTS[layout]}, on P={P} GPUs, with T = S:"

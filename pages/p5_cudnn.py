@@ -117,3 +117,11 @@ if len(ref):
                             "kernels", "tflops"]])
     st.caption("TFLOP/s here is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
                "beside wall time; device time (CUPTI) counts only the kernels.")
+    ok = mine[mine["status"] == "ok"].set_index("implementation")
+    if {"sdpa_cudnn", "sdpa_xla"} <= set(ok.index) and ok["device_ms"].notna().all():
+        cu, xla = ok.loc["sdpa_cudnn"], ok.loc["sdpa_xla"]
+        st.info(f"At a shape this small the GPU works for microseconds: cuDNN's one kernel took "
+                f"{cu['device_ms'] * 1e3:.1f} µs against XLA's {xla['device_ms'] * 1e3:.1f} µs in "
+                f"{int(xla['kernel_count'])} kernels, but each call's wall time ({cu['wall_ms']:.3f} and "
+                f"{xla['wall_ms']:.3f} ms) is mostly Python and the launch, so the walls tie or even favour XLA. "
+                "Where the work is large, the kernel is what counts: page 7's *Long context on an H200*.")
