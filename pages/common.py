@@ -192,11 +192,16 @@ def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
 # --------------------------------------------------------------------------------------------
 # charts: one colour per implementation, tooltips, lines, byte axes (drawn with pages/charts.py)
 # --------------------------------------------------------------------------------------------
+# Streamlit's ten categorical colours, but the tenth (a pale grey that read as "disabled" for cudnn_fp8) dark
+PALETTE = ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
+           "#3b4252"]
+
+
 def impl_color(df: pd.DataFrame) -> alt.Color:
     """The same colour for an implementation on every chart (registry order); the legend lists those present."""
     names = list(dict.fromkeys(df["implementation"]))
     order = list(REGISTRY) + [n for n in names if n not in REGISTRY]
-    return alt.Color("implementation:N", scale=alt.Scale(domain=order),
+    return alt.Color("implementation:N", scale=alt.Scale(domain=order, range=PALETTE),
                      legend=alt.Legend(values=[n for n in order if n in names]))
 
 

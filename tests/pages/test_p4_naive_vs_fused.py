@@ -117,6 +117,12 @@ def test_one_colour_per_implementation_on_every_chart(with_shipped):
                for layer in spec.get("layer", [spec]) if "color" in layer.get("encoding", {})
                and layer["encoding"]["color"].get("field") == "implementation"]
     assert domains and all(d[: len(REGISTRY)] == list(REGISTRY) for d in domains)  # the registry's order
+    ranges = [layer["encoding"]["color"]["scale"]["range"] for spec in specs
+              for layer in spec.get("layer", [spec]) if layer.get("encoding", {}).get("color", {}).get("field")
+              == "implementation"]
+    assert all(r == ranges[0] for r in ranges) and len(set(ranges[0])) == len(REGISTRY)
+    # no implementation is drawn in a pale grey that reads as "disabled" on the page's light background
+    assert all(sum(int(c[i:i + 2], 16) for i in (1, 3, 5)) < 3 * 0xD0 for c in ranges[0])
 
 
 def test_shipped_memory_is_labelled_and_xla_scratch_is_shown(with_shipped):
