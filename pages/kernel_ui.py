@@ -238,7 +238,10 @@ def ladder_block(found: dict | None) -> None:
             st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
             common.text_table(back[back["status"] == "ok"][cols[:4]].round({"best_tflops": 0})
                               .rename(columns={"best_tflops": "TFLOP/s"}))
-            st.caption("Rungs missing here did not run forward + backward; why is listed below.")
+            absent = list(dict.fromkeys(ok.loc[~ok["implementation"].isin(back["implementation"]), "label"]))
+            st.caption("Rungs missing here did not run forward + backward: "
+                       + (f"{', '.join(absent)} ran forward only (no backward run in this suite); " if absent else "")
+                       + "the others' reasons are listed below.")
         for part in (fwd, back):
             if not part.empty and (part["status"] != "ok").any():
                 common.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])

@@ -124,6 +124,7 @@ def test_fake_ladder_chart_table_and_roofline(with_ladder):
     fp8 = table[table["label"] == "cudnn_fp8"].iloc[0]
     assert float(fp8["% of datasheet peak (FP8 peak for FP8)"]) == pytest.approx(35.0)  # 700 of the FP8 peak 2000
     assert "tokamax_mosaic" not in set(table["label"])  # it did not run: in the reasons table instead
+    assert "cudnn_fp8 ran forward only" in texts(at, "caption")  # no backward row and no reason row: said
     assert any("test reason" in str(v) for f in frames(at) for v in f.get("reason", []))
     roof = next(d for d in chart_data(at) if "intensity" in d.columns and "model" in d.columns)
     assert set(roof["implementation"]) == set(ladder.LADDER) - {"tokamax_mosaic"}
