@@ -107,7 +107,9 @@ def memory_note(bad: pd.DataFrame) -> None:
     st.caption("Two kinds of memory failure. A refusal (over a cap or budget) is the lab's own estimate of the "
                "bytes, made before anything runs, against the memory budget of the run that made the table: a "
                "share of the memory free when that run started, so tables from different runs name different "
-               "caps. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on the GPU.")
+               "caps. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on the GPU. A "
+               "shipped reason is as its run wrote it, with the estimate of the lab's version of then (today's "
+               "counts three T × S float32 buffers for naive and XLA alike).")
 
 
 def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:
