@@ -47,7 +47,9 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     ok = ok.assign(run=ok["implementation"] + " · " + ok["dtype"])
     cols = [c for c in ("wall_ms", "throughput_ms", "device_ms") if ok[c].notna().any()]
     cols.append("device_tflops" if ok["device_tflops"].notna().any() else "tflops")
-    for col, c in zip(st.columns(len(cols)), cols, strict=True):
+    per_row = 2 if len(cols) > 3 or y == "run" else len(cols)  # four charts of long labels side by side were cramped
+    places = [col for i in range(0, len(cols), per_row) for col in st.columns(per_row)][: len(cols)]
+    for col, c in zip(places, cols, strict=True):
         charts.altair(col, alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
             y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
             color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g"))), width="stretch")
