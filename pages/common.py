@@ -120,8 +120,8 @@ COLUMNS = {
     "throughput_ms": _num("throughput (ms)", format="%.4f", help="many calls dispatched, one wait, per call"),
     "device_ms": _num("device (ms)", format="%.4f", help="the GPU's own kernel time per call (CUPTI)"),
     "kernel_count": _num("kernels", format="%d"),
-    "tflops": _num("TFLOP/s", format="%.2f"),
-    "device_tflops": _num("device TFLOP/s", format="%.2f"),
+    "tflops": _num("TFLOP/s", format="%.4g"),  # 0.0123 on a CPU, 586.4 on an H200
+    "device_tflops": _num("device TFLOP/s", format="%.4g"),
     "committed": st.column_config.CheckboxColumn(
         "committed", help="placed on a device explicitly (jax.device_put with a device): JAX then runs "
                           "computations on it there; uncommitted arrays may be moved"),

@@ -164,6 +164,24 @@ def test_program_order_reads_as_sends_waits_and_attention_and_crossovers_list_on
     assert ("causal", ring_results.VARIANTS["ring_unbalanced"]) in rows  # named as in the speed-up chart's legend
 
 
+def test_every_line_of_the_speed_up_chart_has_its_crossover_read_from_the_measured_speed_ups():
+    # the shipped crossover_T left out send-after-compute and causal all-gather, which the chart draws
+    from attnlab import shipped
+
+    data = shipped.load("ring_h200x2")
+    table = ring_results.crossovers(data)
+    lines = ring_results.speedups(data)[["mask", "variant"]].drop_duplicates()
+    assert len(table) == len(lines)
+    found = {(r["mask"], r["variant"]): r["shortest T faster than one GPU"] for r in table.to_dict("records")}
+    assert found[("non-causal", ring_results.VARIANTS["ring_no_overlap"])] == "8,192"  # 1.33 there, 0.61 at 4,096
+    assert found[("causal", ring_results.VARIANTS["all_gather"])] == "16,384"  # 0.87 at 8,192, 1.42 at 16,384
+    for k, t in data["crossover_T"].items():  # where the benchmark computed one, the same length
+        mask = "non-causal" if k.startswith("non_causal_") else "causal"
+        variant = ring_results.VARIANTS.get(k.split("causal_", 1)[1])
+        if (mask, variant) in found and t is not None:
+            assert found[(mask, variant)] == f"{t:,}", k
+
+
 def test_same_programs_names_the_masks_where_the_fence_changed_nothing():
     data = smoke()
     order = ["collective-permute-start", "__cudnn$fmhaSoftmax", "collective-permute-done"]
