@@ -108,7 +108,7 @@ else:
     st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
     ring_ui.same_program_notes(data)
-    common.table(ring_results.crossovers(data))
+    common.text_table(ring_results.crossovers(data))  # every row in view: eleven lines, eleven rows
     if ring_results.skipped(data):
         st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(data)}.")
     errors = data.get("correctness_rel_err", {})
