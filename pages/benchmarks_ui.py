@@ -86,7 +86,7 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
 def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,
           names: list[str]) -> None:
     """Controls, a button, the live sweep (both dtypes by default) and the shipped H200 sweep beside it."""
-    c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
+    c1, c2, c3, c4 = st.columns([3, 3, 3, 2])  # both dtype tags in full (2 cut "bfloat16" to "bflo")
     chosen = c1.multiselect("implementations", list(REGISTRY), default=names, key=f"{key}_impls")
     picked = c2.multiselect(field, values, default=default, key=f"{key}_values")
     dtypes = c3.multiselect("dtype", ["float32", "bfloat16"], default=["float32", "bfloat16"], key=f"{key}_dtypes")
