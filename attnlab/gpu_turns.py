@@ -5,9 +5,10 @@ the running program's synchronisation was refused because a CUDA stream capture 
 process (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, a fatal check in XLA), and nothing but the two
 compiles was running then. So, inside one process, programs are built side by side (lowering,
 compiling: the slow part of a new shape, which XLA does without Python's lock), and device work
-runs only when no program is being built, one thread at a time. Other processes have CUDA contexts of their own and are not
-held. A thread that holds the device may build (it waits for nobody); a thread that wants the
-device goes before builders that come after it, so a measurement is never starved by compiles.
+runs only when no program is being built, one thread at a time. Other processes have CUDA
+contexts of their own and are not held. A thread that holds the device may build (it waits for
+nobody); a thread that wants the device goes before builders that come after it, so a
+measurement is never starved by compiles.
 """
 
 from __future__ import annotations
