@@ -4,11 +4,11 @@ Every run asks `DEVICE` for what it will hold (device bytes and host bytes) befo
 anything (reading what the compiler made allocates nothing and asks for nothing). Runs that only
 compute (an output to check) share the device as long as their bytes fit the budget together; a
 timing run waits until it has the device to itself, so no learner's timing is disturbed by
-another's work. Requests are served in order of
-arrival. Inside one process, admitted runs then use the device one thread at a time, and never
-while that process compiles (attnlab/gpu_turns.py: CUDA refuses it). A request bigger than the
-whole budget is refused at once with a sentence; one that would wait behind too many others, or
-too long, gets `DeviceBusy`. Both are expected events a page shows as a message.
+another's work. Requests are served in order of arrival. Inside one process, admitted runs then
+use the device one thread at a time, and never while that process compiles (attnlab/gpu_turns.py:
+CUDA refuses it). A request bigger than the whole budget is refused at once with a sentence; one
+that would wait behind too many others, or too long, gets `DeviceBusy`. Both are expected events
+a page shows as a message.
 
 Budgets: `ATTNLAB_MEMORY_LIMIT_GIB` if set (for the whole server); else 80% of the GPU's free memory and half of the
 host's available memory (on the CPU backend, device arrays live in host memory: one budget).
