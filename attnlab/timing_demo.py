@@ -177,15 +177,27 @@ def lines_of(df: pd.DataFrame, x: str, y: str, by: str = "implementation") -> di
     return lines
 
 
+def agreeing(df: pd.DataFrame, x: str, y: str, within: float = 0.01, by: str = "implementation") -> dict:
+    """{(a, b): (the x where their y agree within `within`, relative; every x they share)} for each pair of
+    lines (values of `by`, in sorted order)."""
+    lines = lines_of(df, x, y, by)
+    names, out = sorted(lines), {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted(lines[a].keys() & lines[b].keys())
+            out[(a, b)] = ([v for v in shared if abs(lines[a][v] - lines[b][v])
+                            <= within * max(abs(lines[a][v]), abs(lines[b][v]))], shared)
+    return out
+
+
 def overlapping(df: pd.DataFrame, x: str, y: str, within: float = 0.01, by: str = "implementation") -> list[tuple]:
     """Pairs of lines (values of `by`, in sorted order) whose `y` agree within `within` (relative) at
     every shared `x`."""
-    lines = lines_of(df, x, y, by)
-    names, pairs = sorted(lines), []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            shared = lines[a].keys() & lines[b].keys()
-            if shared and all(abs(lines[a][v] - lines[b][v]) <= within * max(abs(lines[a][v]), abs(lines[b][v]))
-                              for v in shared):
-                pairs.append((a, b))
-    return pairs
+    return [pair for pair, (agree, shared) in agreeing(df, x, y, within, by).items() if shared and agree == shared]
+
+
+def meeting(df: pd.DataFrame, x: str, y: str, within: float = 0.01, by: str = "implementation") -> list[tuple]:
+    """(a, b, [x, ...]): pairs of lines that agree within `within` at some shared `x` but not at all of them
+    (where they meet, one marker hides the other)."""
+    return [(a, b, agree) for (a, b), (agree, shared) in agreeing(df, x, y, within, by).items()
+            if agree and agree != shared]

@@ -62,7 +62,8 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
     if ok.empty:
         st.warning("No cell of this could run here; the reasons are in the table below.")
         return
-    pairs = [p for d, part in ok.groupby(dash or (lambda _: 0)) for p in timing_demo.overlapping(part, x, y, OVERLAP)]
+    dash_of = dash or (lambda _: 0)  # lines are compared within one dtype (one dash) at a time
+    pairs = [p for d, part in ok.groupby(dash_of) for p in timing_demo.overlapping(part, x, y, OVERLAP)]
     if dash is None or ok[dash].nunique() == 1:
         on_top = {b for a, b in pairs}
         ok = ok.assign(line=ok["implementation"].map(lambda n: "dashed: overlaps a line" if n in on_top else "solid"))
@@ -81,6 +82,11 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
     for a, b in dict.fromkeys(pairs):
         st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "
                    "other (the dashed line and hollow markers let both show; hover for the values).")
+    meet = {(a, b): agree for _, part in ok.groupby(dash_of) for a, b, agree in timing_demo.meeting(part, x, y, OVERLAP)}
+    if meet:
+        st.caption("Where two lines meet (within " + f"{OVERLAP:.0%}), one marker hides the other: "
+                   + "; ".join(f"**{a}** and **{b}** at {x} = {', '.join(f'{v:,}' for v in agree)}"
+                               for (a, b), agree in meet.items()) + " (hover for the values).")
 
 
 def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,

@@ -70,3 +70,15 @@ def test_the_dispatch_reading_claims_overlap_only_beyond_the_noise():
     assert "about as much as one waited call" in close and "dispatched the next call" not in close
     assert "dispatched the next call while the device worked" in dispatch_reading(_demo(1.0, 0.4), on_gpu=True)
     assert "2.0× as much as" in dispatch_reading(_demo(1.0, 2.0), on_gpu=False)
+
+
+def test_lines_that_meet_at_some_lengths_are_named_with_where():
+    # naive and sdpa_xla lie on each other at T = 4,096 and 8,192 of the H200's long-context chart, apart elsewhere
+    import pandas as pd
+
+    from attnlab.timing_demo import meeting, overlapping
+
+    df = pd.DataFrame({"q_len": [2048, 4096, 8192] * 3, "implementation": ["naive"] * 3 + ["sdpa_xla"] * 3 + ["cudnn"] * 3,
+                       "y": [100, 150, 160, 130, 151, 160.5, 500, 550, 560]})
+    assert meeting(df, "q_len", "y", 0.03) == [("naive", "sdpa_xla", [4096, 8192])]
+    assert overlapping(df, "q_len", "y", 0.03) == []
