@@ -221,9 +221,7 @@ def run(
     runnable = [n for n in runnable if n not in results]
     if runnable:
         dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
-        # outputs and the reference share the device with other learners' runs; reading what the compiler
-        # made needs no device at all, so a busy queue does not stop it
-        try:
+        try:  # outputs and the reference share the device with others' runs; reading a program needs none
             with DEVICE.slot(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
                 results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all

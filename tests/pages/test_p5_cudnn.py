@@ -77,3 +77,18 @@ def test_the_shipped_row_explains_why_cudnn_wins_in_device_time_but_not_in_wall_
     at = open_page(PAGE)
     said = texts(at, "info")
     assert "the GPU works for microseconds" in said and "Long context on an H200" in said
+
+
+def test_the_wall_time_explanation_is_not_given_when_cudnn_wins_in_wall_time_too(monkeypatch):
+    from attnlab import shipped
+
+    real = shipped.frame
+
+    def faster_cudnn(table, name="h200"):
+        df = real(table, name)
+        if table == "default":
+            df.loc[df["implementation"] == "sdpa_cudnn", "wall_ms"] = 0.01
+        return df
+
+    monkeypatch.setattr(shipped, "frame", faster_cudnn)
+    assert "the GPU works for microseconds" not in texts(open_page(PAGE), "info")
