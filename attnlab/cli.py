@@ -5,6 +5,8 @@
     sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
     bench      the benchmark suite (suite.py) to JSON; on a GPU this makes attnlab/shipped/h200.json
     ladder     the ladder XLA -> Pallas -> cuDNN -> FP8, the mask sweep and DRAM bytes (attnlab/ladder.py)
+    decode     one decode step of MHA, GQA and MQA over cache lengths (page 8); on a GPU this makes
+               attnlab/shipped/h200_decode.json
     warm       compile and check the codelab's shape for every backend, and the model presets (a server does this at start)
     gpucheck   on a GPU machine: the GPU-marked tests, then the suite, then a short summary
 """
@@ -150,6 +152,24 @@ def cmd_ladder(a) -> int:
     return 0
 
 
+def cmd_decode(a) -> int:
+    from attnlab import kvcache, suite
+
+    _writable(a.out)
+    t0 = time.perf_counter()
+    log = lambda s: print(f"[{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr, flush=True)  # noqa: E731
+    kv_lens = a.kv_lens or ((256, 1024) if a.quick else kvcache.STUDY_KV_LENS)
+    bases = {k: v for k, v in kvcache.study_bases().items() if not a.quick or v == AttentionShape()}
+    rows = kvcache.decode_study(kv_lens, bases=bases, log=log)
+    result = {"environment": suite.environment(), "ceilings": suite.ceilings(), "tables": {"decode": rows}}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    _print(pd.DataFrame(rows), ["base", "variant", "kv_len", "implementation", "status", "device_ms",
+                                "throughput_ms", "kv_read_bytes", "kv_read_gb_per_s"])
+    return 0 if any(r["status"] == "ok" for r in rows) else 1
+
+
 def cmd_warm(a) -> int:
     from attnlab import warm
 
@@ -218,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("ladder", help="the ladder XLA -> cuDNN, masks, DRAM bytes (page 10)")
     s.add_argument("--out", help="write the results as JSON here (attnlab/shipped/h200_ladder.json)")
     s.set_defaults(func=cmd_ladder)
+    s = sub.add_parser("decode", help="a decode step of MHA, GQA and MQA over cache lengths (page 8)")
+    s.add_argument("--out", help="write the results as JSON here (attnlab/shipped/h200_decode.json)")
+    s.add_argument("--kv-lens", dest="kv_lens", nargs="+", type=int, help="cache lengths (default 4096 16384 65536 131072)")
+    s.add_argument("--quick", action="store_true", help="the default shape only, short caches (CPU-sized)")
+    s.set_defaults(func=cmd_decode)
     s = sub.add_parser("warm", help="compile the codelab's shape for every backend (what a server does at start)")
     s.set_defaults(func=cmd_warm)
     s = sub.add_parser("gpucheck", help="GPU tests + suite + summary (GPU machine)")

@@ -131,3 +131,37 @@ def decode_table(results: list[runs.Result]) -> pd.DataFrame:
         extra.append({"variant": r.shape.variant, "kv_read_bytes": read,
                       "kv_read_gb_per_s": read / (ms * 1e-3) / 1e9 if ms and r.ok else None})
     return runs.to_frame(results, extra)
+
+
+# --------------------------------------------------------------------------------------------
+# the decode study a GPU ships (`python -m attnlab decode --out attnlab/shipped/h200_decode.json`)
+# --------------------------------------------------------------------------------------------
+STUDY_IMPLS = ("naive", "sdpa_xla", "sdpa_cudnn")
+STUDY_KV_LENS = (4096, 16384, 65536, 131072)
+
+
+def study_bases() -> dict[str, AttentionShape]:
+    """The shapes whose variants the study times: the lab's default shape, and Llama 3 8B's attention
+    (32 query heads, head_dim 128) at batch 8 in bfloat16, as a server decoding 8 requests would."""
+    from attnlab import presets
+
+    return {"the lab's default shape": AttentionShape(),
+            "Llama 3 8B heads, batch 8": presets.apply("Llama 3 8B", AttentionShape(batch=8, dtype="bfloat16"))}
+
+
+def decode_study(kv_lens=STUDY_KV_LENS, names=STUDY_IMPLS, bases: dict[str, AttentionShape] | None = None,
+                 log=print) -> list[dict]:
+    """One timed decode step per (base, cache length, variant, implementation), as JSON-able rows."""
+    rows = []
+    for label, base in (bases or study_bases()).items():
+        for kv_len in kv_lens:
+            results = [r for v in variants(base) for r in runs.run(decode_shape(v, kv_len), list(names),
+                                                                  accuracy=False, timed=True)]
+            df = decode_table(results).assign(base=label)
+            for r in df.to_dict("records"):
+                ms = r.get("device_ms") or r.get("throughput_ms")
+                log(f"  {label:<28} {r['shape']:<44} {r['implementation']:<11} {r['status']:<12} "
+                    + (f"{ms * 1e3:9.1f} µs {r['kv_read_gb_per_s']:8.1f} GB/s" if r["status"] == runs.OK
+                       else str(r["reason"])[:60]))
+                rows.append({k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()})
+    return rows

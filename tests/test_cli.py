@@ -93,3 +93,13 @@ def test_warm_compiles_the_codelab_shape_for_every_backend_that_runs(capsys):
     out = capsys.readouterr().out
     assert "naive: ok" in out and "warm: the codelab's shape (every backend that runs here)" in out
     assert "N32 K8 H128" in out  # a model preset (Llama 3 8B) was warmed too
+
+
+def test_decode_quick_writes_the_study_that_page_8_reads(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    assert main(["decode", "--quick", "--kv-lens", "128", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    rows = r["tables"]["decode"]
+    assert {"environment", "ceilings"} <= set(r) and r["ceilings"]["copy_tb_s"] > 0
+    assert {row["variant"] for row in rows} == {"MHA", "GQA", "MQA"} and {row["kv_len"] for row in rows} == {128}
+    assert "kv_read_gb_per_s" in capsys.readouterr().out

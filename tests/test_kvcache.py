@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from attnlab import checks, kvcache, runs
+from attnlab import checks, device, kvcache, runs
 from attnlab.shapes import AttentionShape
 
 
@@ -102,3 +104,15 @@ def test_decode_table_adds_kv_bytes_read_and_bandwidth():
     if df.loc["sdpa_cudnn", "status"] != runs.OK:
         assert df.loc["sdpa_cudnn", "kv_read_gb_per_s"] is None or df.loc["sdpa_cudnn", "kv_read_gb_per_s"] != df.loc[
             "sdpa_cudnn", "kv_read_gb_per_s"]
+
+
+def test_the_decode_study_times_every_variant_and_says_why_a_cell_cannot_run():
+    base = AttentionShape(batch=1, heads=4, kv_heads=4, head_dim=16)
+    rows = kvcache.decode_study((64, 128), ("naive", "sdpa_cudnn"), bases={"tiny": base}, log=lambda s: None)
+    assert len(rows) == 2 * 3 * 2  # lengths x (MHA, GQA, MQA) x implementations
+    naive = [r for r in rows if r["implementation"] == "naive"]
+    assert all(r["status"] == runs.OK and r["kv_read_gb_per_s"] > 0 and r["q_len"] == 1 for r in naive)
+    assert [r["kv_read_bytes"] for r in naive[:3]] == [2 * 64 * k * 16 * 4 for k in (4, 2, 1)]
+    if not device.info().is_cuda:
+        assert all(r["status"] == runs.UNSUPPORTED and r["reason"] for r in rows if r["implementation"] == "sdpa_cudnn")
+    json.dumps(rows)  # plain JSON: what the GPU ships
