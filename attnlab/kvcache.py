@@ -16,6 +16,8 @@ does little arithmetic and reads all of K and V, so its time follows the cache's
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from attnlab import runs
@@ -136,6 +138,7 @@ def decode_table(results: list[runs.Result]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 # the decode study a GPU ships (`python -m attnlab decode --out attnlab/shipped/h200_decode.json`)
 # --------------------------------------------------------------------------------------------
+SHIPPED = "h200_decode"  # attnlab/shipped/h200_decode.json
 STUDY_IMPLS = ("naive", "sdpa_xla", "sdpa_cudnn")
 STUDY_KV_LENS = (4096, 16384, 65536, 131072)
 
@@ -165,3 +168,23 @@ def decode_study(kv_lens=STUDY_KV_LENS, names=STUDY_IMPLS, bases: dict[str, Atte
                        else str(r["reason"])[:60]))
                 rows.append({k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()})
     return rows
+
+
+def layout_copy_ms(kernels: str | None) -> float:
+    """Milliseconds a program's kernels spent in layout transposes (copies of a whole tensor into the
+    order a matmul wants), read from a row's kernels column ('transpose (layout change) (...) 135.4µs; ...')."""
+    return sum(float(us) for us in re.findall(r"transpose \(layout change\)[^;]*?([\d.]+)µs", kernels or "")) / 1e3
+
+
+def savings(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each variant's decode step against MHA's, per implementation, from timed rows of one cache length:
+    K and V bytes read ('bytes_fewer' than MHA), device time ('faster' than MHA), GB/s, and the
+    milliseconds spent copying tensors into another layout."""
+    ok = steps[steps["status"] == runs.OK].copy()
+    ok["ms"] = ok["device_ms"].fillna(ok["throughput_ms"])
+    mha = ok[ok["variant"] == "MHA"].set_index("implementation")
+    ok["bytes_fewer"] = ok["implementation"].map(mha["kv_read_bytes"]) / ok["kv_read_bytes"]
+    ok["faster"] = ok["implementation"].map(mha["ms"]) / ok["ms"]
+    ok["layout_copy_ms"] = ok["kernels"].map(layout_copy_ms) if "kernels" in ok else 0.0
+    return ok[["implementation", "variant", "kv_heads", "kv_read_bytes", "ms", "bytes_fewer", "faster",
+               "kv_read_gb_per_s", "layout_copy_ms"]].reset_index(drop=True)

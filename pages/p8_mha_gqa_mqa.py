@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnlab import kvcache, runs
 from attnlab.shapes import AttentionShape
-from pages import charts, common, sections
+from pages import charts, common, decode_ui, sections
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
@@ -102,11 +102,12 @@ common.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
 
 st.header("One decode step")
 st.write("Generating a token is attention with one query (q_len = 1) over the whole cache (kv_len = S): little "
-         "arithmetic and a full read of K and V, so its time follows the KV bytes, and fewer KV heads read fewer "
-         "bytes. The mask is off: the newest token may see every cached one. None of the three copies K or V: the "
-         "naive code views the N query heads as K groups of N/K and multiplies each group with its one KV head "
-         "in a single einsum (`attnlab/attention.py`), and XLA's SDPA and cuDNN index the shared head, so each "
-         "reads kv_heads·S·H values per sequence for the keys and again for the values.")
+         "arithmetic and a full read of K and V, so its time should follow the KV bytes, and fewer KV heads read "
+         "fewer bytes. The mask is off: the newest token may see every cached one. The code copies neither K nor V: "
+         "the naive code and XLA's SDPA view the N query heads as K groups of N/K and multiply each group with its "
+         "one KV head in a single einsum (`attnlab/attention.py`), and cuDNN indexes the shared head, so each needs "
+         "kv_heads·S·H values per sequence for the keys and again for the values. Whether the compiled program "
+         "keeps to that, the H200's measurement at the end of the page shows.")
 c1, c2 = st.columns([1, 2])
 kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=262_144, value=4096, step=1024,
                          key="p8_kv_len")
@@ -144,3 +145,5 @@ if chosen and sections.on_demand("p8_decode", f"Time a decode step for each vari
                          NumberColumn("GB/s of K and V", format="%.1f", help=GBS_HELP)})
         sections.not_run(df, keys=("variant", "implementation"))
         common.download(df, "decode_step", "Download the decode timings (CSV)")
+
+decode_ui.measured_on_h200(int(kv_len))

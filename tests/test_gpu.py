@@ -226,13 +226,13 @@ def test_flash_jax_keeps_memory_linear_in_t_on_the_gpu():
     assert flash.program.temp_bytes < xla.program.temp_bytes / 3, (flash.program.temp_bytes, xla.program.temp_bytes)
 
 
-@pytest.mark.parametrize("name", ["sdpa_xla", "sdpa_cudnn"])
-def test_a_long_decode_step_follows_the_kv_bytes(name):
-    """GQA reads 4x fewer K and V bytes than MHA at Llama 3 8B's heads: a bandwidth-bound step is at least 2x faster."""
+def test_a_long_decode_step_on_cudnn_follows_the_kv_bytes():
+    """GQA reads 4x fewer K and V bytes than MHA at Llama 3 8B's heads: cuDNN's bandwidth-bound step is over 3x
+    faster. (XLA's is not: its GQA program first copies K and V into another layout; page 8 shows it.)"""
     from attnlab import kvcache, presets
 
     base = presets.apply("Llama 3 8B", AttentionShape(batch=8, dtype="bfloat16"))
-    rows = kvcache.decode_study((32768,), (name,), bases={"llama": base}, log=lambda s: None)
+    rows = kvcache.decode_study((32768,), ("sdpa_cudnn",), bases={"llama": base}, log=lambda s: None)
     ms = {r["variant"]: r["device_ms"] for r in rows if r["status"] == runs.OK}
     assert set(ms) == {"MHA", "GQA", "MQA"}, rows
-    assert ms["MHA"] > 2 * ms["GQA"], ms
+    assert ms["MHA"] > 3 * ms["GQA"] and ms["GQA"] > ms["MQA"], ms

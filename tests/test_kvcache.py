@@ -116,3 +116,18 @@ def test_the_decode_study_times_every_variant_and_says_why_a_cell_cannot_run():
     if not device.info().is_cuda:
         assert all(r["status"] == runs.UNSUPPORTED and r["reason"] for r in rows if r["implementation"] == "sdpa_cudnn")
     json.dumps(rows)  # plain JSON: what the GPU ships
+
+
+def test_savings_compare_each_variant_with_mha_and_find_layout_copies():
+    from attnlab import shipped
+
+    steps = shipped.frame("decode", kvcache.SHIPPED)
+    llama = steps[(steps["base"] == "Llama 3 8B heads, batch 8") & (steps["kv_len"] == 16384)]
+    s = kvcache.savings(llama).set_index(["implementation", "variant"])
+    assert s.loc[("sdpa_cudnn", "MHA"), "faster"] == 1 and s.loc[("sdpa_cudnn", "GQA"), "bytes_fewer"] == 4
+    assert s.loc[("sdpa_cudnn", "MQA"), "bytes_fewer"] == 32
+    # as measured on the H200: cuDNN's time falls with the bytes, XLA's GQA program copies K and V first
+    assert s.loc[("sdpa_cudnn", "GQA"), "faster"] > 3 and s.loc[("sdpa_cudnn", "GQA"), "layout_copy_ms"] == 0
+    assert s.loc[("sdpa_xla", "GQA"), "faster"] < 2 and s.loc[("sdpa_xla", "GQA"), "layout_copy_ms"] > 0.2
+    assert kvcache.layout_copy_ms("transpose (layout change) (a) 3.5µs; matmul (b) 9.0µs; transpose (layout "
+                                  "change) (c) 1.5µs") == pytest.approx(0.005)

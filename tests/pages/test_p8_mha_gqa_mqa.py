@@ -141,3 +141,20 @@ def test_at_its_own_shapes_the_page_asks_only_about_its_three_implementations(mo
     open_page(PAGE, params)
     elsewhere = {name for name, shape in asked if shape != sidebar}
     assert elsewhere and elsewhere <= {"naive", "sdpa_xla", "sdpa_cudnn"}, sorted(elsewhere)
+
+
+def test_the_h200_decode_study_shows_who_turns_fewer_kv_bytes_into_less_time():
+    at = open_page(PAGE)
+    table = frame_with(at, "of which layout copies").set_index(["implementation", "variant"])
+    assert "(4× fewer)" in table.loc[("sdpa_cudnn", "GQA"), "K and V read"]
+    assert "(32× fewer)" in table.loc[("sdpa_cudnn", "MQA"), "K and V read"]
+    assert table.loc[("sdpa_cudnn", "GQA"), "of which layout copies"] == "—"
+    assert table.loc[("sdpa_xla", "GQA"), "of which layout copies"].endswith("µs")
+    words = texts(at, "info", "caption")
+    assert "At kv_len = 4,096 (the cache length above)" in words and "Measured on NVIDIA H200" in words
+    assert "cuDNN reads K and V in place at" in words and "XLA copies K and V" in words
+    assert any('"facet"' in spec and "kv_read_gb_per_s" in spec for spec in charts(at))
+    at.selectbox(key="p8_h200_base").set_value("the lab's default shape").run()
+    assert "Not at this shape: sdpa_cudnn" in texts(at, "caption")  # float32: cuDNN's rows say why not
+    at.number_input(key="p8_kv_len").set_value(100).run()  # not a length of the study: its longest
+    assert "At kv_len = 131,072 (the study's longest" in texts(at, "caption")

@@ -1,0 +1,96 @@
+"""Page 8's decode step as an H200 measured it (attnlab/shipped/h200_decode.json, `python -m attnlab decode`)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from attnlab import kvcache, runs, shipped
+from pages import charts, common
+
+VARIANTS = ["MHA", "GQA", "MQA"]
+NOT_MEASURED = ("No H200 decode measurements ship with this version: `python -m attnlab decode --out "
+                "attnlab/shipped/h200_decode.json` on a GPU makes them.")
+K_LABEL = "datum.value >= 1024 ? format(datum.value / 1024, ',~g') + 'K' : format(datum.value, ',~g')"  # 4K ... 128K
+Y = {"device time (µs)": "device_us", "GB/s of K and V": "kv_read_gb_per_s"}
+
+
+def measured_on_h200(kv_len: int) -> None:
+    """The study's chart (time or bandwidth against cache length, one panel per implementation) and, at one
+    cache length, what GQA and MQA saved against MHA, in words computed from the rows."""
+    df = shipped.frame("decode", kvcache.SHIPPED)
+    st.subheader("Measured on an H200: does the time follow the bytes?")
+    if df.empty:
+        st.caption(NOT_MEASURED)
+        return
+    st.caption(f"📦 {shipped.label(kvcache.SHIPPED)}. Shipped with the lab, not measured on this machine.")
+    ok = df[df["status"] == runs.OK].assign(device_us=lambda d: d["device_ms"] * 1e3)
+    bases = list(dict.fromkeys(ok["base"]))
+    c1, c2 = st.columns(2)
+    base = c1.selectbox("shape", bases, index=len(bases) - 1, key="p8_h200_base",
+                        format_func=lambda b: f"{b}: {ok[ok['base'] == b]['shape'].iloc[0].split(' T1 ')[0]} "
+                                              f"N{ok[ok['base'] == b]['heads'].iloc[0]} "
+                                              f"H{ok[ok['base'] == b]['head_dim'].iloc[0]} {ok[ok['base'] == b]['dtype'].iloc[0]}")
+    y = Y[c2.selectbox("y axis", list(Y), key="p8_h200_y")]
+    rows = ok[ok["base"] == base]
+    order = [n for n in kvcache.STUDY_IMPLS if n in set(rows["implementation"])]
+    lengths = sorted(rows["kv_len"].unique().tolist())
+    chart = (alt.Chart(rows).mark_line(point=True).encode(
+        x=alt.X("kv_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=lengths, labelExpr=K_LABEL),
+                title="cache length kv_len (tokens; K = 1,024)"),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log" if y == "device_us" else "linear"),
+                title=[k for k, v in Y.items() if v == y][0]),
+        color=alt.Color("variant:N", scale=alt.Scale(domain=VARIANTS)),
+        tooltip=common.tips("variant", "kv_heads", "implementation", "kv_len", alt.Tooltip("device_us:Q", format=",.1f"),
+                            "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=",.0f")))
+        .properties(width=230, height=240)
+        .facet(column=alt.Column("implementation:N", sort=order, title=None)))
+    charts.altair(st, chart, width="content")
+    missing = sorted(set(df[df["base"] == base]["implementation"]) - set(order))
+    if missing:
+        why = df[(df["base"] == base) & df["implementation"].isin(missing)]["reason"].iloc[0]
+        st.caption(f"Not at this shape: {', '.join(missing)} ({why}).")
+
+    at = kv_len if kv_len in lengths else lengths[-1]
+    s = kvcache.savings(rows[rows["kv_len"] == at])
+    common.text_table(pd.DataFrame({
+        "implementation": s["implementation"], "variant": s["variant"], "kv_heads": s["kv_heads"],
+        "K and V read": [f"{common.fmt_bytes(b)}" + (f" ({f:.0f}× fewer)" if f > 1 else "")
+                         for b, f in zip(s["kv_read_bytes"], s["bytes_fewer"], strict=True)],
+        "device time": [f"{ms * 1e3:,.1f} µs" + (f" ({x:.1f}× faster)" if v != "MHA" else "")
+                        for ms, x, v in zip(s["ms"], s["faster"], s["variant"], strict=True)],
+        "GB/s of K and V": s["kv_read_gb_per_s"].round(0),
+        "of which layout copies": [f"{c * 1e3:,.1f} µs" if c else None for c in s["layout_copy_ms"]],
+    }))
+    st.caption(f"At kv_len = {at:,}" + (" (the cache length above)." if at == kv_len else
+                                         f" (the study's longest; it has {', '.join(f'{n:,}' for n in lengths)})."))
+    _lessons(s, shipped.load(kvcache.SHIPPED))
+    common.download(df, "h200_decode", "Download the H200 decode study (CSV)")
+
+
+def _lessons(s: pd.DataFrame, data: dict | None) -> None:
+    """What the table shows, in words computed from it: who turns fewer bytes into less time, and why not."""
+    peak = (((data or {}).get("environment") or {}).get("peak") or {}).get("memory_tb_s")
+    gqa = s[s["variant"] == "GQA"].set_index("implementation")
+    if gqa.empty:
+        return
+    words = [f"GQA reads {gqa['bytes_fewer'].iloc[0]:.0f}× fewer K and V bytes than MHA. Its step is "
+             + ", ".join(f"{x:.1f}× faster on `{n}`" for n, x in gqa["faster"].items()) + "."]
+    if "sdpa_cudnn" in s["implementation"].values:
+        c = s[s["implementation"] == "sdpa_cudnn"]
+        tb = c["kv_read_gb_per_s"] / 1e3
+        least = c.loc[c["kv_read_bytes"].idxmin()]
+        words.append(f"cuDNN reads K and V in place at {tb.min():.1f}-{tb.max():.1f} TB/s"
+                     + (f" (the H200's datasheet: {peak} TB/s)" if peak else "") + ", so its time follows the bytes"
+                     + (f"; {least['variant']}'s small read ({common.fmt_bytes(least['kv_read_bytes'])}) is too little "
+                        "work to reach the rest of the bandwidth." if least["kv_read_gb_per_s"] == c["kv_read_gb_per_s"].min()
+                        else "."))
+    copies = gqa[gqa["layout_copy_ms"] > 0].sort_index(key=lambda i: i != "sdpa_xla")  # the API's program first
+    if not copies.empty:
+        n = copies.index[0]
+        words.append(f"`{n}`'s GQA program spends {copies['layout_copy_ms'].iloc[0] * 1e3:,.0f} of its "
+                     f"{copies['ms'].iloc[0] * 1e3:,.0f} µs in layout transposes: XLA copies K and V into the order "
+                     "its matmuls want (read, write, read again) before using them, so the bytes saved are partly "
+                     "spent again. The code copies nothing; the compiler does (the kernels are in the CSV).")
+    st.info(" ".join(words))
