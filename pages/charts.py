@@ -50,3 +50,22 @@ def vega_spec(chart) -> dict:
 def altair(where, chart, **kw) -> None:
     """`where.altair_chart(chart, **kw)` (where: st, a column, a tab) without the lock; see above."""
     where.vega_lite_chart(vega_spec(chart), **kw)
+
+
+def piles(df, x: str, y: str, within: float = 0.1) -> list:
+    """Groups of rows a log-log scatter draws on top of one another: x within a hundredth and y within
+    `within` (a tenth) of the next; each group a frame, highest y first. Captions name them, since a
+    marker on top hides the ones beneath."""
+    out = []
+    rows = df.sort_values(x)
+    while len(rows):
+        column = rows[rows[x] <= rows[x].iloc[0] * 1.01].sort_values(y, ascending=False)
+        rows = rows.drop(column.index)
+        group = [column.index[0]]
+        for prev, i in zip(column.index, column.index[1:], strict=False):
+            if column.at[prev, y] > (1 + within) * column.at[i, y]:
+                out.append(group)
+                group = []
+            group.append(i)
+        out.append(group)
+    return [df.loc[g] for g in out if len(g) > 1]

@@ -146,6 +146,21 @@ def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> 
               f"{ceilings['matmul_bf16_tflops']:.0f} TFLOP/s (bf16 matmul)", height=360)
 
 
+def _piles_and_ridge(points: pd.DataFrame, ceilings: dict) -> None:
+    """Say which dots hide others (one marker drawn on top) and which rung sits where the roof turns."""
+    name = lambda r: f"{r['label']}{' (causal)' if r['causal'] else ''}"  # noqa: E731
+    piles = [f"{', '.join(name(r) for _, r in g.iterrows())} at {g['intensity'].iloc[0]:.0f} FLOPs/byte "
+             f"({g['achieved_tflops'].min():.0f}-{g['achieved_tflops'].max():.0f} TFLOP/s)"
+             for g in charts.piles(points, "intensity", "achieved_tflops")]
+    ridge = ceilings["matmul_bf16_tflops"] / ceilings["copy_tb_s"]
+    at = points[(points["intensity"] - ridge).abs() <= 0.1 * ridge]
+    st.caption(("Dots on top of one another (the same traffic model, TFLOP/s within a tenth): " + "; ".join(piles)
+                + ". " if piles else "")
+               + (f"The ridge, where the roof turns from bandwidth to compute, is at {ridge:.0f} FLOPs/byte: "
+                  + ", ".join(f"{name(r)} ({r['intensity']:.0f}, {r['achieved_tflops']:.0f} TFLOP/s)"
+                              for _, r in at.iterrows()) + (" sits there." if len(at) == 1 else " sit there.") if not at.empty else ""))
+
+
 def step_table(step) -> pd.DataFrame:
     """The running max m and sum l of each query row of the block, before and after this tile."""
     n = len(step.row_max_before)
@@ -257,6 +272,7 @@ def ladder_block(found: dict | None) -> None:
                        "cache serves many, and the scores model counts each of XLA's passes over the scores where "
                        "XLA fuses some. The roof is the bf16 matmul's; FP8 tensor cores have twice its peak, so "
                        "cuDNN FP8 can pass 100 % of it.")
+            _piles_and_ridge(points, found["ceilings"])
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)

@@ -160,3 +160,12 @@ def test_the_nsight_table_wraps_its_long_kernel_names_and_reasons(with_ladder):
     # what the kernel is in words, its raw name cut short (one unbreakable word ran off the page)
     assert ncu.loc[0, "kernel"] == "cuDNN flash attention, forward (cudnn_generated_fort_native_sdpa_sm90_flash_fpr…)"
     assert ncu.loc[1, "why not measured"].startswith("test reason")
+
+
+def test_the_shipped_roofline_names_the_dots_that_hide_each_other_and_the_rung_at_its_ridge():
+    words = texts(open_page(PAGE, tab=LADDER), "caption")  # the H200 ladder shipped with the lab
+    assert ("Dots on top of one another (the same traffic model, TFLOP/s within a tenth): SDPA, cuDNN fused (causal), "
+            "tokamax, Pallas Mosaic GPU (causal) at 63 FLOPs/byte (573-581 TFLOP/s); SDPA, cuDNN fused, cuDNN FP8 "
+            "(JAX internal) (causal), tokamax, Pallas Mosaic GPU at 126 FLOPs/byte (616-646 TFLOP/s).") in words
+    assert ("The ridge, where the roof turns from bandwidth to compute, is at 245 FLOPs/byte: cuDNN FP8 (JAX "
+            "internal) (252, 827 TFLOP/s) sits there.") in words
