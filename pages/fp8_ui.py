@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import fp8_study
-from pages import charts, common, sections
+from pages import charts, codeblock, common, sections
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
 ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
@@ -50,7 +50,7 @@ def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd
         return df
     st.info(f"Cannot run here: {why_not}")
     with st.expander("The code to run it on a GPU"):
-        st.code(snippet, language="python")
+        codeblock.code(snippet)
     df = sections.shipped_frame(table)
     if df.empty:
         st.info("No H200 results ship with this version, so there is nothing measured to show.")

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnlab import flash, ladder, memory
 from attnlab.shapes import AttentionShape
-from pages import charts, common, fused_ui, kernel_ui, sections
+from pages import charts, codeblock, common, fused_ui, kernel_ui, sections
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -62,7 +62,7 @@ if tabs[0].open:
         charts.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
         st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                    "rounding (float32 against float64).")
-        st.code(kernel_ui.flash_update_source(), language="python")
+        codeblock.code(kernel_ui.flash_update_source())
         st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
                    + kernel_ui.LINES_NOTE)
 
@@ -132,11 +132,11 @@ if tabs[4].open:
                 "GPU's memory bandwidth and its tensor-core rate, both measured in the same run.")
         kernel_ui.ladder_block(found)
         st.subheader("The same loop, two ways")
-        st.code(kernel_ui.flash_update_source(), language="python")
+        codeblock.code(kernel_ui.flash_update_source())
         st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
                    + kernel_ui.LINES_NOTE)
         which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
                          format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
         text, where = kernel_ui.pallas_source(which)
-        st.code(text, language="python")
+        codeblock.code(text)
         st.caption(f"The same steps in tokamax's kernel (max, exp, rescale, sum, accumulate), marked ◀ at the left. {where}")

@@ -5,7 +5,7 @@ import streamlit as st
 
 from attnlab import layout
 from attnlab.shapes import AttentionShape
-from pages import common, sections
+from pages import codeblock, common, sections
 
 
 @common.cached
@@ -68,7 +68,7 @@ if df is not None:
 if info.backend != "gpu":
     st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "
             "them in the GPU's memory (HBM), and `devices()` shows `cuda:0`.")
-st.code(
+codeblock.code(
     "import jax\nimport jax.numpy as jnp\n\n"
     f"q = jax.random.normal(jax.random.key(0), {shape.q_shape()}, dtype=jnp.{shape.dtype})   # BTNH\n"
     f"k = jax.random.normal(jax.random.key(1), {shape.kv_shape()}, dtype=jnp.{shape.dtype})   # BSKH\n"

@@ -8,7 +8,7 @@ import streamlit as st
 from attnlab import attention, memory, runs
 from attnlab.backends import REGISTRY
 from attnlab.checks import TOLERANCES
-from pages import common, fused_ui, sections
+from pages import codeblock, common, fused_ui, sections
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
 
@@ -20,7 +20,7 @@ st.write(
     "`implementation=None` it does not: today JAX picks **XLA's own code**, which keeps the whole T × S score "
     "matrix just as naive does. This page shows both facts from the programs compiled on this machine."
 )
-st.code(inspect.getsource(attention.weights) + "\n\n" + inspect.getsource(attention.attention), language="python")
+codeblock.code(inspect.getsource(attention.weights) + "\n\n" + inspect.getsource(attention.attention))
 
 shape = common.require_shape()
 info = common.device_info()

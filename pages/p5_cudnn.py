@@ -8,7 +8,7 @@ from attnlab.backend import trace_error
 from attnlab.backends import get
 from attnlab.checks import TOLERANCES
 from attnlab.shapes import AttentionShape
-from pages import common, fused_ui, sections
+from pages import codeblock, common, fused_ui, sections
 
 
 def snippet(shape: AttentionShape) -> str:
@@ -69,10 +69,10 @@ if why_not:
                 + ("raises (the library's own words):" if error else "raises nothing: the registry's check above "
                    "is what fails."))
     if error:
-        st.code(error, language="text", wrap_lines=True)
+        codeblock.code(error, "text", wrap=True)
 
 st.subheader("The code you would write")
-st.code(snippet(bf), language="python", wrap_lines=True)
+codeblock.code(snippet(bf), wrap=True)
 
 st.subheader(f"cuDNN against XLA at {bf.describe()}")
 names = ("sdpa_cudnn", "sdpa_xla") if not why_not else ("sdpa_xla",)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from attnlab import weights
 from attnlab.shapes import AttentionShape
-from pages import charts, common, sections
+from pages import charts, codeblock, common, sections
 from pages.weights_ui import heatmap
 
 FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table uses a shorter sequence
@@ -142,8 +142,8 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
             c2.caption(result.reference_note)
         args = [f"is_causal={use_causal}"] + ([f"local_window_size={window}"] if window else []) + (
             [f"key_value_seq_lengths=jnp.array({list(lengths)}, jnp.int32)"] if lengths else [])
-        c2.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
-                + f",\n    implementation=\"{FUSED[name]}\")", language="python")
+        codeblock.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
+                       + f",\n    implementation=\"{FUSED[name]}\")", where=c2)
 for n, why in common.unmet(masked_view, tuple(FUSED)).items():
     if why:
         st.caption(f"{n} cannot run this here: {common.literal(why)}")

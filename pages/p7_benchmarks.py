@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab import timing, timing_demo
 from attnlab.shapes import AttentionShape
 from pages import benchmarks_ui as ui
-from pages import common, sections
+from pages import codeblock, common, sections
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.timing`) times every "
@@ -91,7 +91,7 @@ if how.open:
         if on_gpu and timing.launch_note():
             st.caption(timing.launch_note())
         st.markdown("The code `attnlab.timing.time_compiled` runs (read from its source):")
-        st.code(timing_demo.harness_source(), language="python")
+        codeblock.code(timing_demo.harness_source())
         st.subheader(f"Live: the same jitted call, four ways, at {shape.describe()}")
         st.caption("`f` is sdpa_xla (`jax.nn.dot_product_attention(..., implementation=\"xla\")`), compiled once. Each "
                    "figure is a median of a few repetitions (10 calls; the last, 3 rounds of 20) taken at its own moment, so its wall time can differ from the "

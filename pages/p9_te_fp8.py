@@ -4,7 +4,7 @@ import streamlit as st
 
 from attnlab import device, fp8, fp8_study, te
 from attnlab.backends import get
-from pages import common, fp8_ui, sections
+from pages import codeblock, common, fp8_ui, sections
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
 
@@ -53,7 +53,7 @@ if why_te is None:
 else:
     st.info(f"Cannot run here: {why_te}")
     with st.expander("The code to run it on a GPU with TE"):
-        st.code(te.TE_SNIPPET, language="python")
+        codeblock.code(te.TE_SNIPPET)
     df = sections.shipped_frame("te_sweep")
     if df.empty:
         st.info("No H200 results ship with this version, so there is no TE sweep to show.")

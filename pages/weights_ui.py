@@ -30,25 +30,29 @@ def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vma
     False) are grey; a small matrix also shows each number.
 
     Painted on a canvas: as SVG a 64 x 64 map is 4,096 elements per layer, and page 6 shows three
-    such maps (in Chromium the canvas saves about 0.3 s of a page load for those three)."""
+    such maps (in Chromium the canvas saves about 0.3 s of a page load for those three). The browser
+    evaluates Vega's expressions with an interpreter, per cell: so the masked and the visible cells
+    come as two frames (no filter to evaluate), and the tooltip's numbers come rounded (no format)."""
     df = weights.long_frame(m, value)
-    df["masked"] = False if allowed is None else ~np.asarray(allowed, bool).ravel()
+    masked = np.zeros(len(df), bool) if allowed is None else ~np.asarray(allowed, bool).ravel()
+    seen_df = df[~masked].round({value: 6})
     small = max(m.shape) <= 16
 
     def axis(n: int) -> alt.Axis:
         return alt.Axis() if small else alt.Axis(values=list(range(0, n, 8)))
 
-    base = alt.Chart(df, title=title).encode(
-        x=alt.X("key:O", title="key position (S)", axis=axis(m.shape[1])),
-        y=alt.Y("query:O", title="query position (T)", axis=axis(m.shape[0])))
-    seen = base.transform_filter("!datum.masked").mark_rect().encode(
-        color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
-        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip(f"{value}:Q", format=".4f")])
-    hidden = base.transform_filter("datum.masked").mark_rect(color=MASKED_GREY).encode(
-        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip("masked:N", title="masked")])
-    chart = hidden + seen
+    x = alt.X("key:O", title="key position (S)", axis=axis(m.shape[1]))
+    y = alt.Y("query:O", title="query position (T)", axis=axis(m.shape[0]))
+    seen = alt.Chart(seen_df, title=title).mark_rect().encode(
+        x=x, y=y, color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
+        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip(f"{value}:Q")])
+    chart = seen
+    if masked.any():
+        hidden = alt.Chart(df[masked].assign(masked=True)).mark_rect(color=MASKED_GREY).encode(
+            x=x, y=y, tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip("masked:N", title="masked")])
+        chart = hidden + seen
     if small:
-        chart += base.transform_filter("!datum.masked").mark_text(baseline="middle", fontSize=10).encode(
-            text=alt.Text(f"{value}:Q", format=".2f"),
+        chart += alt.Chart(seen_df).mark_text(baseline="middle", fontSize=10).encode(
+            x=x, y=y, text=alt.Text(f"{value}:Q", format=".2f"),
             color=alt.condition(f"datum.{value} > {vmax / 2}", alt.value("white"), alt.value("black")))
     return chart.properties(width=size, height=size, usermeta={"embedOptions": {"renderer": "canvas"}})

@@ -69,9 +69,31 @@ def chart_data(at: AppTest) -> list[pd.DataFrame]:
     return out
 
 
+def heatmaps(at: AppTest, value: str = "weight") -> list[pd.DataFrame]:
+    """Each heatmap's cells (pages/weights_ui.heatmap sends the visible and the masked ones as two
+    datasets), with a `masked` column, in (query, key) order."""
+    maps = []
+    for chart in at.get("vega_lite_chart"):
+        parts = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets]
+        seen = [p for p in parts if value in p.columns and "masked" not in p.columns]
+        if seen:
+            hidden = [p for p in parts if "masked" in p.columns]
+            maps.append(pd.concat([seen[0].assign(masked=False), *hidden]).sort_values(["query", "key"])
+                        .reset_index(drop=True))
+    return maps
+
+
 def charts(at: AppTest) -> list[str]:
     """Each chart's Vega-Lite spec, as JSON text."""
     return [e.proto.spec for e in at.get("vega_lite_chart")]
+
+
+def codes(at: AppTest) -> list[str]:
+    """The text of each code block on the page (pages/codeblock.py draws them as HTML; st.code too)."""
+    from pages import codeblock
+
+    found = [c.value for c in at.code]
+    return found + [codeblock.text_of(e.proto.body) for e in at.get("html") if "attnlab-code" in e.proto.body]
 
 
 def metric(at: AppTest, label_start: str) -> str:

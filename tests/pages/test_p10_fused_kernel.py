@@ -12,6 +12,7 @@ from tests.apptest_util import (
     button,
     chart_data,
     charts,
+    codes,
     frames,
     metric,
     open_page,
@@ -63,10 +64,10 @@ def test_every_tab_renders(params, no_ladder):
     at = open_page(PAGE, params)
     assert [t.label for t in at.tabs] == TABS
     assert metric(at, "tile (Q block 0, K block 0)") in ("full", "partial", "skipped")
-    assert any("def update(" in c.value for c in at.code)  # the plain-JAX online softmax
+    assert any("def update(" in c for c in codes(at))  # the plain-JAX online softmax
     assert "GPU memory traffic (model)" not in "".join(charts(at)), "a closed tab is not run"
     assert "GPU memory traffic (model)" in "".join(charts(open_page(PAGE, params, tab=TRAFFIC)))
-    assert any("◀ max" in c.value for c in open_page(PAGE, params, tab=LADDER).code)  # Pallas excerpt, lines marked
+    assert any("◀ max" in c for c in codes(open_page(PAGE, params, tab=LADDER)))  # Pallas excerpt, lines marked
     assert "compute capability" not in texts(open_page(PAGE, params, tab=BACKWARD), "error")
     assert metric(open_page(PAGE, params, tab=MASKS), "tiles skipped").endswith("%")
 

@@ -3,13 +3,13 @@
 
 import numpy as np
 
-from tests.apptest_util import chart_data, frame_with, frames, open_page
+from tests.apptest_util import chart_data, frame_with, frames, heatmaps, open_page
 
 PAGE = "pages/p1_attention.py"
 
 
 def weights_chart(at):
-    return next(c for c in chart_data(at) if "weight" in c.columns)
+    return heatmaps(at)[0]
 
 
 

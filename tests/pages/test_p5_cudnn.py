@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from tests.apptest_util import CUSTOM, HEAVY, button, frame_with, metric, open_page, record_runs, texts
+from tests.apptest_util import CUSTOM, HEAVY, button, codes, frame_with, metric, open_page, record_runs, texts
 
 PAGE = "pages/p5_cudnn.py"
 on_gpu = jax.default_backend() == "gpu"
@@ -21,11 +21,11 @@ def test_requirements_checklist_from_the_backend_and_the_real_error_on_cpu(param
     at = open_page(PAGE, params)
     checklist = frame_with(at, "requirement").set_index("requirement")
     assert checklist.loc["dtype", "here"] == "bfloat16" and "a CUDA GPU" in checklist.index
-    assert any("implementation=implementation" in c.value for c in at.code)
+    assert any("implementation=implementation" in c for c in codes(at))
     if on_gpu:
         pytest.skip("cuDNN runs here: see test_matches_xla_on_gpu")
     assert any("cuDNN cannot run" in w.value for w in at.warning)
-    assert any("Error" in c.value and "cuDNN" in c.value for c in at.code)  # the library's own words
+    assert any("Error" in c and "cuDNN" in c for c in codes(at))  # the library's own words
     assert "JAX says" not in texts(at)
     xla = frame_with(at, "allclose").set_index("implementation")
     assert xla.loc["sdpa_xla", "allclose"]
@@ -50,7 +50,7 @@ def test_no_timing_button_on_cpu_and_it_says_what_would_run():
 
 def test_code_lines_are_wrapped_short():
     at = open_page(PAGE)
-    code = next(c.value for c in at.code if "implementation=implementation" in c.value)
+    code = next(c for c in codes(at) if "implementation=implementation" in c)
     assert max(map(len, code.splitlines())) <= 88 and "atol=1e-2" in code.replace("atol=0.01", "atol=1e-2")
 
 

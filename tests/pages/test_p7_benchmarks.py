@@ -16,7 +16,7 @@ pytest.importorskip("streamlit")
 from attnlab import device, queue, shipped, timing, timing_demo  # noqa: E402
 from attnlab.backends import REGISTRY  # noqa: E402
 from attnlab.shapes import AttentionShape  # noqa: E402
-from tests.apptest_util import SMALL, button, chart_data, charts, frame_with, frames, open_page, texts  # noqa: E402
+from tests.apptest_util import SMALL, button, chart_data, charts, codes, frame_with, frames, open_page, texts  # noqa: E402
 
 P7 = "pages/p7_benchmarks.py"
 HOW, SWEEPS, LONG = ("p7_tab", "How it is timed"), ("p7_tab", "Sweeps"), ("p7_tab", "Long context on an H200")
@@ -145,7 +145,7 @@ def test_the_harness_code_shown_is_the_code_that_runs():
 
 def test_the_dispatch_demonstration_shows_queuing_is_cheaper_than_waiting(without_shipped):
     at = open_page(P7, tab=HOW)  # the codelab's shape: a call costs far more than its dispatch
-    assert timing_demo.harness_source().splitlines()[0] in "\n".join(c.value for c in at.code)
+    assert timing_demo.harness_source().splitlines()[0] in "\n".join(c for c in codes(at))
     demo = frame_with(at, "what it is").set_index("measured")
     assert any("what it is" in t.value.columns for t in at.table)  # a static table: its sentences wrap, not cut
     ms = demo["ms per call"].map(lambda x: float(str(x).replace(",", "")))

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 from attnlab import te as te_mod
-from tests.apptest_util import SMALL, charts, frame_with, frames, metric, open_page, texts
+from tests.apptest_util import SMALL, charts, codes, frame_with, frames, metric, open_page, texts
 
 AUTOCAST, DENSE, FP8_ATTENTION = (("p9_tab", t) for t in ("(a) autocast around attention", "(b) FP8 in TE's dense layers",
                                                             "(c) cuDNN's FP8 attention"))
@@ -63,8 +63,8 @@ def test_te_fp8_page_on_cpu_says_what_is_missing_and_shows_the_code_to_run(witho
     at = open_page(PAGE, tab=FP8_ATTENTION)
     req = frame_with(at, "requirement")
     assert (req[req["requirement"] == "a CUDA GPU"]["met"] == "no").all()
-    codes = [c.value for c in at.code]
-    assert any("use_fp8=True" in c for c in codes) and any("DotProductAttention" in c for c in codes)
+    blocks = codes(at)
+    assert any("use_fp8=True" in c for c in blocks) and any("DotProductAttention" in c for c in blocks)
     assert "No H200 results ship" in texts(at, "info")
     assert not study_buttons(at), "no live study is offered on a CPU"
 
