@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import io
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -24,35 +27,78 @@ def matrix_table(a: np.ndarray, row: str, col: str) -> None:
     st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
 
 
+# Vega's "blues" scheme (vega-scale), the colour stops it interpolates between
+BLUES = np.array([[int(h[k:k + 2], 16) for k in (0, 2, 4)] for h in (
+    "cfe1f2", "bed8ec", "a8cee5", "8fc1de", "74b2d7", "5ba3cf", "4592c6", "3181bd", "206fb2", "125ca4", "0a4a90")], float)
+IMAGE_ABOVE = 16  # a map with more rows or columns than this is drawn as one image, not a rect per cell
+
+
 def heatmap(m: np.ndarray, title: str, *, allowed: np.ndarray | None = None, vmax: float = 1.0,
             value: str = "weight", size: int = 320) -> alt.Chart:
     """A (T, S) matrix as a heatmap on the colour scale [0, vmax]. Cells the mask hides (`allowed`
-    False) are grey; a small matrix also shows each number.
+    False) are grey; a small matrix also shows each number, and its cells name their values on hover.
 
-    Painted on a canvas: as SVG a 64 x 64 map is 4,096 elements per layer, and page 6 shows three
-    such maps (in Chromium the canvas saves about 0.3 s of a page load for those three). The browser
-    evaluates Vega's expressions with an interpreter, per cell: so the masked and the visible cells
-    come as two frames (no filter to evaluate), and the tooltip's numbers come rounded (no format)."""
+    A large one (page 6: three 64 x 64 maps) is painted on the server as one image, on the same axes
+    and colour scale: as 4,096 Vega marks a map, the browser spent about 0.8 s of the page's load
+    evaluating each cell's encoding with Vega's expression interpreter."""
+    masked = np.zeros(m.shape, bool) if allowed is None else ~np.asarray(allowed, bool)
+    if max(m.shape) > IMAGE_ABOVE:
+        return _image_map(np.asarray(m, float), masked, title, vmax, value, size)
     df = weights.long_frame(m, value)
-    masked = np.zeros(len(df), bool) if allowed is None else ~np.asarray(allowed, bool).ravel()
-    seen_df = df[~masked].round({value: 6})
-    small = max(m.shape) <= 16
+    seen_df = df[~masked.ravel()]
+    x = alt.X("key:O", title="key position (S)")
+    y = alt.Y("query:O", title="query position (T)")
+    chart = alt.Chart(seen_df, title=title).mark_rect().encode(
+        x=x, y=y, color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
+        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip(f"{value}:Q", format=".4f")])
+    if masked.any():
+        hidden = alt.Chart(df[masked.ravel()].assign(masked=True)).mark_rect(color=MASKED_GREY).encode(
+            x=x, y=y, tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip("masked:N", title="masked")])
+        chart = hidden + chart
+    chart += alt.Chart(seen_df).mark_text(baseline="middle", fontSize=10).encode(
+        x=x, y=y, text=alt.Text(f"{value}:Q", format=".2f"),
+        color=alt.condition(f"datum.{value} > {vmax / 2}", alt.value("white"), alt.value("black")))
+    return chart.properties(width=size, height=size)
+
+
+def colours(m: np.ndarray, masked: np.ndarray, vmax: float) -> np.ndarray:
+    """(T, S, 3) bytes: each cell's colour on the blues scale over [0, vmax], masked cells grey."""
+    t = np.clip(np.nan_to_num(m / (vmax or 1.0)), 0.0, 1.0) * (len(BLUES) - 1)
+    lo = np.minimum(t.astype(int), len(BLUES) - 2)
+    rgb = BLUES[lo] + (t - lo)[..., None] * (BLUES[lo + 1] - BLUES[lo])
+    rgb[masked] = [int(MASKED_GREY[k:k + 2], 16) for k in (1, 3, 5)]
+    return np.rint(rgb).astype(np.uint8)
+
+
+def png_url(rgb: np.ndarray, pixels: int) -> str:
+    """The cells as a PNG data URL `pixels` wide and high, each cell a block of whole pixels (drawn at
+    its own size, the browser scales nothing, so nothing blurs)."""
+    from PIL import Image
+
+    blocks = [np.diff(np.rint(np.linspace(0, pixels, n + 1)).astype(int)) for n in rgb.shape[:2]]
+    img = Image.fromarray(np.repeat(np.repeat(rgb, blocks[0], axis=0), blocks[1], axis=1), "RGB")
+    buf = io.BytesIO()
+    img.save(buf, "PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _image_map(m: np.ndarray, masked: np.ndarray, title: str, vmax: float, value: str, size: int) -> alt.Chart:
+    """One image spanning the cells' extent on the plot's axes (it scales with the plot, as cells would),
+    and an invisible layer that gives the colour legend."""
+    t, s = m.shape
+
+    def scale(n: int, **kw) -> alt.Scale:
+        return alt.Scale(domain=[-0.5, n - 0.5], nice=False, zero=False, **kw)
 
     def axis(n: int) -> alt.Axis:
-        return alt.Axis() if small else alt.Axis(values=list(range(0, n, 8)))
+        return alt.Axis(values=list(range(0, n, 8)), grid=False)
 
-    x = alt.X("key:O", title="key position (S)", axis=axis(m.shape[1]))
-    y = alt.Y("query:O", title="query position (T)", axis=axis(m.shape[0]))
-    seen = alt.Chart(seen_df, title=title).mark_rect().encode(
-        x=x, y=y, color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value),
-        tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip(f"{value}:Q")])
-    chart = seen
-    if masked.any():
-        hidden = alt.Chart(df[masked].assign(masked=True)).mark_rect(color=MASKED_GREY).encode(
-            x=x, y=y, tooltip=[alt.Tooltip("query:O"), alt.Tooltip("key:O"), alt.Tooltip("masked:N", title="masked")])
-        chart = hidden + seen
-    if small:
-        chart += alt.Chart(seen_df).mark_text(baseline="middle", fontSize=10).encode(
-            x=x, y=y, text=alt.Text(f"{value}:Q", format=".2f"),
-            color=alt.condition(f"datum.{value} > {vmax / 2}", alt.value("white"), alt.value("black")))
-    return chart.properties(width=size, height=size, usermeta={"embedOptions": {"renderer": "canvas"}})
+    cells = pd.DataFrame({"key": [-0.5], "key_end": [s - 0.5], "query": [-0.5], "query_end": [t - 0.5],
+                          "rows": [t], "columns": [s], "url": [png_url(colours(m, masked, vmax), size)]})
+    image = alt.Chart(cells).mark_image(aspect=False, smooth=False).encode(
+        x=alt.X("key:Q", scale=scale(s), axis=axis(s), title="key position (S)"), x2="key_end:Q",
+        y=alt.Y("query:Q", scale=scale(t, reverse=True), axis=axis(t), title="query position (T)"), y2="query_end:Q",
+        url="url:N")
+    legend = alt.Chart(pd.DataFrame({value: [0.0, vmax]})).mark_point(opacity=0).encode(
+        color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value))
+    return (legend + image).properties(width=size, height=size, title=title)

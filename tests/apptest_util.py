@@ -70,17 +70,44 @@ def chart_data(at: AppTest) -> list[pd.DataFrame]:
 
 
 def heatmaps(at: AppTest, value: str = "weight") -> list[pd.DataFrame]:
-    """Each heatmap's cells (pages/weights_ui.heatmap sends the visible and the masked ones as two
-    datasets), with a `masked` column, in (query, key) order."""
+    """Each heatmap's cells in (query, key) order, with a `masked` column. A small map (one rect per
+    cell: visible and masked cells in two datasets) also has `value`; a large one, drawn as one image
+    (pages/weights_ui.py), has each cell's colour as r, g, b, read at the cell's centre."""
     maps = []
     for chart in at.get("vega_lite_chart"):
         parts = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets]
+        image = [p for p in parts if "url" in p.columns and "rows" in p.columns]
+        if image:
+            cells = _image_cells(image[0].iloc[0])
+            scale = [p for p in parts if list(p.columns) == [value]]  # the colour legend's [0, vmax]
+            cells.attrs["vmax"] = float(scale[0][value].max()) if scale else None
+            maps.append(cells)
+            continue
         seen = [p for p in parts if value in p.columns and "masked" not in p.columns]
         if seen:
             hidden = [p for p in parts if "masked" in p.columns]
             maps.append(pd.concat([seen[0].assign(masked=False), *hidden]).sort_values(["query", "key"])
                         .reset_index(drop=True))
     return maps
+
+
+def _image_cells(row) -> pd.DataFrame:
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from pages.weights_ui import MASKED_GREY
+
+    img = np.asarray(Image.open(io.BytesIO(base64.b64decode(row["url"].split(",", 1)[1]))).convert("RGB"))
+    t, s = int(row["rows"]), int(row["columns"])
+    centres = [((np.arange(n) + 0.5) * size / n).astype(int) for n, size in ((t, img.shape[0]), (s, img.shape[1]))]
+    rgb = img[np.ix_(*centres)]
+    q, k = np.indices((t, s))
+    grey = np.array([int(MASKED_GREY[i:i + 2], 16) for i in (1, 3, 5)])
+    return pd.DataFrame({"query": q.ravel(), "key": k.ravel(), "masked": (rgb == grey).all(-1).ravel(),
+                         "r": rgb[..., 0].ravel(), "g": rgb[..., 1].ravel(), "b": rgb[..., 2].ravel()})
 
 
 def charts(at: AppTest) -> list[str]:

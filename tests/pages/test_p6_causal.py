@@ -5,7 +5,10 @@ import jax
 import numpy as np
 import pytest
 
+from attnlab import weights
 from attnlab.checks import TOLERANCES
+from attnlab.shapes import AttentionShape
+from pages import weights_ui
 from tests.apptest_util import (
     CUSTOM,
     button,
@@ -26,6 +29,13 @@ def weight_maps(at):
     return heatmaps(at)
 
 
+def assert_drawn(cells, expected: np.ndarray, masked: np.ndarray):
+    """The image's cells are the expected weights on the blues scale, grey exactly where masked."""
+    assert cells["masked"].to_numpy().reshape(expected.shape).tolist() == masked.tolist()
+    want = weights_ui.colours(expected, masked, cells.attrs["vmax"]).reshape(-1, 3)
+    np.testing.assert_allclose(cells[["r", "g", "b"]].to_numpy(), want, atol=1)
+
+
 
 def test_causal_page_shows_first_vs_last_table_with_zero_last_row_when_t_equals_s():
     at = open_page(PAGE)
@@ -42,12 +52,16 @@ def test_causal_page_heatmaps_are_capped_at_64_and_causal_is_lower_triangular():
     full, causal = weight_maps(at)[:2]
     assert full["query"].max() == 63 and full["key"].max() == 63
     assert "over these 64 keys" in texts(at)
-    upper = causal["key"] > causal["query"]
-    assert causal.loc[upper, "weight"].fillna(0).eq(0).all()
-    assert causal["masked"].eq(upper).all() and not full["masked"].any()  # grey is exactly the mask
-    # the chart's numbers are rounded to 6 decimals: 64 of them sum to 1 within 64 · 5e-7
-    np.testing.assert_allclose(causal.groupby("query")["weight"].sum(), 1.0, atol=64 * 5e-7)
-    np.testing.assert_allclose(full.groupby("query")["weight"].sum(), 1.0, atol=64 * 5e-7)
+    view = weights.view_shape(AttentionShape())
+    ref_full = weights.heatmap_weights(view.replace(causal=False))[0, 0]
+    ref_causal = weights.heatmap_weights(view.replace(causal=True))[0, 0]
+    np.testing.assert_allclose(ref_full.sum(-1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(ref_causal.sum(-1), 1.0, rtol=1e-5)
+    upper = np.triu(np.ones((64, 64), bool), k=1)
+    assert ref_causal[upper].max() == 0
+    assert full.attrs["vmax"] == pytest.approx(ref_full.max())
+    assert_drawn(full, ref_full, np.zeros_like(upper))  # no grey
+    assert_drawn(causal, ref_causal, upper)  # grey is exactly the mask
 
 
 def test_causal_page_custom_shape_head_choice_and_unequal_lengths():
@@ -70,7 +84,7 @@ def test_causal_page_fused_masks_match_weights_times_v():
     assert not at.exception
     assert float(metric(at, "max |fused − weights·V|")) < atol
     masked = weight_maps(at)[-1]
-    assert masked[masked["key"] > masked["query"]]["weight"].fillna(0).eq(0).all()  # causal is on in CUSTOM
+    assert masked[masked["key"] > masked["query"]]["masked"].all()  # causal is on in CUSTOM
     assert any("key_value_seq_lengths" in c for c in codes(at))
 
 
@@ -82,7 +96,6 @@ def test_causal_page_window_heatmap_greys_the_keys_outside_the_window():
     masked = weight_maps(at)[-1]
     outside = (masked["key"] < masked["query"] - 2) | (masked["key"] > masked["query"] + 1)
     assert masked["masked"].eq(outside).all()
-    assert masked.loc[outside, "weight"].eq(0).all()
     assert any("local_window_size=(2, 1)" in c for c in codes(at))
     assert float(metric(at, "max |fused − weights·V|")) < (TOLERANCES["float32"]["atol"] if on_gpu else 1e-5)
 
