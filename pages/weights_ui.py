@@ -21,8 +21,9 @@ def matrix(a: np.ndarray, row: str, col: str) -> pd.DataFrame:
 
 
 def matrix_table(a: np.ndarray, row: str, col: str) -> None:
-    """`matrix` as a plain table of two-decimal numbers (−∞ where a mask put it): every column in view
-    at any width, where st.dataframe's grid scrolled the last ones out of a half-width column."""
+    """`matrix` as a plain table of two-decimal numbers (−∞ where a mask put it). A static table, not
+    st.dataframe's interactive grid: page 1 shows six to nine of these 6 x 6 matrices, and each grid
+    cost a new browser tab tens of milliseconds of drawing."""
     df = matrix(a, row, col)
     df.index = df.index.astype(str).rename(row)  # a plain integer index is not drawn by st.table
     st.table(df.map(lambda v: "−∞" if v == -np.inf else f"{v:.2f}"))
