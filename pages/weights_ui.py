@@ -21,12 +21,10 @@ def matrix(a: np.ndarray, row: str, col: str) -> pd.DataFrame:
 
 
 def matrix_table(a: np.ndarray, row: str, col: str) -> None:
-    """`matrix` as a plain table of two-decimal numbers (−∞ where a mask put it). A static table, not
-    st.dataframe's interactive grid: page 1 shows six to nine of these 6 x 6 matrices, and each grid
-    cost a new browser tab tens of milliseconds of drawing."""
+    """`matrix` shown with two decimals, by st.dataframe's own number format (a pandas Styler did
+    the same at several times the cost of marshalling, for each of page 1's six tables)."""
     df = matrix(a, row, col)
-    df.index = df.index.astype(str).rename(row)  # a plain integer index is not drawn by st.table
-    st.table(df.map(lambda v: "−∞" if v == -np.inf else f"{v:.2f}"))
+    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
 
 
 # Vega's "blues" scheme (vega-scale), the colour stops it interpolates between

@@ -3,15 +3,9 @@
 
 import numpy as np
 
-from tests.apptest_util import chart_data, frame_with, heatmaps, open_page
+from tests.apptest_util import chart_data, frame_with, frames, heatmaps, open_page
 
 PAGE = "pages/p1_attention.py"
-
-
-def matrices(at, shape=(6, 6)) -> list[np.ndarray]:
-    """The page's matrix tables (two-decimal text, −∞ for masked scores) as numbers."""
-    found = [t.value.replace("−∞", "-inf").astype(float).to_numpy() for t in at.table]
-    return [m for m in found if m.shape == shape]
 
 
 def weights_chart(at):
@@ -22,8 +16,9 @@ def weights_chart(at):
 def test_attention_page_shows_the_formula_and_four_stages():
     at = open_page(PAGE)
     assert "softmax" in at.latex[0].value and r"\sqrt{d}" in at.latex[0].value
-    scores, scaled = matrices(at)[:2]
-    np.testing.assert_allclose(scaled, scores / 2, atol=0.01)  # d = 4: divided by √4 (two decimals shown)
+    stages = [df for df in frames(at) if df.shape == (6, 6)]
+    scores, scaled = stages[0], stages[1]
+    np.testing.assert_allclose(scaled.to_numpy(), scores.to_numpy() / 2, rtol=1e-5)  # d = 4: divided by √4
     weights = weights_chart(at)
     assert len(weights) == 36
     np.testing.assert_allclose(weights.groupby("query")["weight"].sum(), 1.0, rtol=1e-5)
@@ -47,8 +42,8 @@ def test_attention_page_scale_toggle_leaves_scores_unscaled():
     at = open_page(PAGE)
     at.toggle(key="p1_scaled").set_value(False).run()
     assert not at.exception
-    scores, scaled = matrices(at)[:2]
-    np.testing.assert_array_equal(scaled, scores)
+    scores, scaled = [df for df in frames(at) if df.shape == (6, 6)][:2]
+    np.testing.assert_allclose(scaled.to_numpy(), scores.to_numpy())
 
 
 def test_attention_page_causal_toggle_greys_exactly_the_keys_after_the_query():
@@ -67,6 +62,7 @@ def test_attention_page_larger_head_dim_shows_only_the_first_columns_of_the_inpu
     at = open_page(PAGE)
     at.select_slider(key="p1_head_dim").set_value(64).run()
     assert not at.exception
-    assert matrices(at, (6, 8)), "the output table shows the first 8 of 64 columns"
-    scores, scaled = matrices(at)[:2]
-    np.testing.assert_allclose(scaled, scores / 8, atol=0.01)  # d = 64: divided by √64
+    out = [df for df in frames(at) if df.shape == (6, 8)]
+    assert out, "the output table shows the first 8 of 64 columns"
+    scores, scaled = [df for df in frames(at) if df.shape == (6, 6)][:2]
+    np.testing.assert_allclose(scaled.to_numpy(), scores.to_numpy() / 8, rtol=1e-5)  # d = 64: divided by √64
