@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 
 import streamlit as st
 from pygments import highlight
@@ -40,6 +41,4 @@ def code(source: str, language: str = "python", *, wrap: bool = False, where=st)
 
 def text_of(markup: str) -> str:
     """The plain source back from a block's HTML (for tests and anyone reading the page's elements)."""
-    import re
-
     return html.unescape(re.sub(r"<[^>]+>", "", markup))

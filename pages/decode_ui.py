@@ -26,12 +26,10 @@ def measured_on_h200(kv_len: int) -> None:
         return
     st.caption(f"📦 {shipped.label(kvcache.SHIPPED)}. Shipped with the lab, not measured on this machine.")
     ok = df[df["status"] == runs.OK].assign(device_us=lambda d: d["device_ms"] * 1e3)
-    bases = list(dict.fromkeys(ok["base"]))
+    first = ok.drop_duplicates("base").set_index("base")
+    names = {b: f"{b}: B{r['batch']} N{r['heads']} H{r['head_dim']} {r['dtype']}" for b, r in first.iterrows()}
     c1, c2 = st.columns(2)
-    base = c1.selectbox("shape", bases, index=len(bases) - 1, key="p8_h200_base",
-                        format_func=lambda b: f"{b}: {ok[ok['base'] == b]['shape'].iloc[0].split(' T1 ')[0]} "
-                                              f"N{ok[ok['base'] == b]['heads'].iloc[0]} "
-                                              f"H{ok[ok['base'] == b]['head_dim'].iloc[0]} {ok[ok['base'] == b]['dtype'].iloc[0]}")
+    base = c1.selectbox("shape", list(names), index=len(names) - 1, key="p8_h200_base", format_func=names.get)
     y = Y[c2.selectbox("y axis", list(Y), key="p8_h200_y")]
     rows = ok[ok["base"] == base]
     order = [n for n in kvcache.STUDY_IMPLS if n in set(rows["implementation"])]
