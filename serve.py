@@ -58,15 +58,38 @@ HEADERS = [  # what every HTTP response carries (the websocket upgrade is not an
 ]
 
 
-class Harden:
-    """ASGI middleware: HEADERS on every HTTP response; /_stcore/metrics answered 404 unless ATTNLAB_METRICS=1."""
+# Streamlit's frontend finds its server by trying the page's own path first: a learner who opens
+# /causal waits for /causal/_stcore/health to fail (404) and then 100 ms more before it tries
+# /_stcore/health (its retry delay), about 0.15 s on every page opened by link, reload or new tab.
+# A page's HTML says where the server is instead (window.__streamlit.BACKEND_BASE_URL, Streamlit's
+# own setting for hosts that embed it): the page's URL without its last segment.
+BASE_URL_HINT = (b"<script>(function(){var p=location.pathname.replace(/\\/+$/,'');"
+                 b"window.__streamlit={BACKEND_BASE_URL:location.origin+p.slice(0,p.lastIndexOf('/')+1)};})();</script>")
 
-    def __init__(self, app):
+
+def is_page_path(path: str, base: str) -> bool:
+    """A page's own URL: one segment below the server's base path, not a file or Streamlit's endpoint
+    (/causal, /lab/causal with base 'lab'; not /, /favicon.png, /_stcore, /static/...)."""
+    prefix = "/" + base.strip("/") if base.strip("/") else ""
+    if not path.startswith(prefix + "/"):
+        return False
+    rest = path[len(prefix) + 1:].rstrip("/")
+    return bool(rest) and "/" not in rest and "." not in rest and not rest.startswith("_stcore")
+
+
+class Harden:
+    """ASGI middleware: HEADERS on every HTTP response; /_stcore/metrics answered 404 unless ATTNLAB_METRICS=1;
+    a page's HTML (not the root's) carries BASE_URL_HINT."""
+
+    def __init__(self, app, base: str = ""):
         self.app = app
+        self.base = base  # Streamlit's server.baseUrlPath
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope["method"] == "GET" and is_page_path(scope["path"], self.base):
+            return await self.page_html(scope, receive, send)
         if scope["path"].rstrip("/").endswith("/_stcore/metrics") and os.environ.get("ATTNLAB_METRICS") != "1":
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain"),
                                                                                    *HEADERS]})
@@ -82,6 +105,31 @@ class Harden:
 
         await self.app(scope, receive, with_headers)
 
+    async def page_html(self, scope, receive, send):
+        """Streamlit's answer (index.html, asked for uncompressed: it is 8 kB) with BASE_URL_HINT first in
+        its head and HEADERS added; any other answer (a 304, a file) passes as it is, headers added."""
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"accept-encoding"]}
+        start, chunks = {}, []
+
+        async def edit(message):
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            headers, body = start.get("headers", []), b"".join(chunks)
+            html = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
+            if start.get("status") == 200 and html and b"<head>" in body:
+                body = body.replace(b"<head>", b"<head>" + BASE_URL_HINT, 1)
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(body)).encode()))
+            names = {k.lower() for k, _ in headers}
+            await send({**start, "headers": [*headers, *(h for h in HEADERS if h[0] not in names)]})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, edit)
+
 
 def harden_the_server() -> None:
     """Put `Harden` first in Streamlit's middleware stack (Streamlit >= 1.5x serves with Starlette)."""
@@ -91,8 +139,11 @@ def harden_the_server() -> None:
     except ImportError:
         print("serve.py: this Streamlit does not serve with Starlette; headers not added", file=sys.stderr)
         return
+    from streamlit import config
+
     own = starlette_app.create_streamlit_middleware
-    starlette_app.create_streamlit_middleware = lambda: [Middleware(Harden), *own()]
+    starlette_app.create_streamlit_middleware = lambda: [
+        Middleware(Harden, base=config.get_option("server.baseUrlPath") or ""), *own()]
 
 
 def head_start() -> None:

@@ -110,6 +110,16 @@ def test_every_page_opens_at_its_url_runs_without_an_exception_and_shows_its_tit
     tab.assert_clean()
 
 
+def test_a_page_opened_by_its_url_finds_the_server_at_once_not_after_a_failed_probe(tab, base_url):
+    # Streamlit's frontend tries <page>/_stcore/health first (a 404 and a 100 ms retry); serve.py's hint says where
+    asked = []
+    tab.page.on("request", lambda r: asked.append(urlparse(r.url).path))
+    open_page(tab.page, base_url, "causal", "6 · Causal masking")
+    tab.assert_clean()
+    assert "/_stcore/health" in asked
+    assert not [p for p in asked if p.startswith("/causal/")], asked
+
+
 def test_the_root_url_opens_the_first_page(tab, base_url):
     path, title = PAGES[0]
     open_page(tab.page, base_url, "", title)

@@ -172,3 +172,59 @@ def test_timings_say_when_the_server_launches_kernels_without_cuda_graphs(monkey
     assert "CUDA graphs off" in timing.launch_note()
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=FUSION")
     assert timing.launch_note() == ""
+
+
+def asgi_get(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, bytes]:
+    """One GET through an ASGI app: its response start message and its whole body."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app({"type": "http", "method": "GET", "path": path, "headers": headers}, receive, send))
+    return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_a_pages_html_says_where_the_server_is_so_the_browser_does_not_probe_the_pages_path():
+    import serve
+
+    asked = []
+
+    async def streamlit(scope, receive, send):  # index.html in two parts, compressed when the client allows it
+        asked.append(dict(scope["headers"]))
+        body = b"<html><head><title>x</title></head></html>"
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+        await send({"type": "http.response.body", "body": body[10:]})
+
+    for base, path in (("", "/causal"), ("", "/causal/"), ("lab", "/lab/causal")):
+        start, body = asgi_get(serve.Harden(streamlit, base=base), path, [(b"accept-encoding", b"gzip")])
+        assert body.startswith(b"<html><head>" + serve.BASE_URL_HINT + b"<title>"), body
+        assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+        assert dict(start["headers"])[b"x-frame-options"] == b"SAMEORIGIN"
+        assert b"accept-encoding" not in asked[-1]  # asked uncompressed, so it can be edited
+    for base, path in (("", "/"), ("", "/favicon.png"), ("", "/_stcore/health"), ("", "/static/js/x.js"),
+                       ("lab", "/lab"), ("lab", "/causal"), ("", "/a/b")):
+        start, body = asgi_get(serve.Harden(streamlit, base=base), path, [(b"accept-encoding", b"gzip")])
+        assert serve.BASE_URL_HINT not in body, path
+        assert asked[-1].get(b"accept-encoding") == b"gzip", path
+
+
+def test_the_hint_points_the_browser_at_the_pages_parent():
+    # the script's own arithmetic, run by Node where there is one: /causal -> /, /lab/causal/ -> /lab/
+    import shutil
+
+    import serve
+
+    if not shutil.which("node"):
+        pytest.skip("no node to run the script")
+    script = serve.BASE_URL_HINT.decode().removeprefix("<script>").removesuffix("</script>")
+    for pathname, expected in (("/causal", "http://h:1/"), ("/causal/", "http://h:1/"), ("/lab/causal", "http://h:1/lab/")):
+        js = (f"var window={{}};var location={{pathname:{pathname!r},origin:'http://h:1'}};{script}"
+              "console.log(window.__streamlit.BACKEND_BASE_URL)")
+        out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == expected, out.stderr
