@@ -50,9 +50,13 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     per_row = 2 if len(cols) > 3 or y == "run" else len(cols)  # four charts of long labels side by side were cramped
     places = [col for i in range(0, len(cols), per_row) for col in st.columns(per_row)][: len(cols)]
     for col, c in zip(places, cols, strict=True):
-        charts.altair(col, alt.Chart(ok, title=f"{what}{common.label(c)}").mark_bar().encode(
-            y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
-            color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g"))), width="stretch")
+        charts.draw(col, bar_chart, ok, y, c, f"{what}{common.label(c)}", width="stretch")
+
+
+def bar_chart(ok: pd.DataFrame, y: str, c: str, title: str) -> alt.Chart:
+    return alt.Chart(ok, title=title).mark_bar().encode(
+        y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
+        color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g")))
 
 
 def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtype") -> None:
@@ -68,17 +72,7 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
         on_top = {b for a, b in pairs}
         ok = ok.assign(line=ok["implementation"].map(lambda n: "dashed: overlaps a line" if n in on_top else "solid"))
         dash = "line"
-    styles = sorted(ok[dash].unique(), key=lambda v: v not in ("solid", "float32"))  # solid first
-    xs = sorted(ok[x].unique().tolist())
-    chart = alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
-        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
-                else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
-        color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
-        strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
-                                  legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
-        tooltip=common.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g")))
-    charts.altair(st, chart.interactive(), width="stretch")
+    charts.draw(st, line_chart, ok, x, y, title, dash, width="stretch")
     for a, b in dict.fromkeys(pairs):
         st.caption(f"⚠️ **{a}** and **{b}** overlap: within {OVERLAP:.0%} of each other at every {x}, so one line lies on the "
                    "other (the dashed line and hollow markers let both show; hover for the values).")
@@ -87,6 +81,20 @@ def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtyp
         st.caption("Where two lines meet (within " + f"{OVERLAP:.0%}), one marker hides the other: "
                    + "; ".join(f"**{a}** and **{b}** at {x} = {', '.join(f'{v:,}' for v in agree)}"
                                for (a, b), agree in meet.items()) + " (hover for the values).")
+
+
+def line_chart(ok: pd.DataFrame, x: str, y: str, title: str, dash: str) -> alt.Chart:
+    """Log-log lines of `lines`, zoomable: a colour and marker per implementation, a dash per value of `dash`."""
+    styles = sorted(ok[dash].unique(), key=lambda v: v not in ("solid", "float32"))  # solid first
+    xs = sorted(ok[x].unique().tolist())
+    return alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
+        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
+                else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
+        color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
+        strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
+                                  legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
+        tooltip=common.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g"))).interactive()
 
 
 def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,

@@ -16,6 +16,39 @@ K_LABEL = "datum.value >= 1024 ? format(datum.value / 1024, ',~g') + 'K' : forma
 Y = {"device time (µs)": "device_us", "GB/s of K and V": "kv_read_gb_per_s"}
 
 
+def cache_chart(cache: pd.DataFrame, title: str) -> alt.Chart:
+    """Bytes of KV cache per sequence, a bar per variant."""
+    return alt.Chart(cache, title=title).mark_bar().encode(
+        x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
+        y=common.bytes_y("cache_bytes_per_sequence", "cache per sequence", cache["cache_bytes_per_sequence"], log=False),
+        color=alt.Color("variant:N", sort=None, legend=None),
+        tooltip=common.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence"))
+
+
+def step_chart(good: pd.DataFrame, y: str) -> alt.Chart:
+    """One decode step's time `y` per variant, a bar per implementation beside each other."""
+    return alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar().encode(
+        x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
+        y=alt.Y(f"{y}:Q", title=common.label(y)), color=common.impl_color(good),
+        tooltip=common.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
+                            "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")))
+
+
+def study_chart(rows: pd.DataFrame, y: str, order: list[str]) -> alt.Chart:
+    """`y` against cache length, a line per variant, a panel per implementation (in `order`)."""
+    lengths = sorted(rows["kv_len"].unique().tolist())
+    return (alt.Chart(rows).mark_line(point=True).encode(
+        x=alt.X("kv_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=lengths, labelExpr=K_LABEL),
+                title="cache length kv_len (tokens; K = 1,024)"),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log" if y == "device_us" else "linear"),
+                title=[k for k, v in Y.items() if v == y][0]),
+        color=alt.Color("variant:N", scale=alt.Scale(domain=VARIANTS)),
+        tooltip=common.tips("variant", "kv_heads", "implementation", "kv_len", alt.Tooltip("device_us:Q", format=",.1f"),
+                            "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=",.0f")))
+        .properties(width=230, height=240)
+        .facet(column=alt.Column("implementation:N", sort=order, title=None)))
+
+
 def measured_on_h200(kv_len: int) -> None:
     """The study's chart (time or bandwidth against cache length, one panel per implementation) and, at one
     cache length, what GQA and MQA saved against MHA, in words computed from the rows."""
@@ -34,17 +67,7 @@ def measured_on_h200(kv_len: int) -> None:
     rows = ok[ok["base"] == base]
     order = [n for n in kvcache.STUDY_IMPLS if n in set(rows["implementation"])]
     lengths = sorted(rows["kv_len"].unique().tolist())
-    chart = (alt.Chart(rows).mark_line(point=True).encode(
-        x=alt.X("kv_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=lengths, labelExpr=K_LABEL),
-                title="cache length kv_len (tokens; K = 1,024)"),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log" if y == "device_us" else "linear"),
-                title=[k for k, v in Y.items() if v == y][0]),
-        color=alt.Color("variant:N", scale=alt.Scale(domain=VARIANTS)),
-        tooltip=common.tips("variant", "kv_heads", "implementation", "kv_len", alt.Tooltip("device_us:Q", format=",.1f"),
-                            "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=",.0f")))
-        .properties(width=230, height=240)
-        .facet(column=alt.Column("implementation:N", sort=order, title=None)))
-    charts.altair(st, chart, width="content")
+    charts.draw(st, study_chart, rows, y, order, width="content")
     missing = sorted(set(df[df["base"] == base]["implementation"]) - set(order))
     if missing:
         why = df[(df["base"] == base) & df["implementation"].isin(missing)]["reason"].iloc[0]

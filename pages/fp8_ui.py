@@ -74,16 +74,27 @@ def autocast(df: pd.DataFrame) -> None:
     common.text_table(fp8_study.kernels_side_by_side(row))
 
 
+def block_chart(good: pd.DataFrame) -> alt.Chart:
+    return alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar().encode(
+        x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)), y=alt.Y("tflops:Q", title="TFLOP/s"),
+        color=alt.Color("recipe:N", sort=None, legend=None),
+        tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
+                            alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")))
+
+
+def speed_chart(speed: pd.DataFrame, order: list[str], title: str) -> alt.Chart:
+    return alt.Chart(speed, title=title).mark_bar().encode(
+        y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
+        yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
+        color=alt.Color("precision:N", sort=order, legend=alt.Legend(orient="bottom", columns=2, labelLimit=400)),
+        tooltip=common.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")))
+
+
 def block(df: pd.DataFrame) -> None:
     df = df.assign(**{c: df[c].map(fp8_study.kernel_cell) for c in ("top_kernels", "gemm_kernels") if c in df})
     good = df[df["status"] == "ok"]
     if not good.empty:
-        charts.altair(st, alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar()
-                        .encode(x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)),
-                                y=alt.Y("tflops:Q", title="TFLOP/s"), color=alt.Color("recipe:N", sort=None, legend=None),
-                                tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
-                                         alt.Tooltip("rel_err_vs_bf16:Q", format=".2e"))),
-                        width="stretch")
+        charts.draw(st, block_chart, good, width="stretch")
     common.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "reason") if c in df]],
                  column_config={"ms": st.column_config.NumberColumn("time per call (ms)", format="%.4f", help=TIME_HELP),
                                 "rel_err_vs_bf16": st.column_config.NumberColumn("relative error vs bf16 block",
@@ -112,13 +123,7 @@ def fp8_attention(df: pd.DataFrame) -> None:
         state = st.radio("GPU state", list(STATES), horizontal=True, key="p9_fp8_state")
         speed = fp8_study.speed_frame(good, STATES[state])
         order = [v for v in fp8_study.SPEEDS.values() if v in set(speed["precision"])]
-        charts.altair(st, alt.Chart(speed, title=f"TFLOP/s, bf16 vs FP8 by shape {state}").mark_bar()
-                        .encode(y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
-                                yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
-                                color=alt.Color("precision:N", sort=order, legend=alt.Legend(
-                                    orient="bottom", columns=2, labelLimit=400)),
-                                tooltip=common.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f"))),
-                        width="stretch")
+        charts.draw(st, speed_chart, speed, order, f"TFLOP/s, bf16 vs FP8 by shape {state}", width="stretch")
         st.markdown("**Relative error against bf16 cuDNN** (‖FP8 − bf16‖ / ‖bf16‖), by scaling choice")
         for inputs, cols in (("Q, K, V drawn from N(0, 1)", list(ERRORS)[:4]), ("Q, K, V scaled down 64×", list(ERRORS)[4:])):
             errors = [c for c in cols if c in good]

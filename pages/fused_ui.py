@@ -103,6 +103,14 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
     if ok.empty:
         st.info("No implementation compiled at these lengths here; the reasons are in the table below.")
         return
+    charts.draw(st, memory_lines, ok, y, title, y_title, width="stretch")
+    for a, b, rel in memory.overlaps(ok, y):
+        pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
+        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by {pct} at every T; "
+                   "dashes and markers tell them apart).")
+
+
+def memory_lines(ok: pd.DataFrame, y: str, title: str, y_title: str) -> alt.Chart:
     xs = sorted(ok["q_len"].unique().tolist())
     enc = dict(
         x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=xs, format=",~g"),
@@ -112,11 +120,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
         tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)
     points = base.mark_point(size=70, filled=False).encode(**enc, shape=alt.Shape("implementation:N", legend=None))
-    charts.altair(st, base.mark_line(strokeWidth=2).encode(**enc) + points, width="stretch")
-    for a, b, rel in memory.overlaps(ok, y):
-        pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
-        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by {pct} at every T; "
-                   "dashes and markers tell them apart).")
+    return base.mark_line(strokeWidth=2).encode(**enc) + points
 
 
 def growth(df: pd.DataFrame, y: str = "temp_bytes", where: str = "Measured here") -> None:

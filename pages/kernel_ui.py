@@ -100,8 +100,8 @@ def traffic_block(shape) -> None:
                           for m, f in (("naive: four kernels", flash_traffic.traffic_naive(dims[0], t, t, *dims[1:])),
                                        ("flash: one kernel", flash_traffic.traffic_flash(
                                            dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
-    charts.altair(st, bytes_chart(model, "T = S", "bytes", "model", "GPU memory traffic (model)", "T = S"),
-                  width="stretch")
+    charts.draw(st, bytes_chart, model, "T = S", "bytes", "model", "GPU memory traffic (model)", "T = S",
+                width="stretch")
     at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
           "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
                                                block_q=min(bq_t, shape.q_len))}
@@ -213,12 +213,7 @@ def mask_sweep_block(found: dict | None) -> None:
         df = pd.DataFrame(rows)
         df["ms"] = df["device_ms"].fillna(df["throughput_ms"])
         ok = df[df["status"] == "ok"]
-        order = list(dict.fromkeys(df["mask"]))
-        charts.altair(st, alt.Chart(ok).mark_bar().encode(
-            x=alt.X("ms:Q", title="kernel time (ms)"),
-            y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
-            yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
-            tooltip=common.tips("mask", "implementation", alt.Tooltip("ms:Q", format=".3f"))).properties(width=520, height=300))
+        charts.draw(st, mask_chart, ok, list(dict.fromkeys(df["mask"])))
         shipped_caption(found)
         bad = df[df["status"] != "ok"]
         if not bad.empty:
@@ -242,7 +237,7 @@ def ladder_block(found: dict | None) -> None:
         fwd = pd.DataFrame(ladder.rungs(found))
         ok = fwd[fwd["status"] == "ok"]
         if not ok.empty:
-            charts.altair(st, rung_chart(ok), width="content")
+            charts.draw(st, rung_chart, ok, width="content")
         cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
         common.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
                           .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
@@ -263,8 +258,8 @@ def ladder_block(found: dict | None) -> None:
                 sections.memory_note(part[part["status"] != "ok"])
         points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
         if not points.empty:
-            charts.altair(st, roofline_chart(points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"]),
-                            width="stretch")
+            charts.draw(st, roofline_chart, points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"],
+                        width="stretch")
             st.caption(f"x: FLOPs over the bytes the traffic model gives each rung (scores through memory for XLA and "
                        f"plain JAX; the flash model, query blocks of {ladder.BLOCK_Q}, for fused kernels). The roof is "
                        "min(matmul ceiling, copy bandwidth × intensity). A rung above its roof moves fewer bytes "
@@ -278,6 +273,13 @@ def ladder_block(found: dict | None) -> None:
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)
         st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "
                    "B4 T4096, compiled scratch 1,356 MiB against XLA's 6,144 MiB.")
+
+
+def mask_chart(ok: pd.DataFrame, order: list[str]) -> alt.Chart:
+    return alt.Chart(ok).mark_bar().encode(
+        x=alt.X("ms:Q", title="kernel time (ms)"), y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
+        yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
+        tooltip=common.tips("mask", "implementation", alt.Tooltip("ms:Q", format=".3f"))).properties(width=520, height=300)
 
 
 def error_chart(walk: list, current: int) -> alt.Chart:

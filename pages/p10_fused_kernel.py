@@ -52,14 +52,14 @@ if tabs[0].open:
         s = walk[n - 1]
         kinds = flash.tile_map(TINY, TINY, bq, bk, causal, window, length)
         left, right = st.columns([2, 3])
-        charts.altair(left, kernel_ui.tile_chart(kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block"))
+        charts.draw(left, kernel_ui.tile_chart, kernel_ui.tile_frame(kinds, n - 1), "state", "tiles: Q block × K block")
         right.metric(f"tile (Q block {s.q_block}, K block {s.k_block})", s.kind)
         right.metric(f"max |partial − exact| over Q block {s.q_block}", f"{s.max_error:.2g}",
                      help="this block's output so far, diag(l)⁻¹·O, against the exact float64 output")
         if s.kind == "skipped":
             right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
         common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
-        charts.altair(st, kernel_ui.error_chart(walk, n), width="stretch")
+        charts.draw(st, kernel_ui.error_chart, walk, n, width="stretch")
         st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                    "rounding (float32 against float64).")
         codeblock.code(kernel_ui.flash_update_source())
@@ -93,8 +93,8 @@ if tabs[2].open:
                                          accuracy=False, program=True, backward=True) for t in lengths])
             ok = df[df["status"] == "ok"]
             if not ok.empty:
-                charts.altair(st, kernel_ui.bytes_chart(ok, "q_len", "temp_bytes", "implementation",
-                                                     "forward+backward scratch (temp) bytes", "T = S"), width="stretch")
+                charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",
+                            "forward+backward scratch (temp) bytes", "T = S", width="stretch")
                 st.caption("flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score matrix, so its "
                            "memory grows like naive's; past it only the number of tiles grows.")
             sections.not_run(df)
@@ -113,7 +113,7 @@ if tabs[3].open:
         tiles = kernel_ui.tile_frame(kinds)
         masked = shape.replace(batch=1, causal=causal_m, window=window_m, kv_lengths=(length_m,) if length_m else ())
         c1, c2 = st.columns([2, 3])
-        charts.altair(c1, kernel_ui.tile_chart(tiles, "kind", f"tiles of {block} × {block} positions, one sequence"))
+        charts.draw(c1, kernel_ui.tile_chart, tiles, "kind", f"tiles of {block} × {block} positions, one sequence")
         share = tiles["kind"].value_counts(normalize=True)
         c2.metric("tiles skipped", f"{share.get('skipped', 0):.0%}")
         c2.metric("tiles computed (full + partial)", f"{1 - share.get('skipped', 0):.0%}")

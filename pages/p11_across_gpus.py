@@ -33,8 +33,8 @@ if st.session_state.get("p11_step", 0) > P - 1:  # the ring shrank under the rem
 step = st.slider("step", 0, P - 1, 0, key="p11_step")
 grid = ring_ui.grid_frame(schedule)
 g1, g2 = st.columns([3, 1])
-charts.altair(g1, ring_ui.grid(grid, step), width="stretch")
-charts.altair(g2, ring_ui.work_bars(grid), width="stretch", height=44 * P + 80)
+charts.draw(g1, ring_ui.grid, grid, step, width="stretch")
+charts.draw(g2, ring_ui.work_bars, grid, width="stretch", height=44 * P + 80)
 st.info(rs.describe_step(schedule, step))
 work = rs.work_per_device(schedule)
 st.caption(f"Work is counted in full (T/P × S/P) blocks: a causal diagonal block is half, a masked one is skipped. "
@@ -66,7 +66,7 @@ else:
               help="the dashed line: the shortest T with the busiest GPU's compute per step ≥ its send")
     m2.metric("attention rate assumed", f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s", help=rates["flops_source"])
     m3.metric("link bandwidth assumed (one way)", f"{rates['bytes_per_s'] / 1e9:.0f} GB/s", help=rates["bytes_source"])
-    charts.altair(st, ring_ui.costs_chart(costs, hiding_T), width="stretch")
+    charts.draw(st, ring_ui.costs_chart, costs, hiding_T, width="stretch")
     st.caption(f"Rates: attention, {rates['flops_source']}; link, {rates['bytes_source']}. {rates['measured']}. A model, not a "
                "measurement: the same rate at every length.")
     common.table(costs.rename(columns={"bytes_per_step": "bytes"}), column_config={
@@ -93,7 +93,7 @@ else:
         t2.metric("ring, send after compute", f"{summary['ring_no_overlap_ms']:.3f} ms")
         t3.metric("transfer hidden by overlap", f"{summary['transfer_hidden']:.0%}",
                   help="(no-overlap − overlapped) / total transfer time, clipped to 0–100 %")
-        charts.altair(st, ring_ui.timeline_chart(ring_results.timeline(data, mask)), width="stretch")
+        charts.draw(st, ring_ui.timeline_chart, ring_results.timeline(data, mask), width="stretch")
         st.caption(f"Bars: each step's compute (with its merge) and one send ({summary['send_ms']:.3f} ms, "
                    f"{summary['send_GBps']:.0f} GB/s), each timed alone and laid end to end; the metrics above "
                    "are the whole ring, timed. Overlap is the compiler's decision: XLA's scheduler lets one "
@@ -104,7 +104,7 @@ else:
         ring_ui.compiled_order(data)
     speed = ring_results.speedups(data)
     y = st.radio("y axis", ["speedup", "efficiency"], horizontal=True, key="p11_speed_y")
-    charts.altair(st, ring_ui.speedup_chart(speed, y), width="stretch")
+    charts.draw(st, ring_ui.speedup_chart, speed, y, width="stretch")
     st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
     ring_ui.same_program_notes(data)

@@ -1,6 +1,5 @@
 """Lab step 1: the formula, its four stages on a tiny live example, and what 1/sqrt(d) is for."""
 
-import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -8,7 +7,7 @@ import streamlit as st
 from attnlab import weights
 from attnlab.shapes import AttentionShape
 from pages import charts, common, sections
-from pages.weights_ui import heatmap, matrix_table
+from pages.weights_ui import heatmap, matrix_table, scale_chart
 
 EXAMPLE_LEN = weights.EXAMPLE_LEN
 
@@ -72,8 +71,8 @@ left, right = st.columns(2)
 with left:
     st.markdown("**3 · Weights** `softmax(scaled, axis=-1)`")
     st.caption("Each row is a probability distribution over the keys: non-negative, summing to 1.")
-    charts.altair(st, heatmap(s["weights"], "attention weights (rows sum to 1)", allowed=np.isfinite(s["scaled"])),
-                    width="content")
+    charts.draw(st, heatmap, s["weights"], "attention weights (rows sum to 1)", allowed=np.isfinite(s["scaled"]),
+                width="content")
     if causal:
         st.caption("Grey cells are masked: their weight is exactly 0.")
 with right:
@@ -101,16 +100,8 @@ common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "sp
                             for c in ("√d", "spread of q·k", "spread of q·k / √d")})
 st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 heads per head_dim.")
 
-x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
-color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
-tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"), alt.Tooltip("entropy:Q", format=".3f"))
 c1, c2 = st.columns(2)
-charts.altair(c1, alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True)
-                .encode(x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])),
-                        color=color, tooltip=tooltip), width="stretch")
-entropy = alt.Chart(effect, title=f"row entropy (nats); dashed: a uniform row, log {seq_len}").mark_line(point=True).encode(
-    x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
-uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(y="uniform_entropy:Q")
-charts.altair(c2, entropy + uniform, width="stretch")
+charts.draw(c1, scale_chart, effect, "max_weight", seq_len, width="stretch")
+charts.draw(c2, scale_chart, effect, "entropy", seq_len, width="stretch")
 common.table(effect, hide_index=True, width="stretch")
 common.download(effect, "scale_effect")

@@ -49,10 +49,10 @@ if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sect
     pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
     if None not in pair:
         (full, _), (causal, allowed) = pair
-        charts.altair(c1, heatmap(full, "full: every query sees every key", vmax=float(full.max()) or 1.0, size=420),
-                        width="content")
-        charts.altair(c2, heatmap(causal, "causal: query i sees keys 0..i", allowed=allowed,
-                                vmax=float(causal.max()) or 1.0, size=420), width="content")
+        charts.draw(c1, heatmap, full, "full: every query sees every key", vmax=float(full.max()) or 1.0, size=420,
+                    width="content")
+        charts.draw(c2, heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
+                    vmax=float(causal.max()) or 1.0, size=420, width="content")
         st.caption(f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
                    f"largest weight ({full.max():.3f} full, {causal.max():.3f} causal): on one 0–1 scale the full "
                    f"map would look blank, since its {view.kv_len} weights per row all sit near 1/{view.kv_len} = "
@@ -132,8 +132,8 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
         pair = sections.guarded(weights_of, masked_view, b, h, what="The weights")
         if pair is not None:
             w, allowed = pair
-            charts.altair(c1, heatmap(w, f"weights, batch {b}, head {h}", allowed=allowed, vmax=float(w.max()) or 1.0,
-                                    size=420), width="content")
+            charts.draw(c1, heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed, vmax=float(w.max()) or 1.0,
+                        size=420, width="content")
         c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
                   help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.checks)")
         c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",

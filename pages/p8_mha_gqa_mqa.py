@@ -1,6 +1,5 @@
 """Lab step 8: MHA, GQA and MQA: the same output with fewer KV heads, a smaller KV cache, a faster decode."""
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -91,13 +90,8 @@ common.table(cache.assign(**{
 for col, (_, r) in zip(st.columns(len(cache)), cache.iterrows(), strict=True):
     col.metric(f"{r['variant']}: bytes per token", f"{int(r['bytes_per_token']):,} B",
                help=f"2 · {r['kv_heads']} · {shape.head_dim} · {shape.itemsize} · {int(layers)}")
-charts.altair(st,
-    alt.Chart(cache, title=f"KV cache per sequence: {int(context_len):,} tokens, {int(layers)} layers, {shape.dtype}")
-    .mark_bar().encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
-                       y=common.bytes_y("cache_bytes_per_sequence", "cache per sequence", cache["cache_bytes_per_sequence"], log=False),
-                       color=alt.Color("variant:N", sort=None, legend=None),
-                       tooltip=common.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence")),
-    width="stretch")
+charts.draw(st, decode_ui.cache_chart, cache,
+            f"KV cache per sequence: {int(context_len):,} tokens, {int(layers)} layers, {shape.dtype}", width="stretch")
 common.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
 
 st.header("One decode step")
@@ -128,13 +122,7 @@ if chosen and sections.on_demand("p8_decode", f"Time a decode step for each vari
         present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
         if present:
             y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
-            charts.altair(st,
-                alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar()
-                .encode(x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
-                        y=alt.Y(f"{y}:Q", title=common.label(y)), color=common.impl_color(good),
-                        tooltip=common.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
-                                 "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f"))),
-                width="stretch")
+            charts.draw(st, decode_ui.step_chart, good, y, width="stretch")
             if not on_gpu:
                 st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, the "
                            "device time tracks the K and V bytes read.")

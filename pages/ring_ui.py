@@ -126,7 +126,7 @@ def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
     """Efficiency against P as a chart once two ring sizes ship; one ring size as a table (a chart of one
     column of points says less than the numbers); which sizes were not measured."""
     if not scale.empty and scale["P"].nunique() > 1:
-        charts.altair(st, scaling_chart(scale), width="stretch")
+        charts.draw(st, scaling_chart, scale, width="stretch")
         st.caption("Efficiency at the longest sequence each file measured (in the tooltip).")
     elif not scale.empty:
         common.table(scale)

@@ -145,4 +145,4 @@ def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "through
         return
     y = st.selectbox("y axis", present, index=present.index(first) if first in present else 0, key=f"{key}_y",
                      format_func=common.label)
-    charts.altair(st, common.line_chart(good, x=x, y=y, title=f"{common.label(y)} by {x}"), width="stretch")
+    charts.draw(st, common.line_chart, good, x=x, y=y, title=f"{common.label(y)} by {x}", width="stretch")

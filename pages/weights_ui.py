@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import weights
+from pages import common
 
 MASKED_GREY = "#d9d9d9"
 
@@ -25,6 +26,23 @@ def matrix_table(a: np.ndarray, row: str, col: str) -> None:
     the same at several times the cost of marshalling, for each of page 1's six tables)."""
     df = matrix(a, row, col)
     st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
+
+
+def scale_chart(effect: pd.DataFrame, y: str, seq_len: int) -> alt.Chart:
+    """Page 1's scale study against head_dim, with and without 1/sqrt(d): the largest weight per row
+    (y = "max_weight"), or the row entropy with a uniform row's dashed (y = "entropy")."""
+    x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
+    color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
+    tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"),
+                          alt.Tooltip("entropy:Q", format=".3f"))
+    if y == "max_weight":
+        return alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True).encode(
+            x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])), color=color, tooltip=tooltip)
+    entropy = alt.Chart(effect, title=f"row entropy (nats); dashed: a uniform row, log {seq_len}").mark_line(
+        point=True).encode(x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
+    uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(
+        y="uniform_entropy:Q")
+    return entropy + uniform
 
 
 # Vega's "blues" scheme (vega-scale), the colour stops it interpolates between

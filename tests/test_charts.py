@@ -1,0 +1,71 @@
+"""pages/charts.py: a chart's Vega-Lite spec is built once per builder and arguments, and is the spec
+the builder's chart converts to."""
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from pages import charts
+
+
+class Where:
+    """Stands in for st or a column: records what vega_lite_chart was given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def vega_lite_chart(self, spec, **kw):
+        self.calls.append((spec, kw))
+
+
+def counting_builder(name: str):
+    built = []
+
+    def bars(df: pd.DataFrame, title: str) -> alt.Chart:
+        built.append(title)
+        return alt.Chart(df, title=title).mark_bar().encode(x="x:Q", y="y:N")
+
+    bars.__module__, bars.__qualname__ = "pages.test_only", name
+    return bars, built
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    charts._spec.clear()
+    yield
+    charts._spec.clear()
+
+
+def test_a_spec_is_built_once_per_arguments_and_is_the_charts_own():
+    bars, built = counting_builder("bars_once")
+    df = pd.DataFrame({"x": [1.0, 2.0], "y": ["a", "b"]})
+    where = Where()
+    charts.draw(where, bars, df, "first", width="stretch")
+    charts.draw(where, bars, df, "first", width="stretch")
+    charts.draw(where, bars, df.assign(x=[3.0, 4.0]), "first")
+    charts.draw(where, bars, df, "second", height=200)
+    assert built == ["first", "first", "second"]  # the same frame and title again: no new chart
+    specs = [spec for spec, _ in where.calls]
+    assert specs[0] == specs[1] == charts.vega_spec(alt.Chart(df, title="first").mark_bar().encode(x="x:Q", y="y:N"))
+    assert specs[2]["datasets"] != specs[0]["datasets"]  # new data, a new dataset
+    assert specs[3]["title"] == "second"
+    assert [kw for _, kw in where.calls] == [{"width": "stretch"}, {"width": "stretch"}, {}, {"height": 200}]
+
+
+def test_two_builders_given_the_same_arguments_keep_their_own_specs():
+    a, _ = counting_builder("builder_a")
+    b, _ = counting_builder("builder_b")
+    df = pd.DataFrame({"x": [1.0], "y": ["a"]})
+    where = Where()
+    charts.draw(where, a, df, "A")
+    charts.draw(where, b, df, "B")
+    assert [spec["title"] for spec, _ in where.calls] == ["A", "B"]
+
+
+def test_a_builder_defined_in_a_page_script_is_refused():
+    def made_at_each_run(df):  # a page script's functions are made anew at every run, in module __main__
+        return alt.Chart(df).mark_bar()
+
+    made_at_each_run.__module__ = "__main__"
+    with pytest.raises(ValueError, match="pages module"):
+        charts.draw(Where(), made_at_each_run, pd.DataFrame({"x": [1]}))
