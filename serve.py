@@ -13,7 +13,8 @@ Streamlit before the server starts what `st.navigation` would tell it on its fir
 It also puts a small ASGI middleware in front of Streamlit's own (`Harden`): security headers on
 every HTTP response (no framing by other sites, no MIME sniffing, no referrer to other sites) and
 Streamlit's `/_stcore/metrics` closed (404), since it describes every learner's session and cache to
-anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it.
+anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it. It also tells a
+page's HTML where the server is (BASE_URL_HINT), so a page opened by its link connects at once.
 Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
 start: while the server starts, a background thread imports what the first page needs and compiles
 its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
