@@ -1,6 +1,7 @@
-"""Charts for page 11 (Across GPUs): the ring grid, bytes against compute, the measured timeline,
-speed-up and scaling, each from a table of attnlab.ring_schedule / attnlab.ring_results; and the
-compiled programs' order of sends and waits, from the shipped results."""
+"""Page 10 (Across GPUs, pages/p11_across_gpus.py): charts of the ring grid, bytes against compute, the
+measured timeline, speed-up and scaling, each from a table of attnlab.ring_schedule / attnlab.ring_results;
+the compiled programs' order of sends and waits; the bytes-per-step model and the shipped 2 × H200 results
+as sections of the page's tabs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import ring_results
+from attnlab import ring_results, shipped
+from attnlab import ring_schedule as rs
 from pages import charts, common
 
+LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
 KIND_COLORS = ["#1f77b4", "#9ecae1", "#fdd0a2", "#eeeeee"]
 
@@ -134,3 +137,83 @@ def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
                    "efficiency (speed-up / P) at the longest sequence measured.")
     if missing:
         st.info(f"Not measured (no results ship): {', '.join(f'{n} GPUs' for n in missing)}.")
+
+
+def costs(shape, data: dict | None, P: int, causal: bool, layout: str) -> None:
+    """Bytes sent against FLOPs computed per ring step over T (a model at measured rates), where compute
+    hides the send, and the table of it."""
+    rates = ring_results.rates(data, shipped.load("h200"), shape.dtype)
+    st.write(
+        f"Each step, every GPU sends its K and V blocks, 2·B·(S/P)·K·H·itemsize bytes, while it computes one block "
+        f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs (with a causal mask, a block on the diagonal half of that "
+        f"and a block wholly above it none). The bytes grow with T, the FLOPs with T², so past some "
+        f"length the compute hides the transfer. Here at the sidebar's B={shape.batch}, N={shape.heads}, "
+        f"K={shape.kv_heads}, H={shape.head_dim}, {shape.dtype}, {'causal' if causal else 'not causal'}, "
+        f"{LAYOUTS[layout]}, on P={P} GPUs, with T = S:"
+    )
+    if rates["flops_per_s"] is None:
+        st.warning("No measured attention rate ships with this version, so the crossover cannot be drawn.")
+    else:
+        lengths = [2**k for k in range(10, 21)]
+        table = pd.DataFrame(rs.step_costs(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize, P,
+                                           lengths, rates["flops_per_s"], rates["bytes_per_s"], causal=causal,
+                                           layout=layout))
+        hiding_T = rs.hiding_length(shape.heads, shape.kv_heads, shape.itemsize, P, rates["flops_per_s"],
+                                    rates["bytes_per_s"], causal=causal, layout=layout)
+        m1, m2, m3 = st.columns(3)
+        m1.metric("sequence length where compute hides the send", f"T ≈ {hiding_T:,}",
+                  help="the dashed line: the shortest T with the busiest GPU's compute per step ≥ its send")
+        m2.metric("attention rate assumed", f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s", help=rates["flops_source"])
+        m3.metric("link bandwidth assumed (one way)", f"{rates['bytes_per_s'] / 1e9:.0f} GB/s", help=rates["bytes_source"])
+        charts.draw(st, costs_chart, table, hiding_T, width="stretch")
+        st.caption(f"Rates: attention, {rates['flops_source']}; link, {rates['bytes_source']}. {rates['measured']}. A model, not a "
+                   "measurement: the same rate at every length.")
+        common.table(table.rename(columns={"bytes_per_step": "bytes"}), column_config={
+            "tokens_per_device": st.column_config.NumberColumn("tokens per GPU (T/P)", format="%d"),
+            "bytes": st.column_config.NumberColumn("bytes sent per step (each GPU)", format="localized"),
+            "transfer_ms": st.column_config.NumberColumn("send per step (ms)", format="%.4f"),
+            "compute_ms": st.column_config.NumberColumn("compute per step (ms)", format="%.4f"),
+            "compute_flops": st.column_config.NumberColumn("FLOPs per step", format="%.3e"),
+            "hidden": st.column_config.CheckboxColumn("compute hides the send")})
+
+
+def measured(data: dict | None) -> None:
+    """The shipped 2 × H200 ring results: a per-step timeline, speed-up and efficiency against one GPU,
+    where the ring starts to pay, its correctness; or why they are absent."""
+    if data is None:
+        st.info("The ring benchmark's results (`scripts/ring_bench.py` on two H200s, shipped as "
+                "`attnlab/shipped/ring_h200x2.json`) do not ship with this version yet, so there is no per-step "
+                "timeline, speed-up or crossover to show. The ring and the bytes-per-step model (the first tab) do not need them.")
+    else:
+        st.caption(f"📦 {ring_results.label(data)}. Shipped with the lab, not measured on this machine.")
+        mask = st.radio("mask", ring_results.MASKS, format_func=lambda m: m.replace("_", "-"), horizontal=True,
+                        key="p11_mask")
+        summary = ring_results.timeline_summary(data, mask)
+        if summary:
+            t1, t2, t3 = st.columns(3)
+            t1.metric(f"ring, overlapped (T={summary['T']:,})", f"{summary['ring_ms']:.3f} ms", help=summary["variant"])
+            t2.metric("ring, send after compute", f"{summary['ring_no_overlap_ms']:.3f} ms")
+            t3.metric("transfer hidden by overlap", f"{summary['transfer_hidden']:.0%}",
+                      help="(no-overlap − overlapped) / total transfer time, clipped to 0–100 %")
+            charts.draw(st, timeline_chart, ring_results.timeline(data, mask), width="stretch")
+            st.caption(f"Bars: each step's compute (with its merge) and one send ({summary['send_ms']:.3f} ms, "
+                       f"{summary['send_GBps']:.0f} GB/s), each timed alone and laid end to end; the metrics above "
+                       "are the whole ring, timed. Overlap is the compiler's decision: XLA's scheduler lets one "
+                       "collective run beside compute at a time unless told otherwise, and a ring step sends two "
+                       "(K and V), so the benchmark allows two in flight "
+                       "(`--xla_gpu_experimental_parallel_collective_overlap_limit=2`); without it the compiled "
+                       "program sent V before any attention started.")
+            compiled_order(data)
+        speed = ring_results.speedups(data)
+        y = st.radio("y axis", ["speedup", "efficiency"], horizontal=True, key="p11_speed_y")
+        charts.draw(st, speedup_chart, speed, y, width="stretch")
+        st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
+                   "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
+        same_program_notes(data)
+        common.text_table(ring_results.crossovers(data))  # every row in view: eleven lines, eleven rows
+        if ring_results.skipped(data):
+            st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(data)}.")
+        errors = data.get("correctness_rel_err", {})
+        st.caption(f"Correct: relative error against one GPU at T={errors.get('T')}: non-causal "
+                   f"{errors.get('non_causal', float('nan')):.1e}, causal {errors.get('causal', float('nan')):.1e}.")
+        common.download(speed, "ring_h200x2_speedups")

@@ -22,6 +22,8 @@ from tests.apptest_util import (
 from tests.test_ring_results import with_fenced_ring
 
 PAGE = "pages/p11_across_gpus.py"
+MEASURED = ("p11_tab", "Measured on 2 × H200")
+MORE = ("p11_tab", "More GPUs, and live")
 SMOKE = Path(__file__).resolve().parents[1] / "ring_smoke_cpu_x2.json"
 
 
@@ -67,8 +69,21 @@ def test_default_shape_renders_the_ring_the_model_and_explains_absent_results(no
     row = costs[costs["T"] == 1024].iloc[0]
     assert row["bytes"] == 2 * 4 * (1024 // 4) * 8 * 64 * 4
     assert "T ≈" in metric(at, "sequence length where compute hides")
-    assert "do not ship with this version yet" in texts(at)
-    assert "Not measured (no results ship): 2 GPUs, 4 GPUs, 8 GPUs" in texts(at)
+    assert "do not ship with this version yet" not in texts(at)  # the other tabs are not run until opened
+    assert "do not ship with this version yet" in texts(open_page(PAGE, tab=MEASURED))
+    assert "Not measured (no results ship): 2 GPUs, 4 GPUs, 8 GPUs" in texts(open_page(PAGE, tab=MORE))
+
+
+def test_each_tab_says_what_to_look_at_and_draws_only_its_own_charts(ring_shipped):
+    seen = []
+    for tab in (None, MEASURED, MORE):
+        at = open_page(PAGE, tab=tab)
+        assert "What to look at" in texts(at, "caption"), tab
+        seen.append({c for df in chart_data(at) for c in df.columns})
+    model, measured, more = seen
+    assert {"step", "device", "work"} <= model and "start_ms" not in model and "speedup" not in model
+    assert {"start_ms", "speedup"} <= measured and "work" not in measured
+    assert not more  # one ring size ships here: its scaling is a table, not a chart
 
 
 def test_custom_shape_sets_the_model_and_the_ring_is_causal():
@@ -99,6 +114,8 @@ def test_step_slider_describes_each_step_and_survives_a_smaller_ring():
 
 def test_with_shipped_ring_results_the_timeline_speedup_and_scaling_charts_render(ring_shipped):
     at = open_page(PAGE)
+    assert any("TFLOP/s" in m.value for m in at.metric) and "one GPU, non-causal" in texts(at)  # the model's rates
+    at = open_page(PAGE, tab=MEASURED)
     assert "Measured on 2 × NVIDIA H200" in texts(at)
     data = chart_data(at)
     timeline = next(c for c in data if "start_ms" in c.columns)
@@ -107,21 +124,21 @@ def test_with_shipped_ring_results_the_timeline_speedup_and_scaling_charts_rende
     speed = next(c for c in data if "speedup" in c.columns and "ms" in c.columns)
     assert {ring_results.VARIANTS["ring_fenced"], ring_results.VARIANTS["ring"], "all-gather",
             "ring, contiguous (unbalanced)"} <= set(speed["implementation"])
-    assert any({"efficiency", "P"} <= set(f.columns) for f in frames(at))  # scaling: one ring size, a table
-    assert "there is no scaling line to draw yet" in texts(at)
     orders = [str(t.value) for t in at.table]  # what the compiler scheduled, in words
     assert any("send starts → cuDNN attention → wait for the send" in o for o in orders), orders
-    assert "Not measured (no results ship): 4 GPUs, 8 GPUs" in texts(at)
     assert "transfer hidden" in " ".join(m.label for m in at.metric)
     assert "T = [256]" in texts(at)  # the length the benchmark skipped is named
-    assert any("TFLOP/s" in m.value for m in at.metric) and "one GPU, non-causal" in texts(at)
     at.radio(key="p11_mask").set_value("causal").run()
     assert not at.exception
-    assert len(charts(at)) >= 5
+    assert len(charts(at)) >= 2
+    at = open_page(PAGE, tab=MORE)
+    assert any({"efficiency", "P"} <= set(f.columns) for f in frames(at))  # scaling: one ring size, a table
+    assert "there is no scaling line to draw yet" in texts(at)
+    assert "Not measured (no results ship): 4 GPUs, 8 GPUs" in texts(at)
 
 
 def test_no_live_ring_on_a_cpu_and_the_page_says_why():
-    at = open_page(PAGE)
+    at = open_page(PAGE, tab=MORE)
     assert "so the ring cannot run here" in texts(at)
     assert not [b for b in at.button if b.key == "btn_p11_live"]
 
@@ -132,7 +149,7 @@ def test_live_ring_on_several_gpus_matches_one_gpu():
     if jax.device_count() < 2:
         pytest.skip("needs two GPUs")
     at = open_page(PAGE, {"batch": "1", "q_len": "1024", "kv_len": "1024", "heads": "8", "kv_heads": "8",
-                          "head_dim": "64", "dtype": "bfloat16", "causal": "true"})
+                          "head_dim": "64", "dtype": "bfloat16", "causal": "true"}, tab=MORE)
     button(at, "btn_p11_live").click().run()
     assert not at.exception
     assert float(metric(at, "relative error vs one GPU")) < 2e-2
