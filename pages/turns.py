@@ -63,10 +63,13 @@ def running() -> bool:
     return _RUNNING[0] > 0
 
 
-def wait_for_quiet(settle_s: float = 1.0) -> None:
+def wait_for_quiet(settle_s: float = 2.5) -> None:
     """Block until no page has run in this process for `settle_s` seconds: background work (the
     warm-up) yields to learners, and the settle time leaves the CPU to the browser drawing the page
-    just sent (on a laptop they share it)."""
+    just sent (on a laptop they share it). A learner opening pages one after another starts a page
+    run about every 1.3 s on two cores (0.4 s of drawing after a run, 0.4 s of Streamlit's start in
+    the next tab); with 1 s the warm-up's compiles (0.4-1.6 s a shape) slipped into those gaps and
+    page 1 in a new tab took 1.3-1.9 s instead of 1.2-1.35 s (scripts/page_speed.py, ATTNLAB_WARM=1 vs 0)."""
     with _QUIET:
         while True:
             _QUIET.wait_for(lambda: _RUNNING[0] == 0)
