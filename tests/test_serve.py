@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import subprocess
 import sys
 import time
@@ -184,7 +185,9 @@ def asgi_get(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict, 
     async def send(message):
         sent.append(message)
 
-    asyncio.run(app({"type": "http", "method": "GET", "path": path, "headers": headers}, receive, send))
+    request = app({"type": "http", "method": "GET", "path": path, "headers": headers}, receive, send)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own: Playwright may run one in this thread
+        pool.submit(asyncio.run, request).result()
     return sent[0], b"".join(m.get("body", b"") for m in sent[1:])
 
 
