@@ -54,6 +54,7 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
 
 
 def bar_chart(ok: pd.DataFrame, y: str, c: str, title: str) -> alt.Chart:
+    """Column `c` of each row `y` as a horizontal bar, coloured by implementation."""
     return alt.Chart(ok, title=title).mark_bar().encode(
         y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
         color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g")))

@@ -61,9 +61,11 @@ def draw(where, builder, *args, width=None, height=None, **kwargs) -> None:
     """`where.vega_lite_chart` (where: st, a column, a tab) of the chart `builder(*args, **kwargs)`, with
     width= and height= where given; its spec kept per arguments (st.cache_data).
 
-    Building an Altair chart and converting it to Vega-Lite costs 10-60 ms of Python per chart (schema
-    objects copied, encodings inferred, data converted to Arrow), on every run of a page, so a page of
-    five charts spent a quarter of a second on them each time a learner opened it. The spec depends
+    Building an Altair chart and converting it to Vega-Lite (schema objects copied, encodings inferred,
+    data converted to Arrow) was most of a cached page run's Python: page 10's run with its five charts
+    took 96 ms, 41 ms with their specs kept (AppTest, an idle CPU; about three times both with a browser
+    on the same two cores), and one pass over all pages 0.57 s of CPU, 0.39 s now (scripts/page_cpu.py).
+    The spec depends
     only on the builder's arguments, so it is built once per arguments: builder must be a function of
     a pages module (not of a page script, whose functions are made anew at each run) whose chart
     depends on its arguments alone."""

@@ -75,6 +75,7 @@ def autocast(df: pd.DataFrame) -> None:
 
 
 def block_chart(good: pd.DataFrame) -> alt.Chart:
+    """TFLOP/s of TE's attention block, a bar per FP8 recipe."""
     return alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar().encode(
         x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)), y=alt.Y("tflops:Q", title="TFLOP/s"),
         color=alt.Color("recipe:N", sort=None, legend=None),
@@ -83,6 +84,7 @@ def block_chart(good: pd.DataFrame) -> alt.Chart:
 
 
 def speed_chart(speed: pd.DataFrame, order: list[str], title: str) -> alt.Chart:
+    """TFLOP/s per shape, a bar per precision (in `order`) beside each other."""
     return alt.Chart(speed, title=title).mark_bar().encode(
         y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
         yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),

@@ -111,6 +111,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
 
 
 def memory_lines(ok: pd.DataFrame, y: str, title: str, y_title: str) -> alt.Chart:
+    """`memory_chart`'s chart: bytes `y` against T on log-log axes, dashes and markers per implementation."""
     xs = sorted(ok["q_len"].unique().tolist())
     enc = dict(
         x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=xs, format=",~g"),

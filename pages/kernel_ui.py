@@ -276,6 +276,7 @@ def ladder_block(found: dict | None) -> None:
 
 
 def mask_chart(ok: pd.DataFrame, order: list[str]) -> alt.Chart:
+    """Kernel time per mask (in `order`), a bar per implementation."""
     return alt.Chart(ok).mark_bar().encode(
         x=alt.X("ms:Q", title="kernel time (ms)"), y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
         yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
