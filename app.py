@@ -11,7 +11,8 @@ import threading
 import jax
 import streamlit as st
 
-from attnlab import sampler, warm
+from attnlab import sampler
+from attnlab.studies import warm
 from pages import sidebar, turns
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")

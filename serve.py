@@ -17,7 +17,7 @@ anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes 
 page's HTML where the server is (BASE_URL_HINT), so a page opened by its link connects at once.
 Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
 start: while the server starts, a background thread imports what the first page needs and compiles
-its tiny example (attnlab.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
+its tiny example (attnlab.studies.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
 
     python serve.py --workers 4 [streamlit options]     (or ATTNLAB_WORKERS=4; `auto`: a CPU count's)
 
@@ -160,7 +160,7 @@ def head_start() -> None:
         try:
             import inspect
 
-            from attnlab import warm
+            from attnlab.studies import warm
 
             warm.head_start()
             import streamlit.emojis  # noqa: F401  (st.set_page_config's icon check loads this catalogue)

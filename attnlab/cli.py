@@ -4,7 +4,7 @@
     compare    every implementation at one shape: error against float64, allclose, timings
     sweep      one field over values (--over q_len --values 64 128 256), as a table, CSV or JSON
     bench      the benchmark suite (suite.py) to JSON; on a GPU this makes attnlab/shipped/h200.json
-    ladder     the ladder XLA -> Pallas -> cuDNN -> FP8, the mask sweep and DRAM bytes (attnlab/ladder.py)
+    ladder     the ladder XLA -> Pallas -> cuDNN -> FP8, the mask sweep and DRAM bytes (attnlab/studies/ladder.py)
     decode     one decode step of MHA, GQA and MQA over cache lengths (page 8); on a GPU this makes
                attnlab/shipped/h200_decode.json
     warm       compile and check the codelab's shape for every backend, and the model presets (a server does this at start)
@@ -80,7 +80,7 @@ def cmd_info(a) -> int:
 
 
 def cmd_compare(a) -> int:
-    from attnlab import runs
+    from attnlab.measure import runs
 
     shape = _shape(a)
     df = runs.to_frame(runs.run(shape, a.impl, accuracy=True, timed=True))
@@ -94,8 +94,8 @@ def cmd_compare(a) -> int:
 
 
 def cmd_sweep(a) -> int:
-    from attnlab import runs
     from attnlab.backends import REGISTRY
+    from attnlab.measure import runs
 
     base = _shape(a)
     values, bad = [], []
@@ -129,7 +129,7 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    from attnlab import suite
+    from attnlab.studies import suite
 
     _writable(a.out)
     t0 = time.perf_counter()
@@ -142,7 +142,7 @@ def cmd_bench(a) -> int:
 
 
 def cmd_ladder(a) -> int:
-    from attnlab import ladder
+    from attnlab.studies import ladder
 
     _writable(a.out)
     t0 = time.perf_counter()
@@ -153,7 +153,7 @@ def cmd_ladder(a) -> int:
 
 
 def cmd_decode(a) -> int:
-    from attnlab import kvcache, suite
+    from attnlab.studies import kvcache, suite
 
     _writable(a.out)
     t0 = time.perf_counter()
@@ -171,7 +171,7 @@ def cmd_decode(a) -> int:
 
 
 def cmd_warm(a) -> int:
-    from attnlab import warm
+    from attnlab.studies import warm
 
     seconds = warm.warm(log=print)
     print(f"warm: the codelab's shape (every backend that runs here) and the model presets (the codelab's "
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.strerror or e}: {e.filename or ''}", file=sys.stderr)
         return 1
     except Exception as e:  # anything else: one line, never a traceback (runs words their own failures)
-        from attnlab.backend import error_text
+        from attnlab.backends.base import error_text
 
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """Page 7's display pieces: timing bars, sweep lines that stay visible when they overlap, and the
-sweep and shipped-table sections. No measurement or arithmetic on timings happens here (attnlab.timing_demo)."""
+sweep and shipped-table sections. No measurement or arithmetic on timings happens here (attnlab.studies.timing_demo)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import runs, shipped, timing_demo
+from attnlab import shipped
 from attnlab.backends import REGISTRY
+from attnlab.measure import runs
+from attnlab.studies import timing_demo
 from pages import charts, common, sections
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn

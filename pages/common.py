@@ -12,8 +12,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import device, runs, store
+from attnlab import device, store
 from attnlab.backends import REGISTRY
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import kvcache, runs, shipped
+from attnlab import shipped
+from attnlab.measure import runs
+from attnlab.studies import kvcache
 from pages import charts, common
 
 VARIANTS = ["MHA", "GQA", "MQA"]

@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import fp8_study
+from attnlab.studies import fp8_study
 from pages import charts, codeblock, common, sections
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}

@@ -8,9 +8,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import memory, runs
 from attnlab.backends import REGISTRY
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import memory
 from pages import charts, common, sections
 
 PROGRAMS = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
@@ -126,7 +127,7 @@ def memory_lines(ok: pd.DataFrame, y: str, title: str, y_title: str) -> alt.Char
 
 def growth(df: pd.DataFrame, y: str = "temp_bytes", where: str = "Measured here") -> None:
     """Each line's measured slope, and why it grows so."""
-    from attnlab import compiled
+    from attnlab.measure import compiled
 
     grew = compiled.growth(df, y=y)
     if grew.empty:

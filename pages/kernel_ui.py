@@ -1,5 +1,5 @@
 """UI for page 10 (Inside the fused kernel): mask controls, the tile grid, byte charts, the roofline and
-the kernels' source. No attention math here: it lives in attnlab.flash, flash_traffic and ladder."""
+the kernels' source. No attention math here: it lives in attnlab.math.flash, flash_traffic and ladder."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import flash, flash_traffic, tokamax_backend
+from attnlab.backends import tokamax as tokamax_backend
+from attnlab.math import flash
+from attnlab.studies import flash_traffic
 from pages import charts, common, sections
 
 STATES = ["done", "current", "skipped", "to come"]
@@ -93,7 +95,7 @@ def pallas_source(implementation: str) -> tuple[str, str]:
 
 
 def traffic_block(shape) -> None:
-    """The bytes model of naive against flash (attnlab.flash_traffic): a chart over T and a table at the shape."""
+    """The bytes model of naive against flash (attnlab.studies.flash_traffic): a chart over T and a table at the shape."""
     bq_t = st.select_slider("query block of the flash kernel", [64, 128, 256], value=128, key="p10_traffic_bq")
     dims = (shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize)
     model = pd.DataFrame([{"T = S": t, "model": m, "bytes": f["total"]} for t in (2 ** e for e in range(7, 16))
@@ -109,7 +111,7 @@ def traffic_block(shape) -> None:
     st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
                  width="stretch")
     st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
-               "change nothing here (attnlab/flash_traffic.py says what it assumes).")
+               "change nothing here (attnlab/studies/flash_traffic.py says what it assumes).")
 
 
 def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str) -> alt.Chart:
@@ -190,7 +192,8 @@ def ncu_block(found: dict | None) -> None:
     if not found or not ncu:
         st.info(NOT_MEASURED + " Until then, the model above is all there is.")
         return
-    from attnlab import kernels, ladder
+    from attnlab import kernels
+    from attnlab.studies import ladder
 
     rows = [{"implementation": n, "kernel": kernels.describe(c["kernel"]) if c.get("kernel") else None, "read": common.fmt_bytes(c.get("read_bytes")),
              "written": common.fmt_bytes(c.get("write_bytes")),
@@ -205,7 +208,7 @@ def ncu_block(found: dict | None) -> None:
 
 
 def mask_sweep_block(found: dict | None) -> None:
-    from attnlab import ladder
+    from attnlab.studies import ladder
 
     st.markdown("**Kernel time under each mask, B4 T8192 N16 H128 bf16 on an H200**")
     rows = (found or {}).get("masks")
@@ -228,7 +231,7 @@ def mask_sweep_block(found: dict | None) -> None:
 
 
 def ladder_block(found: dict | None) -> None:
-    from attnlab import ladder
+    from attnlab.studies import ladder
 
     if not found or not found.get("ladder"):
         st.info(NOT_MEASURED)

@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import flash, ladder, memory
+from attnlab.math import flash
 from attnlab.shapes import AttentionShape
+from attnlab.studies import ladder, memory
 from pages import charts, codeblock, common, fused_ui, kernel_ui, sections
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
@@ -63,7 +64,7 @@ if tabs[0].open:
         st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
                    "rounding (float32 against float64).")
         codeblock.code(kernel_ui.flash_update_source())
-        st.caption("attnlab/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
+        st.caption("attnlab/math/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
                    + kernel_ui.LINES_NOTE)
 
 if tabs[1].open:
@@ -133,7 +134,7 @@ if tabs[4].open:
         kernel_ui.ladder_block(found)
         st.subheader("The same loop, two ways")
         codeblock.code(kernel_ui.flash_update_source())
-        st.caption("Plain JAX (attnlab/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
+        st.caption("Plain JAX (attnlab/math/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
                    + kernel_ui.LINES_NOTE)
         which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
                          format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)

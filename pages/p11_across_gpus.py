@@ -5,8 +5,9 @@ where this host has several GPUs."""
 import jax
 import streamlit as st
 
-from attnlab import ring_live, ring_results, shipped
-from attnlab import ring_schedule as rs
+from attnlab import shipped
+from attnlab.studies import ring_live, ring_results
+from attnlab.studies import ring_schedule as rs
 from pages import charts, common, ring_ui, sections
 
 LAYOUTS = ring_ui.LAYOUTS

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import weights
 from attnlab.shapes import AttentionShape
+from attnlab.studies import weights
 from pages import charts, common, sections
 from pages.weights_ui import heatmap, matrix_table, scale_chart
 

@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from attnlab import layout
 from attnlab.shapes import AttentionShape
+from attnlab.studies import layout
 from pages import codeblock, common, sections
 
 

@@ -5,9 +5,11 @@ import inspect
 
 import streamlit as st
 
-from attnlab import attention, memory, runs
 from attnlab.backends import REGISTRY
-from attnlab.checks import TOLERANCES
+from attnlab.math import attention
+from attnlab.math.checks import TOLERANCES
+from attnlab.measure import runs
+from attnlab.studies import memory
 from pages import codeblock, common, fused_ui, sections
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject

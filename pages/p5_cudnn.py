@@ -3,10 +3,10 @@ the codelab has to name it (implementation=None runs XLA, which keeps the T × S
 
 import streamlit as st
 
-from attnlab import runs
-from attnlab.backend import trace_error
 from attnlab.backends import get
-from attnlab.checks import TOLERANCES
+from attnlab.backends.base import trace_error
+from attnlab.math.checks import TOLERANCES
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from pages import codeblock, common, fused_ui, sections
 

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import weights
 from attnlab.shapes import AttentionShape
+from attnlab.studies import weights
 from pages import charts, codeblock, common, sections
 from pages.weights_ui import heatmap
 
@@ -135,7 +135,7 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
             charts.draw(c1, heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed, vmax=float(w.max()) or 1.0,
                         size=420, width="content")
         c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
-                  help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.checks)")
+                  help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.math.checks)")
         c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",
                   "yes" if a.allclose else "no")
         if result.reference_note:

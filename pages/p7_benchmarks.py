@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from attnlab import timing, timing_demo
+from attnlab.measure import timing
 from attnlab.shapes import AttentionShape
+from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
 from pages import codeblock, common, sections
 
 st.title("7 · Benchmarks")
-st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.timing`) times every "
+st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
          "implementation the same way and reports up to four numbers; the tabs below show them at your shape, the "
          "code that takes them, how they grow with sequence length and batch, and the long-context results of an H200.")
 info = common.device_info_static()
@@ -90,7 +91,7 @@ if how.open:
             "**TFLOP/s** is the matmul FLOPs (4·B·N·T·S·H, halved when causal) over throughput (or device) time.")
         if on_gpu and timing.launch_note():
             st.caption(timing.launch_note())
-        st.markdown("The code `attnlab.timing.time_compiled` runs (read from its source):")
+        st.markdown("The code `attnlab.measure.timing.time_compiled` runs (read from its source):")
         codeblock.code(timing_demo.harness_source())
         st.subheader(f"Live: the same jitted call, four ways, at {shape.describe()}")
         st.caption("`f` is sdpa_xla (`jax.nn.dot_product_attention(..., implementation=\"xla\")`), compiled once. Each "

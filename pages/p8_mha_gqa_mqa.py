@@ -3,8 +3,9 @@
 import pandas as pd
 import streamlit as st
 
-from attnlab import kvcache, runs
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import kvcache
 from pages import charts, common, decode_ui, sections
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
@@ -99,7 +100,7 @@ st.write("Generating a token is attention with one query (q_len = 1) over the wh
          "arithmetic and a full read of K and V, so its time should follow the KV bytes, and fewer KV heads read "
          "fewer bytes. The mask is off: the newest token may see every cached one. The code copies neither K nor V: "
          "the naive code and XLA's SDPA view the N query heads as K groups of N/K and multiply each group with its "
-         "one KV head in a single einsum (`attnlab/attention.py`), and cuDNN indexes the shared head, so each needs "
+         "one KV head in a single einsum (`attnlab/math/attention.py`), and cuDNN indexes the shared head, so each needs "
          "kv_heads·S·H values per sequence for the keys and again for the values. Whether the compiled program "
          "keeps to that, the H200's measurement at the end of the page shows.")
 c1, c2 = st.columns([1, 2])

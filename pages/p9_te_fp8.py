@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from attnlab import device, fp8, fp8_study, te
-from attnlab.backends import get
+from attnlab import device
+from attnlab.backends import fp8, get, te
+from attnlab.studies import fp8_study
 from pages import codeblock, common, fp8_ui, sections
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]

@@ -1,5 +1,5 @@
 """Page 10 (Across GPUs, pages/p11_across_gpus.py): charts of the ring grid, bytes against compute, the
-measured timeline, speed-up and scaling, each from a table of attnlab.ring_schedule / attnlab.ring_results;
+measured timeline, speed-up and scaling, each from a table of attnlab.studies.ring_schedule / attnlab.studies.ring_results;
 the compiled programs' order of sends and waits; the bytes-per-step model and the shipped 2 × H200 results
 as sections of the page's tabs."""
 
@@ -9,8 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import ring_results, shipped
-from attnlab import ring_schedule as rs
+from attnlab import shipped
+from attnlab.studies import ring_results
+from attnlab.studies import ring_schedule as rs
 from pages import charts, common
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}

@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
-from attnlab import runs, shipped
+from attnlab import shipped
 from attnlab.backends.naive import NAIVE
+from attnlab.measure import runs
 from attnlab.queue import DeviceBusy, OverBudget
 from attnlab.shapes import AttentionShape
 from pages import charts, common

@@ -12,7 +12,7 @@ import dataclasses
 import streamlit as st
 
 from attnlab import presets
-from attnlab.backend import streamed_bytes
+from attnlab.backends.base import streamed_bytes
 from attnlab.queue import DEVICE
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
 from pages.common import device_info_static, literal

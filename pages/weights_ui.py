@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnlab import weights
+from attnlab.studies import weights
 from pages import common
 
 MASKED_GREY = "#d9d9d9"

@@ -438,7 +438,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     probe = probe or QueueProbe(wrap=wrap_queue)
     warm_s = None
     if os.environ.get("CAPACITY_WARM") == "1":  # the server's own start-up warm-up, before the class arrives
-        from attnlab import warm
+        from attnlab.studies import warm
 
         warm_s = warm.warm()
         os.environ["CAPACITY_WARM"] = "done"  # once per process
@@ -638,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page run")
     ap.add_argument("--json", type=Path, help="write every figure and visit here")
     ap.add_argument("--warm", action="store_true",
-                    help="first warm the server as it warms itself at start (attnlab.warm), then the class arrives")
+                    help="first warm the server as it warms itself at start (attnlab.studies.warm), then the class arrives")
     ap.add_argument("--press-buttons", action="store_true",
                     help="on each page, press its primary measurement buttons (type primary, or keyed *_time)")
     ap.add_argument("--in-process", action="store_true",

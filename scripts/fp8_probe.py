@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax._src.cudnn import fused_attention_stablehlo as fa
 
-from attnlab import bench, fp8
+from attnlab import bench
+from attnlab.backends import fp8
 
 ROWS = []
 

@@ -15,7 +15,7 @@ click).
 
 Meanwhile: the server's resident memory is sampled every 0.5 s (psutil, else /proc/<pid>/status),
 and /_stcore/health is fetched every 0.5 s. The server runs with ATTNLAB_TIMING_LOG, so that
-attnlab.timing.time_compiled logs each measurement's start and end; afterwards no two measurements
+attnlab.measure.timing.time_compiled logs each measurement's start and end; afterwards no two measurements
 may overlap (a timing holds the device queue exclusively: attnlab.queue.DEVICE).
 
 Exit status 0 when: no errors, no exception on any page, every health check answered, no
@@ -139,7 +139,7 @@ class Figures:
             ("browsers' nice (server: 0)", f(self.client_nice)),
             ("server CPU time (s) / machine CPU busy (% of {} cores)".format(self.cores or "?"),
              f"{f(self.server_cpu_s)} / {f(self.machine_cpu_busy_pct)}"),
-            ("measurements logged by attnlab.timing", f(self.measurements)),
+            ("measurements logged by attnlab.measure.timing", f(self.measurements)),
             ("overlapping measurements", f(self.overlapping_timings)),
         ]
         w = max(len(k) for k, _ in rows)

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from capacity import discover_pages
     from streamlit.testing.v1 import AppTest
 
-    from attnlab import compiled
+    from attnlab.measure import compiled
 
     now: collections.Counter = collections.Counter()
     askers: collections.Counter = collections.Counter()

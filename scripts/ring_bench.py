@@ -57,8 +57,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-from attnlab import context_parallel as cp  # noqa: E402
-from attnlab import ring_schedule as rs  # noqa: E402
+from attnlab.studies import context_parallel as cp  # noqa: E402
+from attnlab.studies import ring_schedule as rs  # noqa: E402
 
 T0 = time.perf_counter()
 

@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 
-from attnlab import compiled, device, runs  # noqa: E402
-from attnlab.backend import abstract_inputs, trace_error  # noqa: E402
+from attnlab import device  # noqa: E402
 from attnlab.backends import REGISTRY  # noqa: E402
+from attnlab.backends.base import abstract_inputs, trace_error  # noqa: E402
+from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape  # noqa: E402
 
 SHAPES = (

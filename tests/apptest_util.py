@@ -40,7 +40,7 @@ def open_page(page: str, params: dict[str, str] | None = None, *, check: bool = 
 
 def record_runs(monkeypatch) -> list[dict]:
     """Every runs.run call a page makes from now on, as its keyword arguments (the parts it asked for)."""
-    from attnlab import runs
+    from attnlab.measure import runs
 
     calls, real = [], runs.run
     monkeypatch.setattr(runs, "run", lambda shape, names=None, **kw: calls.append(kw) or real(shape, names, **kw))

@@ -1,4 +1,4 @@
-"""Multi-device checks for `attnlab.context_parallel`, run in a subprocess with virtual CPU devices.
+"""Multi-device checks for `attnlab.studies.context_parallel`, run in a subprocess with virtual CPU devices.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 JAX_PLATFORMS=cpu python tests/context_parallel_check.py 4
 
@@ -18,7 +18,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from attnlab import context_parallel as cp  # noqa: E402
+from attnlab.studies import context_parallel as cp  # noqa: E402
 
 
 def reference_attention(q, k, v, causal: bool) -> np.ndarray:

@@ -123,8 +123,8 @@ def test_background_work_waits_until_no_page_has_run_for_a_moment():
 
 
 def test_warm_up_pauses_before_every_shape(monkeypatch):
-    from attnlab import warm
     from attnlab.shapes import AttentionShape
+    from attnlab.studies import warm
 
     events = []
     monkeypatch.setattr(warm.runs, "run", lambda shape, names, **kw: events.append(("run", shape.q_len)) or [])

@@ -5,9 +5,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from attnlab import checks, device, runs
-from attnlab.backend import Requirement
+from attnlab import device
 from attnlab.backends import REGISTRY, get
+from attnlab.backends.base import Requirement
+from attnlab.math import checks
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 
 RANDOM_SHAPES = [

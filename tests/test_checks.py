@@ -2,8 +2,9 @@
 
 import numpy as np
 
-from attnlab import checks, runs
 from attnlab.backends import get
+from attnlab.math import checks
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 
 SMALL = AttentionShape(batch=2, q_len=32, kv_len=48, heads=4, kv_heads=2, head_dim=16, causal=True)

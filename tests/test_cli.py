@@ -22,7 +22,7 @@ def test_compare_prints_errors_against_the_reference_and_passes(capsys):
 
 
 def test_compare_checks_a_slice_when_the_float64_reference_would_be_too_big(capsys, monkeypatch):
-    from attnlab import checks
+    from attnlab.math import checks
 
     monkeypatch.setattr(checks, "REFERENCE_MAX_BYTES", 2**20)
     rc = main(["compare", "--batch", "2", "--q-len", "64", "--kv-len", "64", "--heads", "4", "--kv-heads", "2",

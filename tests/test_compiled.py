@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from attnlab import compiled
-from attnlab.compiled import CompiledInfo
+from attnlab.measure import compiled
+from attnlab.measure.compiled import CompiledInfo
 from attnlab.shapes import AttentionShape
 
 TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16)
@@ -93,7 +93,7 @@ def test_lowering_takes_turns_in_a_process(monkeypatch):
 
     import jax
 
-    from attnlab import backend
+    from attnlab.backends import base as backend
     from attnlab.backends import get
 
     entered = []

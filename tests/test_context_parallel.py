@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import context_parallel as cp
-from attnlab import ring_schedule as rs
+from attnlab.studies import context_parallel as cp
+from attnlab.studies import ring_schedule as rs
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = Path(__file__).with_name("context_parallel_check.py")

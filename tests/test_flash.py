@@ -7,15 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import attention, masks
-from attnlab.flash import BACKWARD_PLAN, flash_attention, step_through, tile_map
-from attnlab.flash_traffic import traffic_flash, traffic_naive
+from attnlab import masks
+from attnlab.math import attention
+from attnlab.math.flash import BACKWARD_PLAN, flash_attention, step_through, tile_map
+from attnlab.studies.flash_traffic import traffic_flash, traffic_naive
 
 TOLERANCE = {"float32": 2e-3, "bfloat16": 1e-2, "float16": 5e-3}
 
 
 def reference(q, k, v, *, causal=False, window=None, kv_lengths=None):
-    """The lab's float64 reference (attnlab.attention in NumPy; 0 for a query with no key) and the
+    """The lab's float64 reference (attnlab.math.attention in NumPy; 0 for a query with no key) and the
     log-sum-exp (B, N, T) of the scaled, masked scores, -inf for a query with no key."""
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
     out = attention.attention(q, k, v, causal=causal, window=window, kv_lengths=kv_lengths, xp=np)

@@ -5,10 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import checks, compiled, device, fp8, fp8_study, runs, te, timing
-from attnlab.backends import get
+from attnlab import device
+from attnlab.backends import fp8, get, te
+from attnlab.math import checks
+from attnlab.measure import compiled, runs, timing
 from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
+from attnlab.studies import fp8_study
 
 pytestmark = pytest.mark.gpu
 
@@ -229,7 +232,8 @@ def test_flash_jax_keeps_memory_linear_in_t_on_the_gpu():
 def test_a_long_decode_step_on_cudnn_follows_the_kv_bytes():
     """GQA reads 4x fewer K and V bytes than MHA at Llama 3 8B's heads: cuDNN's bandwidth-bound step is over 3x
     faster. (XLA's is not: its GQA program first copies K and V into another layout; page 8 shows it.)"""
-    from attnlab import kvcache, presets
+    from attnlab import presets
+    from attnlab.studies import kvcache
 
     base = presets.apply("Llama 3 8B", AttentionShape(batch=8, dtype="bfloat16"))
     rows = kvcache.decode_study((32768,), ("sdpa_cudnn",), bases={"llama": base}, log=lambda s: None)

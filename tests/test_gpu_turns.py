@@ -10,8 +10,8 @@ import time
 import jax
 import pytest
 
-from attnlab import compiled
 from attnlab.gpu_turns import TURNS, Turns
+from attnlab.measure import compiled
 from attnlab.queue import DEVICE
 
 

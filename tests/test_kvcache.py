@@ -1,4 +1,4 @@
-"""KV-cache size math and the MHA / GQA / MQA variants (attnlab.kvcache), on CPU."""
+"""KV-cache size math and the MHA / GQA / MQA variants (attnlab.studies.kvcache), on CPU."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from attnlab import checks, device, kvcache, runs
+from attnlab import device
+from attnlab.math import checks
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import kvcache
 
 
 @pytest.mark.parametrize(("heads", "preferred", "expected"), [

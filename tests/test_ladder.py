@@ -1,11 +1,12 @@
-"""attnlab.ladder: the ladder, the mask sweep, Nsight Compute's DRAM bytes and the roofline (CPU)."""
+"""attnlab.studies.ladder: the ladder, the mask sweep, Nsight Compute's DRAM bytes and the roofline (CPU)."""
 
 import json
 
 import pytest
 
-from attnlab import flash_traffic, ladder, runs
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import flash_traffic, ladder
 
 TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16, dtype="bfloat16")
 NAMES = ["sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -84,7 +85,7 @@ def test_roofline_math():
 
 
 def test_run_all_writes_the_shipped_structure(tmp_path, monkeypatch):
-    from attnlab import suite
+    from attnlab.studies import suite
 
     monkeypatch.setattr(suite, "ceilings", lambda: {"matmul_bf16_tflops": 1.0, "copy_tb_s": 0.1})
     out = tmp_path / "ladder.json"

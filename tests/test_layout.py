@@ -1,9 +1,9 @@
-"""The layout table and where arrays live (attnlab.layout)."""
+"""The layout table and where arrays live (attnlab.studies.layout)."""
 
 
 
-from attnlab import layout
 from attnlab.shapes import AttentionShape
+from attnlab.studies import layout
 
 SMALL = AttentionShape(batch=2, q_len=16, kv_len=24, heads=4, kv_heads=2, head_dim=8)
 

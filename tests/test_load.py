@@ -1,5 +1,5 @@
 """Many learners at once on one server (scripts/load_test.py), and the check it relies on: that
-attnlab.timing logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
+attnlab.measure.timing logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
 queue keeps those intervals apart.
 
 The load test itself is marked `load` (and `browser`): 20 concurrent browser contexts through all
@@ -41,7 +41,7 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
     import jax
     import jax.numpy as jnp
 
-    from attnlab import timing
+    from attnlab.measure import timing
 
     log = tmp_path / "timings.log"
     monkeypatch.setenv("ATTNLAB_TIMING_LOG", str(log))
@@ -70,7 +70,7 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
 def test_without_the_variable_nothing_is_logged(tmp_path, monkeypatch):
     import jax.numpy as jnp
 
-    from attnlab import timing
+    from attnlab.measure import timing
 
     monkeypatch.delenv("ATTNLAB_TIMING_LOG", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -5,9 +5,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnlab import checks, compiled, device, memory, runs
+from attnlab import device
 from attnlab.backends import get
+from attnlab.math import checks
+from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import memory
 
 
 def test_compiled_memory_grows_quadratically_for_naive_attention():

@@ -1,5 +1,5 @@
-"""The ring benchmark's JSON as tables (attnlab.ring_results), the bytes-vs-compute model and the step
-sentences (attnlab.ring_schedule), and the live ring-vs-one-device check (attnlab.ring_live) on one CPU."""
+"""The ring benchmark's JSON as tables (attnlab.studies.ring_results), the bytes-vs-compute model and the step
+sentences (attnlab.studies.ring_schedule), and the live ring-vs-one-device check (attnlab.studies.ring_live) on one CPU."""
 
 import json
 import math
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import ring_live, ring_results
-from attnlab import ring_schedule as rs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import ring_live, ring_results
+from attnlab.studies import ring_schedule as rs
 
 SMOKE = Path(__file__).with_name("ring_smoke_cpu_x2.json")  # scripts/ring_bench.py --smoke on 2 CPU devices
 

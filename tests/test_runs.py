@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from attnlab import runs
+from attnlab.measure import runs
 from attnlab.queue import DEVICE, Budget, DeviceQueue
 from attnlab.shapes import AttentionShape
 
@@ -87,7 +87,7 @@ def test_over_the_memory_budget_is_a_result_with_a_reason(monkeypatch):
 
 
 def test_out_of_memory_and_backend_errors_become_results(monkeypatch):
-    from attnlab import compiled
+    from attnlab.measure import compiled
 
     def boom(*a, **k):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 99.00GiB.")
@@ -101,7 +101,7 @@ def test_out_of_memory_and_backend_errors_become_results(monkeypatch):
 
 
 def test_host_memory_error_in_the_reference_is_a_result(monkeypatch):
-    from attnlab import checks
+    from attnlab.math import checks
 
     monkeypatch.setattr(checks, "float64_reference", lambda *a, **k: (_ for _ in ()).throw(MemoryError()))
     r = runs.run(TINY.replace(q_len=24), ["naive"])
@@ -145,7 +145,7 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
 
 
 def test_a_program_only_checked_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):
-    from attnlab import compiled
+    from attnlab.measure import compiled
 
     asked, real = [], compiled.compile_timed
     monkeypatch.setattr(compiled.jax, "default_backend", lambda: "gpu")  # the options are a GPU's

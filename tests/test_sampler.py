@@ -31,7 +31,7 @@ def test_the_sampler_counts_page_threads_by_the_labs_frame_and_the_innermost_one
 def test_where_names_the_innermost_frame_of_the_labs_code():
     import sys
 
-    from attnlab import compiled
+    from attnlab.measure import compiled
 
     seen = []
 

@@ -165,7 +165,7 @@ def test_the_server_turns_xlas_cuda_graphs_off_unless_told_otherwise():
 
 def test_timings_say_when_the_server_launches_kernels_without_cuda_graphs(monkeypatch):
     import serve
-    from attnlab import timing
+    from attnlab.measure import timing
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=4")
     assert timing.launch_note() == ""

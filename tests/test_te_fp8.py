@@ -2,8 +2,8 @@
 
 import pytest
 
-from attnlab import device, fp8, te
-from attnlab.backends import get
+from attnlab import device
+from attnlab.backends import fp8, get, te
 from attnlab.shapes import AttentionShape
 
 

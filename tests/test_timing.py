@@ -5,7 +5,8 @@ import shutil
 import jax
 import pytest
 
-from attnlab import compiled, device, runs, timing
+from attnlab import device
+from attnlab.measure import compiled, runs, timing
 from attnlab.shapes import AttentionShape
 
 
@@ -41,7 +42,7 @@ def test_overlapping_lines_are_those_within_the_tolerance_at_every_shared_x():
 
     import pandas as pd
 
-    from attnlab import memory, timing_demo
+    from attnlab.studies import memory, timing_demo
 
     rows = [("b", 1, 10.0), ("b", 2, 20.0), ("a", 1, 10.05), ("a", 2, 20.1), ("a", 4, 99.0),  # a, b agree where shared
             ("c", 1, 10.0), ("c", 2, 30.0),  # c departs at x = 2
@@ -63,7 +64,7 @@ def _demo(wall: float, throughput: float):
 
 
 def test_the_dispatch_reading_claims_overlap_only_beyond_the_noise():
-    from attnlab.timing_demo import dispatch_reading
+    from attnlab.studies.timing_demo import dispatch_reading
 
     # 33.05 against 33.51 ms (1.4 %) was read as "Python dispatched the next call while the device worked"
     close = dispatch_reading(_demo(33.51, 33.05), on_gpu=False)
@@ -76,7 +77,7 @@ def test_lines_that_meet_at_some_lengths_are_named_with_where():
     # naive and sdpa_xla lie on each other at T = 4,096 and 8,192 of the H200's long-context chart, apart elsewhere
     import pandas as pd
 
-    from attnlab.timing_demo import meeting, overlapping
+    from attnlab.studies.timing_demo import meeting, overlapping
 
     df = pd.DataFrame({"q_len": [2048, 4096, 8192] * 3, "implementation": ["naive"] * 3 + ["sdpa_xla"] * 3 + ["cudnn"] * 3,
                        "y": [100, 150, 160, 130, 151, 160.5, 500, 550, 560]})

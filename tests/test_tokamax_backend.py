@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import attention
-from attnlab import tokamax_backend as tk
+from attnlab.backends import tokamax as tk
+from attnlab.math import attention
 
 CPU = SimpleNamespace(is_cuda=False, compute_capability=None, backend="cpu")
 A100 = SimpleNamespace(is_cuda=True, compute_capability=(8, 0), backend="gpu")
@@ -18,7 +18,7 @@ TOKAMAX_INSTALLED = importlib.util.find_spec("tokamax") is not None
 
 
 def reference(q, k, v, *, causal=False, window=None, kv_lengths=None):
-    """The lab's float64 reference: attnlab.attention in NumPy (0 for a query with no key)."""
+    """The lab's float64 reference: attnlab.math.attention in NumPy (0 for a query with no key)."""
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
     return attention.attention(q, k, v, causal=causal, window=window, kv_lengths=kv_lengths, xp=np)
 

@@ -1,9 +1,9 @@
-"""The weights lessons of pages 1 and 6 (attnlab.weights), on the shared math."""
+"""The weights lessons of pages 1 and 6 (attnlab.studies.weights), on the shared math."""
 
 import numpy as np
 
-from attnlab import weights
 from attnlab.shapes import AttentionShape
+from attnlab.studies import weights
 
 TINY = AttentionShape(batch=1, q_len=6, kv_len=6, heads=1, kv_heads=1, head_dim=4)
 SMALL = AttentionShape(batch=2, q_len=16, kv_len=24, heads=4, kv_heads=2, head_dim=8)
@@ -76,7 +76,7 @@ def test_nothing_compiles_while_a_device_slot_is_held(monkeypatch):
 
     import jax.monitoring
 
-    from attnlab import runs
+    from attnlab.measure import runs
     from attnlab.queue import DEVICE
 
     inside, compiled_inside = [False], []

@@ -1,9 +1,9 @@
-"""attnlab.weights for page 6: which cells a heatmap greys, and first-vs-last under other masks."""
+"""attnlab.studies.weights for page 6: which cells a heatmap greys, and first-vs-last under other masks."""
 
 import numpy as np
 
-from attnlab import weights
 from attnlab.shapes import AttentionShape
+from attnlab.studies import weights
 
 SHAPE = AttentionShape(batch=2, q_len=6, kv_len=8, heads=2, kv_heads=1, head_dim=4)
 

@@ -5,8 +5,8 @@ every page's tables and the sweeps. Optional backends (TransformerEngine, FP8 on
 listed where they cannot run; their requirements say why.
 """
 
-from attnlab.backend import Backend
 from attnlab.backends import flash, fp8, naive, sdpa, te, tokamax
+from attnlab.backends.base import Backend
 
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     naive.NAIVE,

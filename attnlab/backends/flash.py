@@ -1,7 +1,7 @@
-"""The flash algorithm in plain JAX (attnlab.flash): tiles and the online softmax, run by XLA's loops."""
+"""The flash algorithm in plain JAX (attnlab.math.flash): tiles and the online softmax, run by XLA's loops."""
 
-from attnlab import flash
-from attnlab.backend import Backend, anywhere, io_bytes
+from attnlab.backends.base import Backend, anywhere, io_bytes
+from attnlab.math import flash
 
 BLOCK_Q = BLOCK_K = 512  # the tile; on a GPU a fused kernel keeps one such tile on chip
 
@@ -22,7 +22,7 @@ FLASH = Backend(
                                                     block_k=min(BLOCK_K, shape.kv_len)),
     requirements=anywhere,
     device_bytes=device_bytes,
-    description="FlashAttention-2's Algorithm 1 in jax.numpy (attnlab.flash): K/V walked in tiles with an online "
+    description="FlashAttention-2's Algorithm 1 in jax.numpy (attnlab.math.flash): K/V walked in tiles with an online "
                 "softmax; the T×S scores never exist. XLA runs the loops, one kernel launch per tile.",
     adds="Tiles and the online softmax: memory O(T) instead of O(T·S), but each tile is still its own XLA step.",
 )

@@ -1,7 +1,7 @@
 """Naive attention: the four stages in jax.numpy, materialising the (B, N, T, S) scores."""
 
-from attnlab import attention
-from attnlab.backend import Backend, anywhere, materialised_bytes
+from attnlab.backends.base import Backend, anywhere, materialised_bytes
+from attnlab.math import attention
 
 NAIVE = Backend(
     name="naive",
@@ -9,6 +9,6 @@ NAIVE = Backend(
     fn=lambda q, k, v, shape: attention.attention(q, k, v, **shape.mask_args()),
     requirements=anywhere,
     device_bytes=materialised_bytes(3),  # scores, their exponentials and the weights, float32
-    description="The four stages written out in jax.numpy (attnlab.attention); materialises the (B, N, T, S) scores.",
+    description="The four stages written out in jax.numpy (attnlab.math.attention); materialises the (B, N, T, S) scores.",
     adds="The formula as written: every stage a separate array in memory.",
 )

@@ -7,7 +7,7 @@ cuDNN by itself; the compiled program shows no cuDNN call). The codelab therefor
 import jax
 import jax.numpy as jnp
 
-from attnlab.backend import (
+from attnlab.backends.base import (
     Backend,
     anywhere,
     cuda_gpu,

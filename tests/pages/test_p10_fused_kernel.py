@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from attnlab import ladder
+from attnlab.studies import ladder
 from tests.apptest_util import (
     CUSTOM,
     _row,

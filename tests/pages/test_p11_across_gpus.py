@@ -7,7 +7,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from attnlab import ring_results, shipped
+from attnlab import shipped
+from attnlab.studies import ring_results
 from tests.apptest_util import (
     CUSTOM,
     button,

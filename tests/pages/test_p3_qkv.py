@@ -2,8 +2,8 @@
 
 import pytest
 
-from attnlab import layout
 from attnlab.shapes import AttentionShape
+from attnlab.studies import layout
 from tests.apptest_util import CUSTOM, CUSTOM_SHAPE, button, frame_with, frames, open_page, texts
 
 PAGE = "pages/p3_qkv.py"

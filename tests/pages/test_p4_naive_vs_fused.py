@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from attnlab.checks import TOLERANCES
+from attnlab.math.checks import TOLERANCES
 from attnlab.shapes import AttentionShape
 from tests.apptest_util import (
     CUSTOM,
@@ -164,7 +164,7 @@ def test_names_the_cudnn_kernel_and_its_device_time_on_gpu():
 def test_whether_two_programs_are_one_is_shared_by_the_servers_processes(tmp_path, monkeypatch):
     # page 4 says whether naive and SDPA compiled to one program: a server process that finds the answer in
     # the results store must not compile both programs again only to compare their text
-    from attnlab import compiled
+    from attnlab.measure import compiled
     from pages import fused_ui
 
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))

@@ -5,9 +5,9 @@ import jax
 import numpy as np
 import pytest
 
-from attnlab import weights
-from attnlab.checks import TOLERANCES
+from attnlab.math.checks import TOLERANCES
 from attnlab.shapes import AttentionShape
+from attnlab.studies import weights
 from pages import weights_ui
 from tests.apptest_util import (
     CUSTOM,

@@ -13,9 +13,11 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from attnlab import device, queue, shipped, timing, timing_demo  # noqa: E402
+from attnlab import device, queue, shipped
 from attnlab.backends import REGISTRY  # noqa: E402
+from attnlab.measure import timing
 from attnlab.shapes import AttentionShape  # noqa: E402
+from attnlab.studies import timing_demo  # noqa: E402
 from tests.apptest_util import SMALL, button, chart_data, charts, codes, frame_with, frames, open_page, texts  # noqa: E402
 
 P7 = "pages/p7_benchmarks.py"

@@ -4,7 +4,7 @@ cache's size, and a timed decode step (AppTest, CPU backend; the GPU test is mar
 import jax
 import pytest
 
-from attnlab import runs
+from attnlab.measure import runs
 from attnlab.queue import DEVICE
 from tests.apptest_util import SMALL, button, charts, frame_with, frames, open_page, texts
 
@@ -130,7 +130,7 @@ def test_decode_button_counts_only_the_cells_that_can_run_here():
 def test_at_its_own_shapes_the_page_asks_only_about_its_three_implementations(monkeypatch):
     # the variants and the decode steps are shapes of the page's own: tracing every backend of the registry
     # at each (six shapes) costs seconds per learner on a GPU machine, for answers the page never shows
-    from attnlab.backend import Backend
+    from attnlab.backends.base import Backend
     from attnlab.shapes import AttentionShape
 
     params = {"batch": "1", "q_len": "40", "kv_len": "40", "heads": "6", "kv_heads": "3", "head_dim": "24"}

@@ -5,7 +5,7 @@ from an H200, and the clean-up steps (AppTest; the live studies are GPU tests)."
 import jax
 import pytest
 
-from attnlab import te as te_mod
+from attnlab.backends import te as te_mod
 from tests.apptest_util import SMALL, charts, codes, frame_with, frames, metric, open_page, texts
 
 AUTOCAST, DENSE, FP8_ATTENTION = (("p9_tab", t) for t in ("(a) autocast around attention", "(b) FP8 in TE's dense layers",

@@ -31,8 +31,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from attnlab import flash_traffic, runs
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import flash_traffic
 
 ANCHOR = AttentionShape(batch=4, q_len=8192, kv_len=8192, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
 LADDER = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tokamax_mosaic", "sdpa_cudnn",
@@ -96,7 +97,7 @@ def mask_sweep(shape: AttentionShape, windows: Sequence[int] = (1024, 256), name
 
 
 def model_bytes(shape: AttentionShape, name: str, block_q: int = BLOCK_Q) -> int:
-    """GPU-memory bytes the traffic model (attnlab.flash_traffic) gives `name` at `shape` (forward)."""
+    """GPU-memory bytes the traffic model (attnlab.studies.flash_traffic) gives `name` at `shape` (forward)."""
     dims = (shape.batch, shape.q_len, shape.kv_len, shape.heads, shape.kv_heads, shape.head_dim)
     itemsize = 1 if name == "cudnn_fp8" else shape.itemsize
     if MODEL.get(name, "naive") == "flash":
@@ -172,7 +173,7 @@ def rungs(result: dict, passes: str = "forward") -> list[dict]:
 # --------------------------------------------------------------------------------------------
 _SCRIPT = """
 import jax
-from attnlab import runs
+from attnlab.measure import runs
 from attnlab.backends import get
 from attnlab.shapes import AttentionShape
 shape = AttentionShape(**{shape!r})
@@ -243,7 +244,7 @@ def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, bud
     Planned to take under ~4 minutes on an H200: each timing is budgeted (`budget_s`), and Nsight Compute
     (up to 75 s a kernel) runs only while less than `ncu_after_s` seconds have gone; later it is skipped
     with that reason."""
-    from attnlab import suite
+    from attnlab.studies import suite
 
     t0 = time.perf_counter()
     result: dict = {"environment": suite.environment(), "anchor": anchor.describe()}

@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import attention, masks
+from attnlab import masks
+from attnlab.math import attention
 from attnlab.shapes import AttentionShape, format_bytes
 
 # allclose tolerances per input dtype, against the float64 reference. float32 allows for TF32:

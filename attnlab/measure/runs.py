@@ -24,9 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab import checks, compiled, device, kernels, timing
-from attnlab.backend import error_text
+from attnlab import device, kernels
 from attnlab.backends import REGISTRY, get
+from attnlab.backends.base import error_text
+from attnlab.math import checks
+from attnlab.measure import compiled, timing
 from attnlab.queue import DEVICE, DeviceBusy, OverBudget
 from attnlab.shapes import AttentionShape
 

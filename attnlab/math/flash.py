@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from attnlab import attention
 from attnlab.masks import visible as allowed
+from attnlab.math import attention
 
 
 def _pad_to(x: Array, length: int, axis: int) -> Array:
@@ -204,7 +204,7 @@ def step_through(q, k, v, *, block_q: int, block_k: int, causal: bool = False,
 
 
 def _exact_attention(q, k, v, *, causal, window, kv_length) -> np.ndarray:
-    """softmax(Q·Kᵀ/sqrt(H))·V for one head in float64 (attnlab.attention in NumPy), 0 for a query with no key."""
+    """softmax(Q·Kᵀ/sqrt(H))·V for one head in float64 (attnlab.math.attention in NumPy), 0 for a query with no key."""
     one = lambda x: np.asarray(x, np.float64)[None, :, None, :]  # (T, H) -> (1, T, 1, H)  # noqa: E731
     return attention.attention(one(q), one(k), one(v), causal=causal, window=window, kv_lengths=[kv_length],
                                xp=np)[0, :, 0]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 
-from attnlab import device, presets, runs
+from attnlab import device, presets
 from attnlab.backends import REGISTRY
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 
 SHAPES = (AttentionShape(), AttentionShape(dtype="bfloat16"), AttentionShape(dtype="bfloat16", causal=True))
@@ -30,7 +31,8 @@ def head_start() -> float:
     t0 = time.perf_counter()
     import altair  # noqa: F401  (pages/common.py's charts)
 
-    from attnlab import tokamax_backend, weights
+    from attnlab.backends import tokamax as tokamax_backend
+    from attnlab.studies import weights
 
     weights.four_stages(weights.example_shape())
     tokamax_backend.import_error()  # imports tokamax where it is installed (seconds on a GPU machine)

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab.backend import abstract_inputs, lower
 from attnlab.backends import get
+from attnlab.backends.base import abstract_inputs, lower
 from attnlab.gpu_turns import TURNS
 from attnlab.shapes import AttentionShape
 

@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab import compiled, fp8, kernels, runs, te, timing
 from attnlab import device as device_mod
-from attnlab.backends import get
+from attnlab import kernels
+from attnlab.backends import fp8, get, te
+from attnlab.measure import compiled, runs, timing
 from attnlab.shapes import AttentionShape
 
 

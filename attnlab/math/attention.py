@@ -4,7 +4,7 @@
 
 Every function takes an array module `xp` (`jax.numpy`, the default, or `numpy`), so the same
 lines compute naive attention on the device, the heatmaps of pages 1 and 6, and the float64
-reference every implementation is checked against (`attnlab.checks`).
+reference every implementation is checked against (`attnlab.math.checks`).
 
 Grouped heads without copies: Q is (B, T, N, H) and K, V are (B, S, K, H) with N = K·G. Query
 heads are viewed as (K, G): the G query heads of a group share one key/value head. Nothing is

@@ -7,7 +7,7 @@ memory M). Pure Python, no JAX, so a page can draw it for any shape without a GP
 Assumptions, kept simple on purpose:
 - Each kernel reads its operands from HBM exactly once and writes its result exactly once; no cache
   (L2) reuse between kernels or between programs of one kernel.
-- Naive: four kernels, as naive attention (attnlab.attention) writes them. Scores S = Q·Kᵀ/√H and the
+- Naive: four kernels, as naive attention (attnlab.math.attention) writes them. Scores S = Q·Kᵀ/√H and the
   softmax weights P are float32 (as in jax.nn's XLA path); the cast of P to V's dtype is fused into
   the P·V read. Masks are computed from indices, not read.
 - Flash: one program per (batch, query head, query block), as FlashAttention-2 and tokamax's Triton

@@ -1,7 +1,7 @@
 """The attention weights themselves, for the lessons of pages 1 and 6: the four stages on a small
 example, what 1/sqrt(d) is for, heatmaps, and what a causal mask changes.
 
-Everything is computed by `attnlab.attention` (the same functions naive attention runs), on
+Everything is computed by `attnlab.math.attention` (the same functions naive attention runs), on
 inputs made by the run layer inside a queue slot.
 """
 
@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab import attention, compiled, masks, runs
-from attnlab.backend import abstract_inputs
+from attnlab import masks
+from attnlab.backends.base import abstract_inputs
 from attnlab.backends.naive import NAIVE
+from attnlab.math import attention
+from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape
 
 EXAMPLE_LEN = 6  # page 1's example: T = S = 6 positions, small enough to read every number

@@ -20,7 +20,7 @@ import re
 
 import pandas as pd
 
-from attnlab import runs
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 
 

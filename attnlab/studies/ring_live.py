@@ -14,10 +14,10 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from attnlab import context_parallel as cp
-from attnlab import runs, timing
+from attnlab.measure import runs, timing
 from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
+from attnlab.studies import context_parallel as cp
 
 
 def unmet(shape: AttentionShape, devices: int, *, layout: str = "zigzag") -> str | None:

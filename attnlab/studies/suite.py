@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterable
 import jax
 import jax.numpy as jnp
 
-from attnlab import compiled, fp8_study, runs, timing
 from attnlab import device as device_mod
 from attnlab.backends import REGISTRY, get
+from attnlab.measure import compiled, runs, timing
 from attnlab.shapes import AttentionShape
+from attnlab.studies import fp8_study
 
 CODELAB = AttentionShape()  # B4 T128 N8 H64 float32
 FUSED = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"]

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from attnlab import compiled, runs, timing_demo
+from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import timing_demo
 
 
 def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequence[int],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attnlab import runs
+from attnlab.measure import runs
 from attnlab.shapes import DTYPES, AttentionShape, format_bytes
 
 LETTERS = {

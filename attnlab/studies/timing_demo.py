@@ -19,8 +19,8 @@ import time
 import jax
 import pandas as pd
 
-from attnlab import compiled, runs, timing
 from attnlab.backends import get
+from attnlab.measure import compiled, runs, timing
 from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
 
@@ -30,7 +30,7 @@ EXCERPTS = (("with DEVICE.slot(exclusive=True)", "if device_time:"),
 
 
 def harness_source() -> str:
-    """The code `attnlab.timing.time_compiled` runs to measure wall and throughput time, verbatim."""
+    """The code `attnlab.measure.timing.time_compiled` runs to measure wall and throughput time, verbatim."""
     src = inspect.getsource(timing.time_compiled)
     parts = []
     for start, end in EXCERPTS:
