@@ -16,7 +16,7 @@ click).
 Meanwhile: the server's resident memory is sampled every 0.5 s (psutil, else /proc/<pid>/status),
 and /_stcore/health is fetched every 0.5 s. The server runs with ATTNLAB_TIMING_LOG, so that
 attnlab.measure.timing.time_compiled logs each measurement's start and end; afterwards no two measurements
-may overlap (a timing holds the device queue exclusively: attnlab.queue.DEVICE).
+may overlap (one run at a time holds the device: attnlab.admission.DEVICE, in the device worker).
 
 Exit status 0 when: no errors, no exception on any page, every health check answered, no
 overlapping measurements, peak RSS under --max-rss-mb.

@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # AppTests run app.py in this process: no background warm-up there (it would compete with, and show up in,
 # what a test measures); the warm-up itself is tested through `python -m attnlab warm`
 os.environ.setdefault("ATTNLAB_WARM", "0")
+# AppTests and unit tests call the device worker's code in this process (a server started by a test gets
+# the real default, a child process: see tests/test_service.py and the browser tests)
+os.environ.setdefault("ATTNLAB_DEVICE", "inprocess")
 sys.path.insert(0, str(ROOT))
 
 
@@ -36,11 +39,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def small_memory_cap(monkeypatch):
     """A 64 MiB budget, so that 'over the memory budget' is reachable with small shapes."""
-    from attnlab.queue import DEVICE
+    from attnlab import settings
+    from attnlab.admission import DEVICE
 
-    monkeypatch.setenv("ATTNLAB_MEMORY_LIMIT_GIB", str(64 / 1024))
-    monkeypatch.setattr(DEVICE, "_budget", None)  # read again from the environment
-    yield
+    with settings.override(memory_limit_gib=64 / 1024):
+        monkeypatch.setattr(DEVICE, "_budget", None)  # read again from the settings
+        yield
     DEVICE._budget = None
 
 

@@ -1,6 +1,6 @@
 """Many learners at once on one server (scripts/load_test.py), and the check it relies on: that
 attnlab.measure.timing logs every measurement's interval when ATTNLAB_TIMING_LOG is set, and that the device
-queue keeps those intervals apart.
+device (attnlab.admission: one run at a time) keeps those intervals apart.
 
 The load test itself is marked `load` (and `browser`): 20 concurrent browser contexts through all
 nine pages take several minutes on a 2-core machine. Run it with `pytest -m load`; leave it out
@@ -36,15 +36,17 @@ def test_overlap_counting():
     assert load_test.overlaps([(5, 6), (0, 1), (0.5, 2)]) == 1  # order of the log does not matter
 
 
-def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_path, monkeypatch):
+def test_time_compiled_logs_each_measurement_and_the_device_keeps_them_apart(tmp_path, monkeypatch):
     """Four threads time at once; the log has four intervals and none overlaps another."""
     import jax
     import jax.numpy as jnp
 
+    from attnlab import settings
     from attnlab.measure import timing
 
     log = tmp_path / "timings.log"
-    monkeypatch.setenv("ATTNLAB_TIMING_LOG", str(log))
+    monkeypatch.setattr(settings, "_CURRENT", [settings.settings()])
+    settings._CURRENT[0] = settings.Settings(timing_log=str(log))
     compiled = jax.jit(lambda x: jnp.tanh(x @ x)).lower(jnp.ones((64, 64))).compile()
     args = [jnp.ones((64, 64))]
     errors = []
@@ -70,9 +72,10 @@ def test_time_compiled_logs_each_measurement_and_the_queue_keeps_them_apart(tmp_
 def test_without_the_variable_nothing_is_logged(tmp_path, monkeypatch):
     import jax.numpy as jnp
 
+    from attnlab import settings
     from attnlab.measure import timing
 
-    monkeypatch.delenv("ATTNLAB_TIMING_LOG", raising=False)
+    monkeypatch.setattr(settings, "_CURRENT", [settings.Settings(timing_log=None)])
     monkeypatch.chdir(tmp_path)
     compiled = __import__("jax").jit(lambda x: x + 1).lower(jnp.ones(4)).compile()
     timing.time_compiled(compiled, [jnp.ones(4)], repeats=3, budget_s=0.01, device_time=False)

@@ -3,8 +3,8 @@
 import jax
 import pytest
 
+from attnlab.admission import DEVICE, Budget, Device
 from attnlab.measure import runs
-from attnlab.queue import DEVICE, Budget, DeviceQueue
 from attnlab.shapes import AttentionShape
 
 TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16)
@@ -40,14 +40,14 @@ def test_a_program_only_run_compiles_and_allocates_nothing():
     before = DEVICE.stats.admitted
     r = runs.run(TINY.replace(q_len=4096, kv_len=4096), ["naive"], accuracy=False, program=True)[0]
     assert r.ok and r.program.temp_bytes and r.timing is None and r.accuracy is None
-    assert DEVICE.stats.admitted == before  # it asked the queue for nothing
+    assert DEVICE.stats.admitted == before  # it asked for no turn on the device
 
 
-def test_a_program_only_run_is_not_stopped_by_a_busy_queue(monkeypatch):
-    from attnlab.queue import DeviceBusy
+def test_a_program_only_run_is_not_stopped_by_a_busy_device(monkeypatch):
+    from attnlab.admission import DeviceBusy
 
-    class Full(DeviceQueue):
-        def slot(self, *a, **k):
+    class Full(Device):
+        def use(self, *a, **k):
             raise DeviceBusy("The GPU is busy: 64 runs are already waiting. Try again shortly.")
 
     monkeypatch.setattr(runs, "DEVICE", Full(Budget(2**30, 2**30, True)))
@@ -81,7 +81,7 @@ def test_sweep_refuses_an_unknown_field():
 
 
 def test_over_the_memory_budget_is_a_result_with_a_reason(monkeypatch):
-    monkeypatch.setattr(runs, "DEVICE", DeviceQueue(Budget(2**20, 2**20, True)))
+    monkeypatch.setattr(runs, "DEVICE", Device(Budget(2**20, 2**20, True)))
     r = runs.run(TINY.replace(q_len=512, kv_len=512), ["naive", "sdpa_xla"])
     assert all(x.status == runs.OVER_BUDGET and "over this lab's budget" in x.reason for x in r)
 
@@ -108,11 +108,11 @@ def test_host_memory_error_in_the_reference_is_a_result(monkeypatch):
     assert r[0].status == runs.OOM
 
 
-def test_a_busy_queue_is_a_result(monkeypatch):
-    from attnlab.queue import DeviceBusy
+def test_a_busy_device_is_a_result(monkeypatch):
+    from attnlab.admission import DeviceBusy
 
-    class Full(DeviceQueue):
-        def slot(self, *a, **k):
+    class Full(Device):
+        def use(self, *a, **k):
             raise DeviceBusy("The GPU is busy: 64 runs are already waiting. Try again shortly.")
 
     monkeypatch.setattr(runs, "DEVICE", Full(Budget(2**30, 2**30, True)))

@@ -103,7 +103,7 @@ def test_unknown_query_keys_are_ignored():
 
 
 def test_validation_reads_no_device():
-    # the shape is a fact: whether it fits is decided by attnlab.queue, not here (no device import)
+    # the shape is a fact: whether it fits is decided by attnlab.admission, not here (no device import)
     import ast
     import pathlib
 

@@ -69,22 +69,22 @@ def test_first_vs_last_changes_the_first_position_most():
     assert t.iloc[0] > 0 and t.iloc[-1] < 1e-6
 
 
-def test_nothing_compiles_while_a_device_slot_is_held(monkeypatch):
-    """A compile inside a slot keeps the device from every timing queued behind it (seconds on a GPU):
+def test_nothing_compiles_while_a_run_holds_the_device(monkeypatch):
+    """A compile inside a turn keeps the device from every run queued behind it (seconds on a GPU):
     the heatmaps, the four stages, the first-vs-last table and a checked run compile before they ask."""
     import contextlib
 
     import jax.monitoring
 
+    from attnlab.admission import DEVICE
     from attnlab.measure import runs
-    from attnlab.queue import DEVICE
 
     inside, compiled_inside = [False], []
-    real_slot = DEVICE.slot
+    real_use = DEVICE.use
 
     @contextlib.contextmanager
     def watched(*a, **kw):
-        with real_slot(*a, **kw) as waited:
+        with real_use(*a, **kw) as waited:
             inside[0] = True
             try:
                 yield waited
@@ -95,7 +95,7 @@ def test_nothing_compiles_while_a_device_slot_is_held(monkeypatch):
         if event.endswith("backend_compile_duration") and inside[0]:
             compiled_inside.append(event)
 
-    monkeypatch.setattr(DEVICE, "slot", watched)
+    monkeypatch.setattr(DEVICE, "use", watched)
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         shape = AttentionShape(batch=1, q_len=11, kv_len=13, heads=2, kv_heads=1, head_dim=8, causal=True)  # new here

@@ -27,3 +27,29 @@ def get(name: str) -> Backend:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown implementation {name!r}; choose from {', '.join(REGISTRY)}") from None
+
+
+def unmet(shape, names=None) -> dict[str, str | None]:
+    """For each backend of `names` (default: every one), None when it can run `shape` on this device, else
+    why not. Only the backends asked about are traced (tracing tokamax's Pallas kernels at a new shape
+    costs seconds of Python on a GPU machine)."""
+    from attnlab import device
+
+    info = device.info()
+    return {n: get(n).unmet(shape, info) for n in (names or REGISTRY)}
+
+
+def requirement_rows(shape, names=None) -> list[dict]:
+    """Every declared requirement of `names` (default: every backend) at `shape` on this device, as rows."""
+    from attnlab import device
+
+    info = device.info()
+    return [{"implementation": n, "requirement": r.what, "needed": r.needed, "here": r.here,
+             "met": "yes" if r.met else "no"} for n in (names or REGISTRY) for r in get(n).requirements(shape, info)]
+
+
+def refusal(name: str, shape) -> str | None:
+    """What tracing backend `name` at `shape` raises on this device (the library's own words), or None."""
+    from attnlab.backends.base import trace_error
+
+    return trace_error(get(name), shape)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import jax
 
+from attnlab.admission import DEVICE
 from attnlab.device import DeviceInfo
-from attnlab.gpu_turns import TURNS
 from attnlab.shapes import AttentionShape
 
 
@@ -74,8 +74,8 @@ def lower(jitted, args):
     GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
     side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
     while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
-    stays parallel. Never while this process runs something on the device (gpu_turns.py says why)."""
-    with TURNS.building(), _LOWERING:
+    stays parallel. Never during a run on the device (admission.py says why)."""
+    with DEVICE.building(), _LOWERING:
         return jitted.lower(*args)
 
 

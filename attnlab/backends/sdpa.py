@@ -7,9 +7,9 @@ cuDNN by itself; the compiled program shows no cuDNN call). The codelab therefor
 import jax
 import jax.numpy as jnp
 
+from attnlab.backends import known_aborts
 from attnlab.backends.base import (
     Backend,
-    anywhere,
     cuda_gpu,
     cudnn_loaded,
     dtype_in,
@@ -38,11 +38,16 @@ def cudnn_requirements(shape, device):
             dtype_in(shape, ("bfloat16", "float16")), head_dim_rule(shape, max_h, 8)]
 
 
+def xla_requirements(name):
+    """XLA's path runs anywhere JAX does, except at the shapes known to abort its compiler."""
+    return lambda shape, device: known_aborts.requirement(name, shape, device)
+
+
 AUTO = Backend(
     name="sdpa_auto",
     label="SDPA, implementation=None",
     fn=sdpa(None),
-    requirements=anywhere,
+    requirements=xla_requirements("sdpa_auto"),
     device_bytes=materialised_bytes(3),
     description="jax.nn.dot_product_attention with no implementation named: JAX picks (today: XLA).",
     adds="JAX chooses the program; today that is XLA's, not cuDNN's.",
@@ -51,7 +56,7 @@ XLA = Backend(
     name="sdpa_xla",
     label="SDPA, XLA",
     fn=sdpa("xla"),
-    requirements=anywhere,
+    requirements=xla_requirements("sdpa_xla"),
     device_bytes=materialised_bytes(3),
     description="jax.nn.dot_product_attention(implementation='xla'): XLA's fusions; the T×S scores are materialised.",
     adds="XLA fuses the element-wise steps, but still writes the T×S scores to memory.",

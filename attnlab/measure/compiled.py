@@ -23,9 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab.backends import get
+from attnlab.admission import DEVICE
+from attnlab.backends import get, known_aborts
 from attnlab.backends.base import abstract_inputs, lower
-from attnlab.gpu_turns import TURNS
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 
 
@@ -82,6 +83,11 @@ _TUNED: set = set()  # (name, shape, backward) whose tuned program this process 
 
 @functools.lru_cache(maxsize=128)
 def _compile_backend(name: str, shape: AttentionShape, backward: bool, tuned: bool):
+    from attnlab import device
+
+    why = known_aborts.refusal(name, shape, device.info())  # every path to a compile, not only the run layer's
+    if why:
+        raise ValueError(why)
     fn = get(name).jit(shape)
     if backward:
         fn = forward_backward(fn)
@@ -105,7 +111,7 @@ def check_options() -> dict | None:
 class ForCheck:
     """`fn` compiled for checking (`check_options()`), and ahead of the device: `ahead(*args, **static)`
     with `jax.ShapeDtypeStruct`s compiles it before a run asks for the device (a compile holding a
-    device slot makes every timing behind it wait), and a call with arrays of those shapes runs it."""
+    turn on the device makes every run behind it wait), and a call with arrays of those shapes runs it."""
 
     def __init__(self, fn, static_argnames: tuple[str, ...] = ()):
         self.fn, self.static_argnames = fn, static_argnames
@@ -148,10 +154,10 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
     says so instead of presenting the cache lookup as a compile time. A program another thread is
     compiling (another learner on the same new shape) is waited for, not compiled twice. `options`:
-    XLA compiler options (`check_options()`). Never while this process runs on the device (gpu_turns.py).
+    XLA compiler options (`check_options()`). Never during a run on the device (admission.py says why).
     """
     t0 = time.perf_counter()
-    with TURNS.building():  # from lowering to compiled, so a thread waited for is never itself waiting
+    with DEVICE.building():  # from lowering to compiled, so a thread waited for is never itself waiting
         compiled, seen, first = _lower_and_compile(fn, args, who, options)
     ms = (time.perf_counter() - t0) * 1e3
     return compiled, ms, (first or "an earlier call") if seen else None
@@ -189,9 +195,8 @@ def _lower_and_compile(fn, args, who, options):
 def compile_threads() -> int:
     """Programs one run compiles at once (ATTNLAB_COMPILE_THREADS; default: the CPUs this process may
     use, at most 4). XLA compiles without Python's lock, so a new shape's programs compile side by side."""
-    raw = os.environ.get("ATTNLAB_COMPILE_THREADS", "")
-    if raw.strip().isdigit() and int(raw) > 0:
-        return int(raw)
+    if settings().compile_threads:
+        return settings().compile_threads
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 

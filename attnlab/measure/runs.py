@@ -1,8 +1,8 @@
 """The run layer: implementations run at a shape, each giving one typed `Result`.
 
-    run(shape, ["naive", "sdpa_cudnn"], accuracy=True, timing=True)  ->  [Result, Result]
+    run(shape, ["naive", "sdpa_cudnn"], accuracy=True, timed=True)  ->  [Result, Result]
 
-This is the only place that makes inputs, asks the device queue for memory and time, builds the
+This is the only place that makes inputs, asks this process's device for its turn, builds the
 float64 reference, words errors (out of memory, a busy GPU, a backend's refusal) and turns
 results into a table. Every page, the CLI and the studies go through it, so a result means the
 same thing wherever it is shown, and one vocabulary of columns (`COLUMNS`) names it.
@@ -25,11 +25,11 @@ import numpy as np
 import pandas as pd
 
 from attnlab import device, kernels
+from attnlab.admission import DEVICE, DeviceBusy, OverBudget
 from attnlab.backends import REGISTRY, get
 from attnlab.backends.base import error_text
 from attnlab.math import checks
 from attnlab.measure import compiled, timing
-from attnlab.queue import DEVICE, DeviceBusy, OverBudget
 from attnlab.shapes import AttentionShape
 
 OK, INVALID, UNSUPPORTED, OVER_BUDGET, OOM, BUSY, ERROR = (
@@ -117,8 +117,8 @@ HOST_DRAW_MAX = 1 << 24
 def make_inputs(shape: AttentionShape, seed: int = 0):
     """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype, on the default device.
 
-    Call it inside a queue slot that counted `shape.input_bytes()` (`inputs()` does both). The same
-    shape and seed give the same arrays every time."""
+    Call it while holding the device for `shape.input_bytes()` (`inputs()` does both). The same shape
+    and seed give the same arrays every time."""
     q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
     if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
         # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)
@@ -138,9 +138,9 @@ def _draw(q_shape, kv_shape, dtype: str, seed):
 
 @contextlib.contextmanager
 def inputs(shape: AttentionShape, seed: int = 0, *, device_bytes: int = 0, host_bytes: int = 0):
-    """Hold a queue slot sized for Q, K and V (and their float32 draws) plus what the caller will
-    compute from them (`device_bytes`, `host_bytes`); yield Q, K, V. Raises OverBudget or DeviceBusy."""
-    with DEVICE.slot(shape.input_bytes() * (1 + 4 // shape.itemsize) + device_bytes, host_bytes):
+    """Hold the device for Q, K and V (and their float32 draws) plus what the caller will compute from
+    them (`device_bytes`, `host_bytes`); yield Q, K, V. Raises OverBudget or DeviceBusy."""
+    with DEVICE.use(shape.input_bytes() * (1 + 4 // shape.itemsize) + device_bytes, host_bytes):
         yield make_inputs(shape, seed)
 
 
@@ -187,8 +187,9 @@ def run(
 ) -> list[Result]:
     """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
 
-    accuracy: the output against the float64 reference; timed: the four timings (the device is
-    held alone while timing); program: what the compiler made (kernels, scratch bytes).
+    accuracy: the output against the float64 reference; timed: the four timings; program: what the
+    compiler made (kernels, scratch bytes). Compiles come first, side by side and off the device; then
+    one turn on the device checks every output, and one turn per implementation times it.
     """
     names = list(names or REGISTRY)
     problems = shape.validate()
@@ -209,8 +210,8 @@ def run(
             results[n] = Result(shape, n, OVER_BUDGET, why, backward)
         else:
             runnable.append(n)
-    # compile before asking for the device: a compile holds no device memory, and a slot held through
-    # seconds of compiling would make every timing behind it wait (a convoy). Side by side, since XLA
+    # compile before asking for the device: a compile holds no device memory, and a turn held through
+    # seconds of compiling would make every run behind it wait (a convoy). Side by side, since XLA
     # compiles without Python's lock and a new shape has several programs. A program only checked
     # against float64 compiles without autotuning (compiled.CHECK_OPTIONS); one also timed or described
     # is compiled once, tuned, and checked too
@@ -223,13 +224,13 @@ def run(
     runnable = [n for n in runnable if n not in results]
     if runnable:
         dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
-        try:  # outputs and the reference share the device with others' runs; reading a program needs none
-            with DEVICE.slot(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
+        try:  # one turn on the device for every output and the reference; reading a program needs none
+            with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
                 results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
-        if timed:  # only the measurement itself holds the device alone, one implementation at a time
+        if timed:  # a turn of its own per implementation, so runs waiting behind a timing wait for one only
             for n in runnable:
                 if results[n].ok:
                     results[n] = _time(results[n], info, seed, on_wait, timing_kw)
@@ -259,14 +260,14 @@ def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
 
 
 def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
-    """The four timings of an implementation already compiled, holding the device alone while they run.
+    """The four timings of an implementation already compiled, in one turn on the device.
 
-    The inputs are drawn again inside the exclusive slot (the same seed gives the same arrays), so no
-    array is held uncounted between the shared part of the run and this one."""
+    The inputs are drawn again inside the turn (the same seed gives the same arrays), so no array is
+    held uncounted between turns; `timing.time_compiled` keeps the turn it finds held."""
     shape, n, backward = result.shape, result.implementation, result.backward
     dev, host = memory_needed(shape, [n], accuracy=False, backward=backward)
     try:
-        with DEVICE.slot(dev, host, exclusive=True, on_wait=on_wait) as waited:
+        with DEVICE.use(dev, host, on_wait=on_wait) as waited:
             waiting = DEVICE.waiting
             if waiting:  # others are queued behind this measurement: measure briefly and say so
                 timing_kw = {"budget_s": 0.2, "repeats": 10, "warmup_s": 0.05, **timing_kw}

@@ -11,7 +11,7 @@
 
 JAX dispatches asynchronously: a call returns as soon as the work is queued, so a timer must wait
 for the result (`block_until_ready`) or it measures only the queueing. Every measurement holds
-the device to itself (`queue.DEVICE`, exclusive), so learners' timings never overlap.
+the device to itself (`admission.DEVICE`: one run at a time), so learners' timings never overlap.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import jax
 
 from attnlab import device
-from attnlab.queue import DEVICE
+from attnlab.admission import DEVICE
+from attnlab.settings import settings
 
 
 def launch_note() -> str:
@@ -45,7 +46,7 @@ def launch_note() -> str:
 def _log_timing(start: float, end: float) -> None:
     """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid' (perf_counter seconds) for each
     measurement, so a load test can check from outside that no two measurements overlapped."""
-    path = os.environ.get("ATTNLAB_TIMING_LOG")
+    path = settings().timing_log
     if path:
         try:
             with open(path, "a") as f:
@@ -99,8 +100,9 @@ def time_compiled(
     budget_s: float = 1.5,
     device_time: bool = True,
 ) -> Timing:
-    """Time an already-compiled executable on its inputs, all four ways, holding the device slot."""
-    with DEVICE.slot(exclusive=True) as waited:
+    """Time an already-compiled executable on its inputs, all four ways, with the device to itself (a caller
+    that already holds it, as the run layer does while it draws the inputs, keeps it: no second wait)."""
+    with DEVICE.use() as waited:
         measured_from = time.perf_counter()
         # warm up by count and by time: after a compile the GPU has idled and its clocks have
         # dropped; ~0.2 s of work brings them back before anything is recorded
@@ -171,7 +173,7 @@ def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: fl
     """Kernel time (CUPTI) of a compiled call at the GPU's boost clock and under sustained load."""
     if jax.default_backend() != "gpu":
         return ClockStates(None, None, None, None, None, kernel_times(compiled, args)[2])
-    with DEVICE.slot(exclusive=True):
+    with DEVICE.use():
         measured_from = time.perf_counter()
         time.sleep(idle_s)  # let the GPU cool and its clock come back up
         t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The inputs are made once; one device runs `jax.nn.dot_product_attention`, the ring runs
 `context_parallel.context_parallel_attention` over the first P devices, and both are timed by the one
-harness (`timing.time_compiled`), the whole comparison holding the device queue alone.
+harness (`timing.time_compiled`), the whole comparison in one turn on the device.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from attnlab.admission import DEVICE
 from attnlab.measure import runs, timing
-from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
 from attnlab.studies import context_parallel as cp
 
@@ -50,7 +50,7 @@ def compare(shape: AttentionShape, devices: int, *, layout: str = "zigzag", meth
     mesh = cp.sequence_mesh(devices)
     zig = shape.causal and layout == "zigzag"
     # inputs + both outputs in float32, on the first device; the ring's share is smaller
-    with DEVICE.slot(shape.input_bytes() * 4 + 2 * shape.output_bytes() * 4, exclusive=True):
+    with DEVICE.use(shape.input_bytes() * 4 + 2 * shape.output_bytes() * 4):
         with runs.inputs(shape) as (q, k, v):
             one_out, one = _timed(partial(jax.nn.dot_product_attention, is_causal=shape.causal), q, k, v)
             seq = NamedSharding(mesh, PartitionSpec(None, "seq", None, None))

@@ -19,13 +19,13 @@ import time
 import jax
 import pandas as pd
 
+from attnlab.admission import DEVICE
 from attnlab.backends import get
 from attnlab.measure import compiled, runs, timing
-from attnlab.queue import DEVICE
 from attnlab.shapes import AttentionShape
 
 # The measuring part of timing.time_compiled, between these lines (read from the source, so never stale).
-EXCERPTS = (("with DEVICE.slot(exclusive=True)", "if device_time:"),
+EXCERPTS = (("with DEVICE.use() as waited:", "if device_time:"),
             ("q = statistics.quantiles", "device_ms=device_ms,"))
 
 
@@ -46,13 +46,13 @@ def harness_source() -> str:
 def dispatch_demo(shape: AttentionShape, name: str = "sdpa_xla", calls: int = 20, repeats: int = 10) -> pd.DataFrame:
     """Time one compiled call of `name` at `shape` four ways, holding the device alone; ms per call.
 
-    Raises OverBudget or DeviceBusy (queue) when the device cannot be had for it.
+    Raises OverBudget or DeviceBusy when the device cannot be had for it.
     """
     exe, _, _ = compiled.compile_backend(name, shape)
     held = get(name).device_bytes(shape) + shape.input_bytes() * (1 + 4 // shape.itemsize) \
         + calls * shape.output_bytes()
     no_wait, waited, rounds, queued = [], [], [], []
-    with DEVICE.slot(held, exclusive=True):
+    with DEVICE.use(held):
         q, k, v = runs.make_inputs(shape)
         for _ in range(3):
             jax.block_until_ready(exe(q, k, v))  # warm-up

@@ -2,7 +2,7 @@
 example, what 1/sqrt(d) is for, heatmaps, and what a causal mask changes.
 
 Everything is computed by `attnlab.math.attention` (the same functions naive attention runs), on
-inputs made by the run layer inside a queue slot.
+inputs made by the run layer in a turn on the device.
 """
 
 from __future__ import annotations
@@ -124,6 +124,12 @@ def _change_by_causal(q, k, v):
     full = attention.attention(q, k, v)
     causal = attention.attention(q, k, v, causal=True)
     return jnp.abs(full.astype(jnp.float32) - causal.astype(jnp.float32)).max(axis=(0, 2, 3))
+
+
+def heatmap(view: AttentionShape, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """One heatmap of page 6: the (T, S) weights of one sequence and head under the view's masks, and which
+    cells the masks allow."""
+    return heatmap_weights(view)[batch_index, head], allowed_matrix(view, batch_index)
 
 
 def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:

@@ -1,0 +1,247 @@
+"""This process's device: one run at a time, programs built between runs, and memory admission.
+
+A device worker (attnlab/service/) is the one process that owns a GPU, so everything that uses the
+device goes through `DEVICE` here, in that process:
+
+    with DEVICE.use(device_bytes, host_bytes):   # a run: alone on the device, first come first served
+        ...allocate, run, time...
+    with DEVICE.building():                       # lower or compile: side by side, never during a run
+        ...
+
+One run at a time means a timing is exclusive by construction, and the memory budget is a check of
+one run against the whole budget (a run that could never fit is refused at once with a sentence),
+not a sum over runs. Compiles are the slow part of a new shape and XLA does them without Python's
+lock, so several run side by side, but only between runs: on the H200 a process aborted when CUDA
+refused a running program's synchronisation while two other threads compiled
+(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). A thread that wants the device goes before builders that
+come after it, so a run is never starved by compiles; builders already in flight finish first.
+
+A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
+the budget gets `OverBudget`. Both are expected events a page shows as a message.
+
+Budget: ATTNLAB_MEMORY_LIMIT_GIB if set; else 80 % of the GPU's free memory and half of the host's
+available memory when the worker started (on the CPU backend device arrays are host memory: one budget).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from attnlab.settings import settings
+from attnlab.shapes import GIB, format_bytes
+
+
+class DeviceBusy(RuntimeError):
+    """The queue is full or the wait was too long: the learner tries again shortly."""
+
+
+class OverBudget(ValueError):
+    """One run needs more memory than the whole budget: it can never be admitted."""
+
+
+def _cgroup_memory_left() -> int | None:
+    """Bytes this process's memory cgroup (v2 or v1) may still grow by, or None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            limit, used = f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current"
+        elif "memory" in controllers.split(","):
+            base = f"/sys/fs/cgroup/memory{path}"
+            limit, used = f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            with open(limit) as f:
+                raw = f.read().strip()
+            with open(used) as f:
+                current = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if raw.isdigit() and int(raw) < 2**60:
+            return int(raw) - current
+    return None
+
+
+def host_available_bytes() -> int:
+    """Memory this process may still use: its cgroup's limit (a container) or MemAvailable, the smaller."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    left = _cgroup_memory_left()
+    if left is not None:
+        avail = left if avail is None else min(avail, left)
+    return avail if avail is not None else 8 * GIB
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    device_bytes: int
+    host_bytes: int
+    shared: bool  # the CPU backend: device arrays are host memory, so both count against host_bytes
+    source: str = ""  # where the figures come from, said with a refusal
+    device_total_bytes: int | None = None  # the GPU's memory, stated beside the budget
+
+    @classmethod
+    def here(cls) -> Budget:
+        from attnlab import device  # late: reading the device initialises JAX's backend
+
+        info = device.info()
+        shared = info.backend == "cpu" or not info.memory_free_bytes
+        total = info.memory_total_bytes if not shared else None
+        limit = settings().memory_limit_gib
+        if limit:
+            cap = int(limit * GIB)
+            return cls(cap, cap, shared, "ATTNLAB_MEMORY_LIMIT_GIB", total)
+        host = int(host_available_bytes() * 0.5)
+        if shared:
+            return cls(host, host, shared, "half of the memory available when the device worker started")
+        return cls(int(info.memory_free_bytes * 0.8), host, shared,
+                   f"80 % of the {format_bytes(info.memory_free_bytes)} free of this GPU's {format_bytes(total)} "
+                   "when the device worker started", total)
+
+    def check(self, device_bytes: int, host_bytes: int) -> str | None:
+        """Why a run of this size can never be admitted, or None when it can."""
+        host = host_bytes + (device_bytes if self.shared else 0)
+        said = f" ({self.source})" if self.source else ""
+        if not self.shared and device_bytes > self.device_bytes:
+            return (f"needs about {format_bytes(device_bytes)} of GPU memory, over this lab's budget of "
+                    f"{format_bytes(self.device_bytes)}{said}")
+        if host > self.host_bytes:
+            where = "memory" if self.shared else "host memory"
+            return f"needs about {format_bytes(host)} of {where}, over this lab's budget of {format_bytes(self.host_bytes)}{said}"
+        return None
+
+
+@dataclasses.dataclass
+class Stats:
+    admitted: int = 0
+    waited: int = 0
+    longest_wait_s: float = 0.0
+    peak_device_bytes: int = 0
+    peak_host_bytes: int = 0
+    busy_s: float = 0.0  # seconds a run held the device
+    since: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class Device:
+    """One run at a time on this process's device, first come first served; builds between runs."""
+
+    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0):
+        self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
+        self._cond = threading.Condition()
+        self._queue: deque[object] = deque()  # tickets of threads waiting for the device, in order
+        self._holder: int | None = None  # the thread that holds the device
+        self._depth = 0
+        self._builders = 0
+        self._local = threading.local()  # how deep this thread is in building()
+        self.stats = Stats()
+
+    @property
+    def budget(self) -> Budget:
+        if self._budget is None:
+            self._budget = Budget.here()
+        return self._budget
+
+    @property
+    def running(self) -> int:
+        """1 while a run holds the device, else 0."""
+        return int(self._holder is not None)
+
+    @property
+    def waiting(self) -> int:
+        """Runs waiting for the device."""
+        return len(self._queue)
+
+    def check(self, device_bytes: int, host_bytes: int = 0) -> str | None:
+        return self.budget.check(device_bytes, host_bytes)
+
+    @contextlib.contextmanager
+    def use(self, device_bytes: int = 0, host_bytes: int = 0, *, on_wait: Callable[[int], None] | None = None,
+            timeout_s: float | None = None):
+        """Hold the device alone for a run of this size; yields the seconds spent waiting. The thread
+        that holds it passes straight through (a timing inside a run)."""
+        me = threading.get_ident()
+        if self._holder == me:
+            self._depth += 1
+            try:
+                yield 0.0
+            finally:
+                self._depth -= 1
+            return
+        if getattr(self._local, "depth", 0):
+            raise RuntimeError("a thread that is building a program cannot wait for the device (it would wait for itself)")
+        why = self.check(device_bytes, host_bytes)
+        if why:
+            raise OverBudget(why)
+        start, ticket = time.perf_counter(), object()
+        with self._cond:
+            if self._queue or self._holder is not None or self._builders:
+                if len(self._queue) >= self.max_waiting:
+                    raise DeviceBusy(f"The GPU is busy: {len(self._queue)} runs are already waiting. Try again shortly.")
+                if on_wait:
+                    on_wait(self.running + len(self._queue))
+                self.stats.waited += 1
+            self._queue.append(ticket)
+            try:
+                ok = self._cond.wait_for(lambda: self._queue[0] is ticket and self._holder is None and not self._builders,
+                                         timeout=self.timeout_s if timeout_s is None else timeout_s)
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+            if not ok:
+                raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
+                                 "Try again shortly.")
+            self._holder, self._depth = me, 1
+            waited = time.perf_counter() - start
+            s = self.stats
+            s.admitted += 1
+            s.longest_wait_s = max(s.longest_wait_s, waited)
+            s.peak_device_bytes = max(s.peak_device_bytes, device_bytes)
+            # on the CPU backend the device's arrays are host memory too
+            s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))
+        held_from = time.perf_counter()
+        try:
+            yield waited
+        finally:
+            with self._cond:
+                self.stats.busy_s += time.perf_counter() - held_from
+                self._holder, self._depth = None, 0
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def building(self):
+        """Lower or compile a program: side by side with other builders, never during a run. The
+        thread that holds the device builds what it needs; a build inside a build passes through."""
+        depth = getattr(self._local, "depth", 0)
+        passing = depth or self._holder == threading.get_ident()
+        if not passing:
+            with self._cond:
+                self._cond.wait_for(lambda: self._holder is None and not self._queue)
+                self._builders += 1
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+            if not passing:
+                with self._cond:
+                    self._builders -= 1
+                    self._cond.notify_all()
+
+
+DEVICE = Device()

@@ -1,0 +1,54 @@
+"""Shapes known to abort a compiler: refused up front with a sentence, before a device worker meets them.
+
+A native abort (a failed check inside XLA, cuDNN or a Pallas lowering) ends the process it happens in;
+no Python `try` catches it. The device worker's process boundary is what contains one (the worker dies,
+the request fails with a sentence, the worker is started again). This list only spares the learner that
+round trip for the aborts already seen; ATTNLAB_REFUSE_KNOWN_ABORTS=0 turns it off (the fault tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from attnlab.backends.base import Requirement
+from attnlab.device import DeviceInfo
+from attnlab.settings import settings
+from attnlab.shapes import AttentionShape
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownAbort:
+    backends: tuple[str, ...]
+    backend: str  # JAX's backend it happens on ("cpu", "gpu")
+    dtype: str
+    head_dim: int
+    masked: bool  # with any mask (causal, window, padding) or without
+    seen: str  # where and how it was seen
+
+    def applies(self, name: str, shape: AttentionShape, device: DeviceInfo) -> bool:
+        masked = shape.causal or shape.window is not None or bool(shape.kv_lengths)
+        return (name in self.backends and device.backend == self.backend and shape.dtype == self.dtype
+                and shape.head_dim == self.head_dim and masked == self.masked)
+
+
+KNOWN = (
+    KnownAbort(("sdpa_auto", "sdpa_xla"), "cpu", "bfloat16", 1, False,
+               "jaxlib 0.10.2 on x86-64, 2026-12-01: ynn_emitter.cc:201 Check failed: instr->opcode() == "
+               "HloOpcode::kBitcast (reshape vs. bitcast), SIGABRT; causal and float32 ran"),
+)
+
+
+def requirement(name: str, shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:
+    """One row when a known abort applies to backend `name` at `shape` here (unmet unless turned off)."""
+    for k in KNOWN:
+        if k.applies(name, shape, device):
+            return [Requirement("a shape its compiler survives", f"XLA's {k.backend.upper()} compiler aborts "
+                                f"at {k.dtype}, head_dim {k.head_dim}, no mask ({k.seen})",
+                                f"{shape.dtype}, head_dim {shape.head_dim}", not settings().refuse_known_aborts)]
+    return []
+
+
+def refusal(name: str, shape: AttentionShape, device: DeviceInfo) -> str | None:
+    """The sentence refusing backend `name` at `shape` here when a known abort applies, else None."""
+    unmet = [r for r in requirement(name, shape, device) if not r.met]
+    return f"{name} at {shape.describe()}: {unmet[0].sentence()}" if unmet else None

@@ -1,0 +1,129 @@
+"""Every ATTNLAB_* setting, read once from the environment into one frozen value.
+
+    from attnlab.settings import settings
+    settings().device            # "child", "inprocess" or "ray"
+
+No other module reads an ATTNLAB_* variable: what the lab can be told lives here, with its default
+and what it means. A process reads them on first use; `override(**fields)` changes them for a test.
+
+    ATTNLAB_DEVICE            where device work runs: "child" (the default for the app: one worker process
+                              beside the server, started again if it dies), "inprocess" (the CLI and unit
+                              tests: no process boundary), "ray" (one Ray actor per GPU: a hosted class)
+    ATTNLAB_RAY_ADDRESS       with ATTNLAB_DEVICE=ray: the cluster ("auto", "ray://head:10001"), or "local"
+                              to start a cluster in this process (tests and a laptop); default "auto"
+    ATTNLAB_DEVICE_WORKERS    with Ray: how many device workers (default: one per GPU the cluster has, or
+                              1 on a cluster without GPUs)
+    ATTNLAB_FAKE_GPUS         with ATTNLAB_RAY_ADDRESS=local: GPUs the local cluster claims to have (CPU tests
+                              of two and four workers; each worker then runs JAX on the CPU)
+    ATTNLAB_WORKER_THREADS    requests one device worker serves at once (their compiles run side by side;
+                              device work is one request at a time regardless); default 16
+    ATTNLAB_COMPILE_THREADS   programs one run compiles at once; default the CPUs here, at most 4
+    ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free
+                              memory and half of the host's available memory when it started)
+    ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
+    ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
+    ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
+    ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
+    ATTNLAB_SAMPLE_TO         a folder: the server samples where its page threads spend time (benchmarks)
+    ATTNLAB_REQUIRE_GPU       1: the container's entrypoint refuses to start without a working GPU
+    ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: let the
+                              worker meet them, and die: the fault tests)
+    ATTNLAB_FAULT_INJECTION   1: the device worker also serves requests that abort it or hold it (tests only)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Mapping
+
+DEVICES = ("child", "inprocess", "ray")
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    return default if not raw else raw in {"1", "true", "yes", "on"}
+
+
+def _whole(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = env.get(name, "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    device: str = "child"
+    ray_address: str = "auto"
+    device_workers: int | None = None
+    fake_gpus: int = 0
+    worker_threads: int = 16
+    compile_threads: int | None = None
+    memory_limit_gib: float | None = None
+    warm: bool = True
+    metrics: bool = False
+    allow_clear_cache: bool = False
+    timing_log: str | None = None
+    sample_to: str | None = None
+    require_gpu: bool = False
+    refuse_known_aborts: bool = True
+    fault_injection: bool = False
+    problems: tuple[str, ...] = ()  # values that could not be read, said once by whoever starts the server
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        problems = []
+        device = env.get("ATTNLAB_DEVICE", "").strip().lower() or "child"
+        if device not in DEVICES:
+            problems.append(f"ATTNLAB_DEVICE={device!r} is not one of {', '.join(DEVICES)}; using 'child'")
+            device = "child"
+        limit = None
+        raw = env.get("ATTNLAB_MEMORY_LIMIT_GIB", "").strip()
+        if raw:
+            try:
+                limit = float(raw)
+                if not limit > 0:
+                    raise ValueError
+            except ValueError:
+                problems.append(f"ATTNLAB_MEMORY_LIMIT_GIB={raw!r} is not a positive number of GiB; ignored")
+                limit = None
+        return cls(
+            device=device,
+            ray_address=env.get("ATTNLAB_RAY_ADDRESS", "").strip() or "auto",
+            device_workers=_whole(env, "ATTNLAB_DEVICE_WORKERS", None),
+            fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
+            worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 16) or 16,
+            compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
+            memory_limit_gib=limit,
+            warm=_flag(env, "ATTNLAB_WARM", True),
+            metrics=_flag(env, "ATTNLAB_METRICS", False),
+            allow_clear_cache=_flag(env, "ATTNLAB_ALLOW_CLEAR_CACHE", False),
+            timing_log=env.get("ATTNLAB_TIMING_LOG") or None,
+            sample_to=env.get("ATTNLAB_SAMPLE_TO") or None,
+            require_gpu=_flag(env, "ATTNLAB_REQUIRE_GPU", False),
+            refuse_known_aborts=_flag(env, "ATTNLAB_REFUSE_KNOWN_ABORTS", True),
+            fault_injection=_flag(env, "ATTNLAB_FAULT_INJECTION", False),
+            problems=tuple(problems),
+        )
+
+
+_CURRENT: list[Settings] = []
+
+
+def settings() -> Settings:
+    """This process's settings, read from the environment on first use."""
+    if not _CURRENT:
+        _CURRENT.append(Settings.from_env())
+    return _CURRENT[0]
+
+
+@contextlib.contextmanager
+def override(**fields):
+    """These settings changed for the duration (tests)."""
+    before = settings()
+    _CURRENT[0] = dataclasses.replace(before, **fields)
+    try:
+        yield _CURRENT[0]
+    finally:
+        _CURRENT[0] = before

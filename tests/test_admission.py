@@ -1,0 +1,191 @@
+"""This process's device (attnlab/admission.py): one run at a time, builds between runs, memory refusals.
+
+On the H200 a process aborted when a thread ran a program while two others compiled
+(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); these tests hold one side and check the other waits.
+"""
+
+import threading
+import time
+
+import jax
+import pytest
+
+from attnlab import settings
+from attnlab.admission import DEVICE, Budget, Device, DeviceBusy, OverBudget
+from attnlab.measure import compiled
+
+MIB = 2**20
+
+
+def _device(device=100 * MIB, host=100 * MIB, shared=False, **kw):
+    return Device(Budget(device, host, shared, "a test's budget"), **kw)
+
+
+def _started(fn):
+    done = threading.Event()
+
+    def body():
+        fn()
+        done.set()
+
+    threading.Thread(target=body, daemon=True).start()
+    return done
+
+
+def test_runs_use_the_device_one_at_a_time_in_order_of_arrival():
+    d = _device()
+    inside, overlap, order = [], [], []
+
+    def run(i):
+        time.sleep(0.02 * i)  # arrive in order
+        with d.use(device_bytes=MIB):
+            inside.append(1)
+            overlap.append(len(inside))
+            order.append(i)
+            time.sleep(0.05)
+            inside.pop()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    [t.start() for t in threads]
+    [t.join(10) for t in threads]
+    assert overlap == [1] * 6 and order == sorted(order)
+    assert d.stats.admitted == 6 and d.stats.waited >= 4 and d.stats.busy_s >= 0.25
+
+
+def test_a_run_bigger_than_the_whole_budget_is_refused_at_once_with_a_sentence():
+    d = _device(device=10 * MIB)
+    with pytest.raises(OverBudget, match="GPU memory, over this lab's budget of 10.00 MiB \\(a test's budget\\)"):
+        with d.use(device_bytes=11 * MIB):
+            pass
+    assert d.stats.admitted == 0
+
+
+def test_on_the_cpu_backend_device_bytes_count_against_host_memory():
+    d = _device(device=100 * MIB, host=50 * MIB, shared=True)
+    assert "memory" in d.check(60 * MIB, 0)
+    with pytest.raises(OverBudget):
+        with d.use(device_bytes=30 * MIB, host_bytes=30 * MIB):
+            pass
+    with d.use(device_bytes=20 * MIB, host_bytes=10 * MIB):
+        pass
+    assert d.stats.peak_host_bytes == 30 * MIB
+
+
+def test_the_holder_passes_through_and_a_full_queue_is_refused():
+    d = _device(max_waiting=0)
+    with d.use():
+        with d.use():  # a timing inside a run on the same thread: no second wait
+            pass
+        errors = []
+
+        def other():
+            try:
+                with d.use(timeout_s=0.1):
+                    errors.append(None)
+            except DeviceBusy as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert isinstance(errors[0], DeviceBusy) and "already waiting" in str(errors[0])
+
+
+def test_a_wait_that_times_out_says_so():
+    d = _device()
+    out = []
+
+    def enter():
+        with d.use(timeout_s=0.05):
+            pass
+
+    with d.use():
+        t = threading.Thread(target=lambda: out.append(pytest.raises(DeviceBusy, enter)))
+        t.start()
+        t.join()
+    assert "without getting it" in str(out[0].value)
+    assert d.stats.waited == 1 and d.waiting == 0
+
+
+def test_the_budget_from_the_settings_and_where_it_comes_from():
+    with settings.override(memory_limit_gib=0.5):
+        b = Budget.here()
+    assert b.host_bytes == 2**29
+    assert "ATTNLAB_MEMORY_LIMIT_GIB" in b.check(2**30, 2**30)
+
+
+def test_a_compile_waits_while_a_run_holds_the_device():
+    program = (lambda x: x * 7.0 - 1.0), [jax.ShapeDtypeStruct((13,), "float32")]
+    with DEVICE.use():
+        done = _started(lambda: compiled.compile_timed(*program, "test"))
+        assert not done.wait(0.5), "a compile ran while a run held the device"
+    assert done.wait(60)
+
+
+def test_a_run_waits_for_a_build_in_flight_and_goes_before_builds_that_come_after_it():
+    d = _device()
+    building, release = threading.Event(), threading.Event()
+
+    def build():
+        with d.building():
+            building.set()
+            release.wait(30)
+
+    threading.Thread(target=build, daemon=True).start()
+    assert building.wait(10)
+    ran = []
+
+    def a_run():
+        with d.use():
+            ran.append("run")
+
+    def a_later_build():
+        with d.building():
+            ran.append("later build")
+
+    run = _started(a_run)
+    time.sleep(0.1)  # the run waits first
+    later = _started(a_later_build)
+    assert not run.wait(0.3), "a run started while a program was being built"
+    release.set()
+    assert run.wait(10) and later.wait(10)
+    assert ran == ["run", "later build"]
+
+
+def test_builds_go_side_by_side():
+    d = _device()
+    inside, peak = [0], [0]
+    lock = threading.Lock()
+
+    def build():
+        with d.building():
+            with lock:
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.1)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=build) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join(10) for t in threads]
+    assert peak[0] > 1
+
+
+def test_the_holder_compiles_what_it_needs_without_waiting_for_itself():
+    done = threading.Event()
+
+    def hold_and_compile():
+        with DEVICE.use():
+            compiled.compile_timed(lambda x: x + 11.0, [jax.ShapeDtypeStruct((17,), "float32")], "test")
+        done.set()
+
+    threading.Thread(target=hold_and_compile, daemon=True).start()
+    assert done.wait(60)
+
+
+def test_a_builder_that_asks_for_the_device_is_told_instead_of_waiting_forever():
+    d = _device()
+    with d.building(), pytest.raises(RuntimeError, match="cannot wait for the device"):
+        with d.use():
+            pass
