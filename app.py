@@ -5,15 +5,15 @@ in the URL, and the device). Each page is a thin script in pages/ over the `attn
 """
 
 import gc
-import os
 import threading
 
 import jax
 import streamlit as st
 
-from attnlab import sampler
+from attnlab import sampler, service
+from attnlab.settings import settings
 from attnlab.studies import warm
-from pages import sidebar, turns
+from pages import activity, sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -64,15 +64,17 @@ def freeze_once() -> None:
     freeze_long_lived()
 
 
-def _warm_then_freeze() -> None:
-    warm.warm(pause=turns.wait_for_quiet)  # a shape at a time, only while no learner's page is running
-    freeze_long_lived()  # the programs warm-up compiled stay for the process's life too
+def _warm() -> None:
+    try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
+        warm.warm(call=service.call, pause=activity.wait_for_quiet)
+    except Exception as e:  # only a warm-up: the pages compute what they need themselves
+        print(f"attnlab: warm-up stopped: {type(e).__name__}: {e}", flush=True)
 
 
 @st.cache_resource(show_spinner=False)
 def warm_once() -> threading.Thread:
-    """Once per server process: compile the codelab's shape for every backend, in the background."""
-    t = threading.Thread(target=_warm_then_freeze, name="attnlab-warm", daemon=True)
+    """Once per server process: the device worker compiles the codelab's shape for every backend."""
+    t = threading.Thread(target=_warm, name="attnlab-warm", daemon=True)
     t.start()
     return t
 
@@ -80,17 +82,20 @@ def warm_once() -> threading.Thread:
 @st.cache_resource(show_spinner=False)
 def sample_once(folder: str) -> threading.Thread:
     """Once per server process, when a benchmark asks (ATTNLAB_SAMPLE_TO): where page runs spend time."""
-    return sampler.start(folder, active=turns.running)  # while learners' pages run: not the warm-up alone
+    return sampler.start(folder, active=activity.running)  # while learners' pages run: not the warm-up alone
 
 
-if os.environ.get("ATTNLAB_SAMPLE_TO"):
-    sample_once(os.environ["ATTNLAB_SAMPLE_TO"])
+if settings().sample_to:
+    sample_once(settings().sample_to)
 page = st.navigation(PAGES + ALIASES)
 st.sidebar.title("🔦 AttnLab")
-with turns.turn():
-    sidebar.device_badge()
-    st.session_state["shape"] = sidebar.shape_sidebar()
-    page.run()
+with activity.page_running():
+    try:
+        sidebar.device_badge()
+        st.session_state["shape"] = sidebar.shape_sidebar()
+        page.run()
+    except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
+        st.warning(str(e))
 freeze_once()
-if os.environ.get("ATTNLAB_WARM", "1") == "1":
+if settings().warm:
     warm_once()  # after the first page has rendered, so the first learner never waits for it

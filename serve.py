@@ -15,28 +15,21 @@ every HTTP response (no framing by other sites, no MIME sniffing, no referrer to
 Streamlit's `/_stcore/metrics` closed (404), since it describes every learner's session and cache to
 anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it. It also tells a
 page's HTML where the server is (BASE_URL_HINT), so a page opened by its link connects at once.
-Everything else is `streamlit run app.py` as is (same options, same config.toml), plus a head
-start: while the server starts, a background thread imports what the first page needs and compiles
-its tiny example (attnlab.studies.warm.head_start; off with ATTNLAB_WARM=0, as the app's own warm-up).
+Everything else is `streamlit run app.py` as is (same options, same config.toml), plus two things
+started while the server starts: the device worker (attnlab.service: a child process by default, the
+one process that runs JAX on the device; this process runs JAX on the CPU only, for page 1's tiny
+example, and never opens the GPU), and a head start (attnlab.studies.warm.head_start: what the first
+page imports and compiles; off with ATTNLAB_WARM=0, as the app's own warm-up).
 
-    python serve.py --workers 4 [streamlit options]     (or ATTNLAB_WORKERS=4; `auto`: a CPU count's)
-
-runs four such servers on local ports behind one front on --server.port (front.py: each browser
-stays on one worker), for a class on one GPU: one Python process runs one page script at a time.
-The workers share the GPU's memory budget (a quarter each), time alone across processes (a lock
-file), and share results (attnlab.store, ATTNLAB_RESULTS_DIR); each keeps its compiled programs in a
-folder of its own under JAX_COMPILATION_CACHE_DIR (worker_env says why); a worker that dies is started again.
+A class is served by several such UI processes (GKE: a Deployment's replicas behind the Ingress's cookie
+affinity) sharing device workers on Ray (ATTNLAB_DEVICE=ray): deploy/README.md.
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
-import time
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -83,16 +76,17 @@ class Harden:
     """ASGI middleware: HEADERS on every HTTP response; /_stcore/metrics answered 404 unless ATTNLAB_METRICS=1;
     a page's HTML (not the root's) carries BASE_URL_HINT."""
 
-    def __init__(self, app, base: str = ""):
+    def __init__(self, app, base: str = "", metrics: bool = False):
         self.app = app
         self.base = base  # Streamlit's server.baseUrlPath
+        self.metrics = metrics  # ATTNLAB_METRICS: serve /_stcore/metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if scope["method"] == "GET" and is_page_path(scope["path"], self.base):
             return await self.page_html(scope, receive, send)
-        if scope["path"].rstrip("/").endswith("/_stcore/metrics") and os.environ.get("ATTNLAB_METRICS") != "1":
+        if scope["path"].rstrip("/").endswith("/_stcore/metrics") and not self.metrics:
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain"),
                                                                                    *HEADERS]})
             await send({"type": "http.response.body", "body": b"not found"})
@@ -143,9 +137,11 @@ def harden_the_server() -> None:
         return
     from streamlit import config
 
+    from attnlab.settings import settings
+
     own = starlette_app.create_streamlit_middleware
     starlette_app.create_streamlit_middleware = lambda: [
-        Middleware(Harden, base=config.get_option("server.baseUrlPath") or ""), *own()]
+        Middleware(Harden, base=config.get_option("server.baseUrlPath") or "", metrics=settings().metrics), *own()]
 
 
 def head_start() -> None:
@@ -153,7 +149,9 @@ def head_start() -> None:
     first browser's download of Streamlit's JavaScript (2-3 s of the first page's run otherwise,
     measured with cProfile on a 2-core machine): page 1's imports and JAX compiles, and two costs
     Streamlit pays on the first run of a process."""
-    if os.environ.get("ATTNLAB_WARM", "1") != "1":
+    from attnlab.settings import settings
+
+    if not settings().warm:
         return
 
     def run() -> None:
@@ -179,7 +177,9 @@ def refuse_cache_clearing() -> None:
     server then drops every cached result of every learner and every cached resource (the warm-up
     runs again): one learner's websocket could empty a class's results over and over. Refused here,
     with a log line; ATTNLAB_ALLOW_CLEAR_CACHE=1 lets an instructor's browser clear them."""
-    if os.environ.get("ATTNLAB_ALLOW_CLEAR_CACHE") == "1":
+    from attnlab.settings import settings
+
+    if settings().allow_clear_cache:
         return
     from streamlit.runtime.app_session import AppSession
 
@@ -188,160 +188,6 @@ def refuse_cache_clearing() -> None:
               file=sys.stderr, flush=True)
 
     AppSession._handle_clear_cache_request = refuse
-
-
-# --------------------------------------------------------------------------------------------
-# several workers behind one front
-# --------------------------------------------------------------------------------------------
-def take_option(args: list[str], name: str) -> tuple[str | None, list[str]]:
-    """The value of `--name V` or `--name=V` in args, and args without it."""
-    value, rest, i = None, [], 0
-    while i < len(args):
-        a = args[i]
-        if a == f"--{name}" and i + 1 < len(args):
-            value, i = args[i + 1], i + 2
-            continue
-        if a.startswith(f"--{name}="):
-            value = a.split("=", 1)[1]
-        else:
-            rest.append(a)
-        i += 1
-    return value, rest
-
-
-def usable_cpus() -> float:
-    """CPUs this process may use: its cgroup's quota (a container's CPU limit) or its affinity."""
-    cpus = float(len(os.sched_getaffinity(0)))
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()
-        if quota != "max":
-            cpus = min(cpus, int(quota) / int(period))
-    except (OSError, ValueError):
-        pass
-    return cpus
-
-
-def auto_workers() -> int:
-    """--workers auto: one worker per two CPUs, at most four (on a 2x H200 host's 16 cores, four
-    workers served a class of twenty best; eight did no better: deploy/README.md, capacity)."""
-    return max(1, min(4, int(usable_cpus() // 2)))
-
-
-START_S = 20.0  # a worker that exits sooner after its start is not restarted: the server stops
-COMPILE_CACHE_MAX_BYTES = 8 * 2**30  # the pod's cap (deploy/Dockerfile) when none is set, split among the workers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def worker_env(i: int, k: int, port: int) -> dict[str, str]:
-    tmp = tempfile.gettempdir()
-    env = dict(os.environ, ATTNLAB_WORKER=str(i), ATTNLAB_WORKERS=str(k),
-               ATTNLAB_DEVICE_LOCK=os.path.join(tmp, f"attnlab-device-{port}.lock"),
-               XLA_PYTHON_CLIENT_PREALLOCATE="false")  # K processes cannot each take 75% of the GPU
-    # results computed by one worker are read by the others (attnlab.store)
-    env.setdefault("ATTNLAB_RESULTS_DIR", os.path.join(tmp, f"attnlab-results-{port}"))
-    if env.get("JAX_COMPILATION_CACHE_DIR"):
-        # One folder of JAX's persistent compilation cache per worker (worker-0, worker-1, ... under the
-        # cache folder; a restarted worker i finds its own programs again). A capped cache takes one file
-        # lock for every read and write and, on each write, reads every entry's access time to evict the
-        # oldest: one folder shared by K workers made every worker's compiles queue for that lock (an
-        # own-shape class of 20 on four workers, H200: compile threads waited for it 1.6 times as long as
-        # they compiled). Uncapped, JAX writes entries in place with no lock, and a process can read
-        # another's half-written program. So: a folder each, capped (each its share of the cap), locked
-        # only against the worker's own threads.
-        env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(env["JAX_COMPILATION_CACHE_DIR"], f"worker-{i}")
-        raw = env.get("JAX_COMPILATION_CACHE_MAX_SIZE", "").strip()
-        if raw and not raw.lstrip("-").isdigit():
-            sys.exit(f"serve.py: JAX_COMPILATION_CACHE_MAX_SIZE takes a whole number of bytes, not {raw!r}")
-        total = int(raw) if raw else -1
-        if total < 0:
-            total = COMPILE_CACHE_MAX_BYTES
-        env["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(max(total // k, 1))
-    return env
-
-
-def serve_workers(k: int, args: list[str]) -> int:
-    import asyncio
-    import signal
-
-    import front
-
-    port, args = take_option(args, "server.port")
-    address, args = take_option(args, "server.address")
-    port = int(port or os.environ.get("STREAMLIT_SERVER_PORT", "8501"))
-    address = address or os.environ.get("STREAMLIT_SERVER_ADDRESS") or None
-    ports = [free_port() for _ in range(k)]
-    procs: list[subprocess.Popen | None] = [None] * k
-    stopping = threading.Event()
-
-    started = [0.0] * k
-    failed: list[int] = []  # the exit code of a worker that could not start
-
-    def start(i: int) -> subprocess.Popen:
-        cmd = [sys.executable, str(Path(__file__).resolve()), *args, "--server.port", str(ports[i]),
-               "--server.address", "127.0.0.1", "--server.headless", "true"]
-        started[i] = time.monotonic()
-        return subprocess.Popen(cmd, env=worker_env(i, k, port))
-
-    def supervise() -> None:  # a worker that dies (an OOM kill, a crash) is started again; its learners reconnect
-        while not stopping.wait(1.0):
-            exited = [i for i, p in enumerate(procs) if p is not None and p.poll() is not None]
-            if exited and stopping.wait(0.5):  # the whole group was signalled: the front stops too
-                return
-            for i in exited:
-                p = procs[i]
-                if p.returncode == 0:  # Streamlit exits 0 only when asked to stop (a signal): leave it stopped
-                    print(f"serve.py: worker {i} stopped (exit 0, asked to); not starting it again", file=sys.stderr)
-                    procs[i] = None
-                    continue
-                if time.monotonic() - started[i] < START_S:  # it cannot start (a bad option): restarting won't help
-                    print(f"serve.py: worker {i} exited with {p.returncode} within {START_S:.0f} s of starting; "
-                          "stopping the server (its output is above)", file=sys.stderr, flush=True)
-                    failed.append(p.returncode or 1)
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    return
-                print(f"serve.py: worker {i} exited with {p.returncode}; starting it again", file=sys.stderr)
-                procs[i] = start(i)
-
-    for i in range(k):
-        procs[i] = start(i)
-    threading.Thread(target=supervise, name="attnlab-supervise", daemon=True).start()
-    print(f"serve.py: {k} workers (ports {', '.join(map(str, ports))}) behind http://{address or '0.0.0.0'}:{port}",
-          file=sys.stderr, flush=True)
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        def stop() -> None:  # before anything else: a worker stopped by the same signal is not restarted
-            stopping.set()
-            task.cancel()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop)
-        await front.serve(address, port, [("127.0.0.1", p) for p in ports])
-
-    try:
-        asyncio.run(run())
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        pass
-    finally:
-        stopping.set()
-        for p in procs:
-            if p is not None and p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + 10
-        for p in procs:
-            if p is not None:
-                try:
-                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    p.kill()
-    return failed[0] if failed else 0
 
 
 # XLA runs a GPU program's kernels as a CUDA graph, captured on the program's first run. A server runs many
@@ -360,23 +206,29 @@ def server_xla_flags(flags: str) -> str:
     return f"{flags} {NO_CUDA_GRAPHS}".strip()
 
 
+def device_env() -> dict[str, str]:
+    """What the device worker runs with: the JAX platform asked for (JAX_PLATFORMS=cuda on a GPU), while this
+    process keeps JAX on the CPU, so a page process never holds a CUDA context or GPU memory."""
+    return {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     os.environ["XLA_FLAGS"] = server_xla_flags(os.environ.get("XLA_FLAGS", ""))  # before anything starts JAX
-    k, args = take_option(args, "workers")
-    k = k or os.environ.get("ATTNLAB_WORKERS", "1")
-    if k == "auto":
-        k = str(auto_workers())
-    if not k.isdigit() or int(k) < 1:
-        sys.exit(f"serve.py: --workers (or ATTNLAB_WORKERS) takes a whole number of processes or 'auto', not {k!r}")
-    k = 1 if "ATTNLAB_WORKER" in os.environ else int(k)  # a worker serves, it does not start workers
-    if k > 1:
-        sys.exit(serve_workers(k, args))
     import faulthandler
+
+    from attnlab import service
+    from attnlab.settings import settings
+
+    for problem in settings().problems:
+        print(f"serve.py: {problem}", file=sys.stderr)
+    service.WORKER_ENV.update(device_env())
+    os.environ["JAX_PLATFORMS"] = "cpu"  # this process: page 1's tiny example only
+    service.start()  # the device worker starts beside the server
 
     from streamlit.web import cli
 
-    faulthandler.enable()  # a crash in native code (XLA, a kernel compiler) prints every thread's Python stack
+    faulthandler.enable()  # a crash in native code prints every thread's Python stack
     use_st_navigation_from_the_first_session()
     harden_the_server()
     refuse_cache_clearing()

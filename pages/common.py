@@ -1,4 +1,4 @@
-"""Shared UI for every page: cached calls into the run layer, the page's shape, tables with one
+"""Shared UI for every page: calls to the device service (cached), the page's shape, tables with one
 vocabulary of labels, charts with one colour per implementation, CSV downloads. No attention math
 lives here (the shape sidebar is pages/sidebar.py; page sections are pages/sections.py).
 """
@@ -6,70 +6,103 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import device, store
+from attnlab import backends, device, service
 from attnlab.backends import REGISTRY
 from attnlab.measure import runs
+from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
 
 # --------------------------------------------------------------------------------------------
-# cached calls into the run layer: a result is computed once per shape and shared by everyone
+# the device service: pages never touch a GPU; they ask the device worker and keep its answers
 # --------------------------------------------------------------------------------------------
-# In this process: st.cache_data. Between server processes and across restarts: attnlab.store, when
-# ATTNLAB_RESULTS_DIR is set (serve.py --workers sets it; the GKE image points it at the cache volume).
+# Each answer is kept here (st.cache_data) and in the worker (its recent results), so a learner's new
+# tab, or another learner on this server, is answered at once, and another UI process's learners at
+# the cost of a round trip. A failure (a worker that died, a busy GPU) is raised, so it is not kept.
 CACHE = dict(max_entries=1024, show_spinner=False, ttl=12 * 3600)
 
 
-def cached(fn=None, *, keep=lambda result: True):
-    """A study's result, computed once per arguments and shared by every learner: st.cache_data in
-    this process over store.once between processes. `keep`: whether a result is worth sharing."""
-    if fn is None:
-        return lambda f: cached(f, keep=keep)
-    return st.cache_data(**CACHE)(store.once(fn, keep=keep))
+class _NotKept(Exception):
+    """An answer to show once but not keep (a run refused because the GPU was busy: the next visit asks again)."""
+
+    def __init__(self, value):
+        super().__init__("not kept")
+        self.value = value
 
 
-@st.cache_resource(show_spinner=False)
-def device_info_static() -> device.DeviceInfo:
-    return device.info()
+@st.cache_data(**CACHE)
+def _on_device(fn: str, args: tuple, kwargs: tuple):
+    reply = service.send(Request(fn, args, kwargs))
+    if reply.error is not None:
+        raise reply.error
+    if not reply.kept:
+        raise _NotKept(reply.value)
+    return reply.value
+
+
+def on_device(fn, *args, **kwargs):
+    """fn(*args, **kwargs), run by the device worker (fn: an entry point, attnlab/service/entries.py, or its
+    "module:function" name), kept per arguments: everyone who asks the same thing shares one answer."""
+    r = Request.of(fn, *args, **kwargs)
+    try:
+        return _on_device(r.fn, r.args, r.kwargs)
+    except _NotKept as e:
+        return e.value
+
+
+def cached(fn):
+    """`fn` as a page calls it: run by the device worker and kept (`on_device`)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return on_device(fn, *args, **kwargs)
+
+    return call
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def worker_info():
+    """The first device worker's figures (device, budget, queue), read at most every 30 s."""
+    found = service.workers()
+    if not found:
+        raise service.WorkerLost("No device worker answers right now (it is starting or restarting). "
+                                 "Try again in a few seconds.")
+    return found[0]
 
 
 def device_info() -> device.DeviceInfo:
-    """Device facts with memory read now (cheap)."""
-    return device.info()
+    """What the device worker computes on (its memory read at most 30 s ago)."""
+    return worker_info().device
 
 
-@cached(keep=lambda results: not any(r.status == runs.BUSY for r in results))
+
+RUN = Request.of(runs.run).fn  # by name: the worker looks the function up when it serves the request
+
+
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
         program: bool = False, backward: bool = False, budget_s: float | None = None) -> list[runs.Result]:
-    """runs.run, cached: every learner who asks for the same thing shares one result. `budget_s`: a
-    shorter timing (seconds per implementation), for timings a page takes without being asked."""
+    """runs.run on the device worker, kept: every learner who asks for the same thing shares one result.
+    `budget_s`: a shorter timing (seconds per implementation), for timings a page takes without being asked."""
     kw = {} if budget_s is None else {"budget_s": budget_s}
-    return runs.run(shape, list(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
+    return on_device(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program,
+                     backward=backward, **kw)
 
 
 def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
-    """`run` as a table in the run layer's vocabulary (runs.COLUMNS), minus results that failed to
-    be admitted for a passing reason (a busy GPU is not cached: the next visit tries again)."""
-    results = run(shape, tuple(names), **parts)
-    if any(r.status == runs.BUSY for r in results):
-        run.clear(shape, tuple(names), **parts)  # a busy queue is not an answer worth keeping (only this entry)
-    return runs.to_frame(results)
+    """`run` as a table in the run layer's vocabulary (runs.COLUMNS)."""
+    return runs.to_frame(run(shape, tuple(names), **parts))
 
 
-@cached
 def unmet(shape: AttentionShape, names: tuple[str, ...] | None = None) -> dict[str, str | None]:
-    """For each backend of `names` (default: every one), None when it can run `shape` here, else why
-    not. Only the backends asked about are traced: tracing every backend at a new shape costs seconds
-    of Python on a GPU machine (tokamax's Pallas kernels most), and a page asking about its three at
-    a shape of its own (a decode step, a masked view) should not pay for all of them. Shared by the
-    server's processes: once per server rather than once per process."""
-    info = device.info()
-    return {n: REGISTRY[n].unmet(shape, info) for n in (names or REGISTRY)}
+    """For each backend of `names` (default: every one), None when it can run `shape` on the device worker,
+    else why not (only the backends asked about are traced there)."""
+    return on_device(backends.unmet, shape, tuple(names) if names else None)
 
 
 def runnable(shape: AttentionShape, names=None) -> list[str]:
@@ -99,11 +132,9 @@ def require_shape() -> AttentionShape:
 # --------------------------------------------------------------------------------------------
 # small display helpers
 # --------------------------------------------------------------------------------------------
-def requirements_table(shape: AttentionShape, info: device.DeviceInfo, names=None) -> pd.DataFrame:
-    """Every declared requirement of `names` (default: all backends) at `shape` on this device."""
-    return pd.DataFrame([{"implementation": n, "requirement": r.what, "needed": r.needed, "here": r.here,
-                          "met": "yes" if r.met else "no"}
-                         for n in (names or REGISTRY) for r in REGISTRY[n].requirements(shape, info)])
+def requirements_table(shape: AttentionShape, info: device.DeviceInfo | None = None, names=None) -> pd.DataFrame:
+    """Every declared requirement of `names` (default: all backends) at `shape` on the device worker."""
+    return pd.DataFrame(on_device(backends.requirement_rows, shape, tuple(names) if names else None))
 
 
 def support_table(shape: AttentionShape) -> pd.DataFrame:

@@ -20,19 +20,16 @@ ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V
 TIME_HELP = "The GPU's own kernel time per call (CUPTI), or the pipelined time per call where CUPTI is absent."
 
 
-@common.cached
 def autocast_study(shape) -> pd.DataFrame:
-    return pd.DataFrame([fp8_study.te_autocast_study(shape)])
+    return pd.DataFrame([common.on_device(fp8_study.te_autocast_study, shape)])
 
 
-@common.cached
 def block_study(shape) -> pd.DataFrame:
-    return pd.DataFrame(fp8_study.te_block_study(shape))
+    return pd.DataFrame(common.on_device(fp8_study.te_block_study, shape))
 
 
-@common.cached
 def attention_study(shapes: tuple) -> pd.DataFrame:
-    return pd.DataFrame(fp8_study.fp8_attention_study(list(shapes)))
+    return pd.DataFrame(common.on_device(fp8_study.fp8_attention_study, tuple(shapes)))
 
 
 def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd.DataFrame], table: str,
@@ -46,7 +43,7 @@ def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd
         with st.spinner("Measuring on the GPU ..."):
             df = sections.guarded(fn, what="The study")
         if df is not None:
-            st.caption(f"Measured here, on this {common.device_info_static().device_kind}.")
+            st.caption(f"Measured here, on this {common.device_info().device_kind}.")
         return df
     st.info(f"Cannot run here: {why_not}")
     with st.expander("The code to run it on a GPU"):

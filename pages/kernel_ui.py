@@ -84,13 +84,13 @@ def flash_update_source() -> str:
 
 def pallas_source(implementation: str) -> tuple[str, str]:
     """(the kernel's K/V loop with the online-softmax lines marked, where it comes from)."""
-    live = tokamax_backend.inner_loop_source(implementation)
+    live = common.on_device(tokamax_backend.inner_loop_source, implementation)
     if live:
         return live, f"from the installed tokamax ({tokamax_backend._KERNELS[implementation][0]})"
     e = tokamax_backend.EXCERPTS[implementation]
     text = "\n".join(f"{n:4d} {'◀ ' + mark if mark else '':<12}{line}"
                      for n, line, mark in tokamax_backend.excerpt_lines(implementation))
-    return text, f"tokamax is not installed here: the excerpt shipped with the lab, {e['path']}. " \
+    return text, f"tokamax is not installed on the device worker: the excerpt shipped with the lab, {e['path']}. " \
                  f"{tokamax_backend.LICENCE_NOTE}"
 
 

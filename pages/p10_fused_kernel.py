@@ -14,16 +14,15 @@ TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
 
 
-@common.cached
+@st.cache_data(max_entries=256, ttl=6 * 3600, show_spinner=False)
 def steps(block_q: int, block_k: int, causal: bool, window, length) -> list:
     q, k, v = np.random.default_rng(0).standard_normal((3, TINY, 8)).astype(np.float32)
     return flash.step_through(q, k, v, block_q=block_q, block_k=block_k, causal=causal, window=window,
                               kv_lengths=length)
 
 
-@common.cached
 def compiled_memory(shape: AttentionShape, lengths: tuple) -> pd.DataFrame:
-    return memory.compiled_memory(shape, NAMES, lengths)
+    return common.on_device(memory.compiled_memory, shape, NAMES, lengths)
 
 
 st.title("5b · Inside the fused kernel")

@@ -2,7 +2,6 @@
 per step (a model); ring attention measured on 2 × H200 (shipped); scaling past two GPUs and a live run
 where this host has several GPUs."""
 
-import jax
 import streamlit as st
 
 from attnlab import shipped
@@ -67,22 +66,24 @@ if more.open:
         ring_ui.scaling(*ring_results.scaling({P_: shipped.load(name) for P_, name in SHIPPED.items()}))
 
         st.subheader("Live: the ring against one GPU here")
-        gpus = jax.device_count() if jax.default_backend() == "gpu" else 0
+        info = common.device_info()
+        gpus = info.device_count if info.backend == "gpu" else 0
         if gpus < 2:
-            st.info(f"This host has {gpus or 'no'} GPU{'' if gpus == 1 else 's'} ({jax.device_count()} "
-                    f"{jax.default_backend().upper()} device(s)), so the ring cannot run here: the model and "
+            st.info(f"The device worker has {gpus or 'no'} GPU{'' if gpus == 1 else 's'} ({info.device_count} "
+                    f"{info.backend.upper()} device(s)), so the ring cannot run here: the model and "
                     "the shipped H200 measurements of the other tabs (where they ship) stand in. On a host with "
                     "several GPUs a button here runs your shape on the ring.")
         else:
             live_P = st.select_slider("GPUs", list(range(2, gpus + 1)), value=2, key="p11_live_P")
             method = st.radio("method", ["ring", "all_gather"], horizontal=True, key="p11_method")
             layout = st.radio("layout", list(LAYOUTS), format_func=LAYOUTS.get, key="p11_live_layout", horizontal=True)
-            why = ring_live.unmet(shape, live_P, layout=layout)
+            why = common.on_device(ring_live.unmet, shape, live_P, layout=layout)
             if why:
                 st.warning(f"Cannot run on the ring: {why}.")
             elif sections.on_demand("p11_live", "Run ring vs one GPU", (shape, live_P, layout, method)):
                 sections.queue_notice()
-                r = sections.guarded(ring_live.compare, shape, live_P, layout=layout, method=method, what="The ring")
+                r = sections.guarded(common.on_device, ring_live.compare, shape, live_P, layout=layout, method=method,
+                                     what="The ring")
                 if r is not None:
                     l1, l2, l3, l4 = st.columns(4)
                     l1.metric("one GPU, wall (ms)", f"{r['one'].wall_ms:.3f}")

@@ -1,17 +1,9 @@
 """Lab step 3: the arrays of one attention call, their layout, their bytes, and where they live."""
 
-import pandas as pd
 import streamlit as st
 
-from attnlab.shapes import AttentionShape
 from attnlab.studies import layout
 from pages import codeblock, common, sections
-
-
-@common.cached
-def placement(shape: AttentionShape) -> pd.DataFrame:
-    return layout.placement(shape)
-
 
 st.title("3 · Q, K, V")
 st.write(
@@ -59,7 +51,7 @@ info = common.device_info()
 df = None
 if sections.on_demand("p3_placement", f"Make Q, K and V ({common.fmt_bytes(shape.input_bytes())}) on the device",
                       shape, auto=sections.small(shape)):
-    df = sections.guarded(placement, shape, what="Making Q, K and V")
+    df = sections.guarded(common.on_device, layout.placement, shape, what="Making Q, K and V")
 if df is not None:
     common.table(df, hide_index=True, width="stretch")
     live = df["nbytes"].sum()

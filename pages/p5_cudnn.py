@@ -3,8 +3,7 @@ the codelab has to name it (implementation=None runs XLA, which keeps the T × S
 
 import streamlit as st
 
-from attnlab.backends import get
-from attnlab.backends.base import trace_error
+from attnlab import backends
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
@@ -64,7 +63,7 @@ st.subheader("What cuDNN needs")
 common.text_table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
 if why_not:
     st.warning(f"cuDNN cannot run {bf.describe()} here: {why_not}.")
-    error = trace_error(get("sdpa_cudnn"), bf)
+    error = common.on_device(backends.refusal, "sdpa_cudnn", bf)
     st.markdown("Tracing `jax.nn.dot_product_attention(..., implementation=\"cudnn\")` at this shape here "
                 + ("raises (the library's own words):" if error else "raises nothing: the registry's check above "
                    "is what fails."))

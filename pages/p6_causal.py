@@ -1,11 +1,8 @@
 """Lab step 6: causal masking seen in the weights, the first-vs-last table, and more masks
 (sliding window, padding) through the fused API's own arguments, checked by the run layer."""
 
-import numpy as np
-import pandas as pd
 import streamlit as st
 
-from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
 from pages import charts, codeblock, common, sections
 from pages.weights_ui import heatmap
@@ -14,15 +11,8 @@ FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table
 FUSED = {"sdpa_xla": "xla", "sdpa_cudnn": "cudnn"}  # backend -> jax.nn.dot_product_attention(implementation=...)
 
 
-@common.cached
-def weights_of(view: AttentionShape, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (T, S) weights of one sequence and head under the view's masks, and which cells they allow."""
-    return weights.heatmap_weights(view)[batch_index, head], weights.allowed_matrix(view, batch_index)
-
-
-@common.cached
-def first_vs_last(shape: AttentionShape) -> pd.DataFrame:
-    return weights.first_vs_last(shape)
+weights_of = common.cached(weights.heatmap)  # (T, S) weights of one sequence and head, and the cells allowed
+first_vs_last = common.cached(weights.first_vs_last)
 
 
 st.title("6 · Causal masking")

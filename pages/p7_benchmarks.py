@@ -3,7 +3,6 @@
 import streamlit as st
 
 from attnlab.measure import timing
-from attnlab.shapes import AttentionShape
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
 from pages import codeblock, common, sections
@@ -12,7 +11,7 @@ st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
          "implementation the same way and reports up to four numbers; the tabs below show them at your shape, the "
          "code that takes them, how they grow with sequence length and batch, and the long-context results of an H200.")
-info = common.device_info_static()
+info = common.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
 names = common.runnable(shape)
@@ -20,9 +19,7 @@ here, how, sweeps, long_tab = sections.tabs("p7_tab", ["At your shape", "How it 
                                                         "Long context on an H200"])
 
 
-@common.cached
-def dispatch(shape: AttentionShape):
-    return timing_demo.dispatch_demo(shape)
+dispatch = common.cached(timing_demo.dispatch_demo)
 
 
 if here.open:
@@ -89,8 +86,9 @@ if how.open:
             "queues many calls and waits once: Python dispatches the next call while the device runs the last, as in a "
             "training loop. **Device** time is the GPU's own kernel time (CUPTI), with no Python in it. "
             "**TFLOP/s** is the matmul FLOPs (4·B·N·T·S·H, halved when causal) over throughput (or device) time.")
-        if on_gpu and timing.launch_note():
-            st.caption(timing.launch_note())
+        launch = common.on_device(timing.launch_note) if on_gpu else ""
+        if launch:
+            st.caption(launch)
         st.markdown("The code `attnlab.measure.timing.time_compiled` runs (read from its source):")
         codeblock.code(timing_demo.harness_source())
         st.subheader(f"Live: the same jitted call, four ways, at {shape.describe()}")

@@ -12,19 +12,14 @@ CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselec
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
 
 
-@common.cached
-def output_checks(shape: AttentionShape, names: tuple[str, ...]) -> pd.DataFrame:
-    return kvcache.output_checks(shape, list(names))
+output_checks = common.cached(kvcache.output_checks)
 
 
 def decode_steps(shapes: list[AttentionShape], names: tuple[str, ...]) -> pd.DataFrame:
     """One timed decode step per (variant, implementation); each shape's run is cached by common.run."""
     results = []
     for d in shapes:
-        got = common.run(d, names, accuracy=False, timed=True)
-        if any(r.status == runs.BUSY for r in got):
-            common.run.clear(d, names, accuracy=False, timed=True)  # a busy queue is not an answer worth keeping
-        results += got
+        results += common.run(d, names, accuracy=False, timed=True)  # a busy GPU's answer is not kept
     return kvcache.decode_table(results)
 
 
@@ -36,7 +31,7 @@ st.write(
     "a model generates text: every past token's K and V stay in memory (the KV cache), and each new token "
     "reads all of them."
 )
-info = common.device_info_static()
+info = common.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
 variants = kvcache.variants(shape)
@@ -54,9 +49,7 @@ checks = None
 if sections.on_demand("p8_checks", f"Run the {len(variants)} variants and check them", (shape, names),
                       auto=all(sections.small(v) for v in variants)):
     with st.spinner("Running each variant and checking it against float64 ..."):
-        checks = sections.guarded(output_checks, shape, names, what="The output check")
-    if checks is not None and (checks["status"] == runs.BUSY).any():
-        output_checks.clear(shape, names)  # a busy queue is not an answer worth keeping
+        checks = sections.guarded(output_checks, shape, names, what="The output check")  # a busy GPU's is not kept
 else:
     st.caption(f"At {shape.describe()} the variants are too big to run on page load; the button runs them.")
 if checks is not None:

@@ -23,7 +23,7 @@ common.text_table(formats.assign(**{"largest value": formats["largest value"].ma
                   .rename(columns={"smallest value": "smallest value (subnormal)"}))
 st.caption("HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward; TE's DelayedScaling "
            "recipe (used in (a) and (b) below) takes it.")
-info = common.device_info_static()
+info = common.device_info()
 shape = common.require_shape()
 half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype="bfloat16")
 

@@ -18,9 +18,10 @@ import pandas as pd
 import streamlit as st
 
 from attnlab import shipped
+from attnlab.admission import DeviceBusy, OverBudget
 from attnlab.backends.naive import NAIVE
 from attnlab.measure import runs
-from attnlab.queue import DeviceBusy, OverBudget
+from attnlab.service import WorkerLost
 from attnlab.shapes import AttentionShape
 from pages import charts, common
 
@@ -64,6 +65,8 @@ def guarded(fn: Callable, *args, what: str = "This computation", **kwargs):
     """fn(*args, **kwargs), or None with a message on the page when it cannot be done now."""
     try:
         return fn(*args, **kwargs)
+    except WorkerLost as e:  # the device worker died under this request (a native crash): it is back soon
+        st.warning(f"{what} was lost: {e}")
     except OverBudget as e:
         st.warning(f"{what} is too big for this server: it {e}. Choose a smaller shape in the sidebar.")
     except DeviceBusy as e:
@@ -76,11 +79,14 @@ def guarded(fn: Callable, *args, what: str = "This computation", **kwargs):
 
 def queue_notice() -> None:
     """Say so when other learners' runs hold or wait for the GPU (this one takes its turn)."""
-    from attnlab.queue import DEVICE
-
-    if DEVICE.running or DEVICE.waiting:
-        st.info(f"{DEVICE.running} run(s) on the device, {DEVICE.waiting} waiting: this one takes its turn, and "
-                "timings are taken with the device to themselves (briefer while others wait; the table says so).")
+    try:
+        info = common.worker_info()
+    except WorkerLost:
+        return
+    if info.running or info.waiting:
+        st.info(f"{info.running} run(s) on the device, {info.waiting} waiting (as of the last 30 s): this one takes "
+                "its turn. One run uses the device at a time, so every timing has it to itself (briefer while "
+                "others wait; the table says so).")
 
 
 def results(df: pd.DataFrame, columns: Sequence[str], *, failed: bool = True) -> None:

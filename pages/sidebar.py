@@ -13,9 +13,8 @@ import streamlit as st
 
 from attnlab import presets
 from attnlab.backends.base import streamed_bytes
-from attnlab.queue import DEVICE
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
-from pages.common import device_info_static, literal
+from pages.common import device_info, literal, worker_info
 
 SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
 LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "heads": "heads (N)",
@@ -128,7 +127,7 @@ def shape_sidebar() -> AttentionShape | None:
         for p in problems:
             st.error(literal(p))
         return None
-    too_big = DEVICE.check(streamed_bytes(shape), 0)
+    too_big = worker_info().budget.check(streamed_bytes(shape), 0)
     if too_big:
         st.error(f"Even a fused kernel at {shape.describe()} {too_big}. Make batch, q_len, kv_len or heads smaller.")
         return None
@@ -143,7 +142,7 @@ def shape_sidebar() -> AttentionShape | None:
 
 
 def device_badge() -> None:
-    info = device_info_static()
+    info = device_info()
     if info.backend == "gpu":
         st.sidebar.success(f"**{info.device_kind}** · compute capability {info.compute_capability_str}")
     else:

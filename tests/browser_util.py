@@ -98,11 +98,13 @@ class StreamlitServer:
     def __init__(self, port: int | None = None, env: dict[str, str] | None = None, startup_timeout: float = 90.0,
                  prefix: list[str] | None = None, args: list[str] | None = None):
         self.prefix = prefix or []  # e.g. a shell that moves the server into a memory cgroup first
-        self.args = args or []  # e.g. ["--workers", "2"]
+        self.args = args or []  # more streamlit options
         self.port = port or free_port()
         self.url = f"http://localhost:{self.port}"
         self.startup_timeout = startup_timeout
-        self.env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), **(env or {})}
+        # the app's own default, a device worker in a child process (the tests' own process calls it in-process)
+        self.env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "ATTNLAB_DEVICE": "child",
+                    **(env or {})}
         self.log_path = Path(tempfile.mkstemp(prefix="attnlab-streamlit-", suffix=".log")[1])
         self.proc: subprocess.Popen | None = None
 

@@ -1,6 +1,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,95 +24,53 @@ def test_the_core_never_imports_streamlit():
         assert not re.search(r"^\s*(import streamlit|from streamlit)", text, re.MULTILINE), path
 
 
-def test_page_runs_take_turns_when_limited(monkeypatch):
-    # ATTNLAB_MAX_RUNS caps the page scripts running at once; a run gives its turn back when done,
-    # and a run that has to wait for one still renders its page.
-    import threading
-    import time
+def test_which_backends_can_run_a_shape_is_worked_out_once_by_the_worker_for_every_ui_process(monkeypatch):
+    import streamlit as st
 
-    from pages import turns
-    from tests.apptest_util import open_page
-
-    monkeypatch.setenv("ATTNLAB_MAX_RUNS", "1")
-    at = open_page("pages/p2_gpu_check.py")
-    assert at.title and not at.exception
-    slots = turns._SLOTS[1]
-    assert slots.acquire(blocking=False)  # the finished run gave its turn back; now held here
-    threading.Timer(0.5, slots.release).start()  # ... for half a second
-    start = time.perf_counter()
-    at.run()
-    assert time.perf_counter() - start >= 0.4 and not at.exception and at.title
-    assert slots.acquire(blocking=False)
-    slots.release()
-
-
-def test_a_page_waiting_for_the_device_gives_its_turn_to_a_page_that_needs_none(monkeypatch):
-    # With one turn: page A waits for the device (held by a timing); page B, which needs no device,
-    # runs meanwhile instead of waiting for A. A goes on without a turn, and the turn is given back once.
-    import threading
-
-    from attnlab.queue import Budget, DeviceQueue
-    from pages import turns
-
-    monkeypatch.setenv("ATTNLAB_MAX_RUNS", "1")
-    device = DeviceQueue(Budget(2**30, 2**30, False))
-    timing, a_waiting, b_ran, a_ran = device.slot(exclusive=True), threading.Event(), threading.Event(), threading.Event()
-    timing.__enter__()
-
-    def page_a():
-        with turns.turn():
-            with device.slot(1, on_wait=lambda n: a_waiting.set()):
-                a_ran.set()
-
-    def page_b():
-        with turns.turn():
-            b_ran.set()
-
-    a = threading.Thread(target=page_a)
-    a.start()
-    assert a_waiting.wait(10)
-    b = threading.Thread(target=page_b)
-    b.start()
-    assert b_ran.wait(10) and not a_ran.is_set()  # B ran while A waited for the device
-    timing.__exit__(None, None, None)
-    a.join(10), b.join(10)
-    assert a_ran.is_set()
-    slots = turns._SLOTS[1]
-    assert slots.acquire(blocking=False)  # the one turn is free again ...
-    assert not slots.acquire(blocking=False)  # ... and there is only one (BoundedSemaphore: no double release)
-    slots.release()
-
-
-def test_which_backends_can_run_a_shape_is_worked_out_once_per_server_not_per_process(monkeypatch, tmp_path):
+    from attnlab.backends import base
     from attnlab.shapes import AttentionShape
     from pages import common
 
-    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
     shape = AttentionShape(batch=1, q_len=19, kv_len=19, heads=2, kv_heads=1, head_dim=8)
     first = common.unmet(shape)
     assert first["naive"] is None and list(first) == list(common.REGISTRY)
-    assert [p.name for p in tmp_path.rglob("*.pkl") if "unmet" in p.name]  # in the store other processes read
+    st.cache_data.clear()  # another UI process: nothing of this one's in its memory
+    monkeypatch.setattr(base.Backend, "unmet", lambda *a: pytest.fail("worked out again"))
+    assert common.unmet(shape) == first  # the worker kept it
+
+
+def test_pages_never_use_jax_themselves():
+    # every page computes through the device service (common.on_device) or on its own data; JAX in a page
+    # process runs page 1's tiny example alone (attnlab.studies.weights, on the CPU: serve.py keeps this
+    # process's JAX_PLATFORMS at cpu). A page file imports neither jax nor the device facts.
+    import ast
+
+    for p in sorted(Path(ROOT, "pages").glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n == "jax" or n.startswith("jax.")], (p, names)
 
 
 def test_background_work_waits_until_no_page_has_run_for_a_moment():
-    # The warm-up calls turns.wait_for_quiet between shapes: it must not return while a page runs,
+    # The warm-up calls activity.wait_for_quiet between shapes: it must not return while a page runs,
     # nor the moment one ends (the browser is still drawing it), only after the settle time.
     import threading
     import time
 
-    from pages import turns
+    from pages import activity
 
     release, done = threading.Event(), []
 
     def page():
-        with turns.turn():
+        with activity.page_running():
             release.wait(10)
         done.append(time.perf_counter())
 
     t = threading.Thread(target=page)
     t.start()
     time.sleep(0.1)  # the page is running
-    waiter = threading.Thread(target=lambda: (turns.wait_for_quiet(settle_s=0.3), done.append(time.perf_counter())))
+    waiter = threading.Thread(target=lambda: (activity.wait_for_quiet(settle_s=0.3), done.append(time.perf_counter())))
     waiter.start()
     waiter.join(0.5)
     assert waiter.is_alive()  # still waiting: a page is running
@@ -118,7 +78,7 @@ def test_background_work_waits_until_no_page_has_run_for_a_moment():
     t.join(10), waiter.join(10)
     assert not waiter.is_alive() and done[1] - done[0] >= 0.25  # returned only after the settle time
     start = time.perf_counter()
-    turns.wait_for_quiet(settle_s=0.05)  # nothing running: returns after the settle time alone
+    activity.wait_for_quiet(settle_s=0.05)  # nothing running: returns after the settle time alone
     assert time.perf_counter() - start < 1
 
 
@@ -128,9 +88,19 @@ def test_warm_up_pauses_before_every_shape(monkeypatch):
 
     events = []
     monkeypatch.setattr(warm.runs, "run", lambda shape, names, **kw: events.append(("run", shape.q_len)) or [])
-    shapes = [AttentionShape(q_len=8, kv_len=8), AttentionShape(q_len=16, kv_len=16)]
-    warm.warm(shapes, preset_shapes=[AttentionShape(q_len=32, kv_len=32)], pause=lambda: events.append("pause"))
+    shapes = [(AttentionShape(q_len=t, kv_len=t), ("naive",)) for t in (8, 16, 32)]
+    warm.warm(pause=lambda: events.append("pause"), shapes=shapes)
     assert events == ["pause", ("run", 8), "pause", ("run", 16), "pause", ("run", 32)]
+
+
+def test_the_warm_up_asks_the_device_service_for_each_shape_as_a_page_would():
+    from attnlab import service
+    from attnlab.studies import warm
+
+    sent = []
+    lines = warm.warm(call=lambda fn, *args: sent.append((fn, args)) or service.call(fn, *args),
+                      shapes=warm.plan()[:1])
+    assert lines > 0 and sent[0][0] is warm.warm_shape and sent[0][1][0] == warm.SHAPES[0]
 
 
 def test_byte_axes_tick_at_whole_binary_sizes_not_powers_of_ten():

@@ -2,10 +2,10 @@
 
 The server starts in a mount namespace of its own (`unshare -m`, as root) where `/` is remounted
 read-only and only a scratch tmpfs (TMPDIR: the pod's emptyDir /tmp) holding the cache volume is writable, with the pod's
-environment: results persisted to the cache volume (ATTNLAB_RESULTS_DIR), JAX's compilation cache
-there, HOME on the read-only root, and two server processes behind serve.py's front, as the image
-runs them (ATTNLAB_WORKERS=auto on a larger machine). A browser visits every page; none may fail, nothing may be refused a write, and the persisted results
-must appear on the volume. Skipped where no mount namespace can be made (not root, no unshare)."""
+environment: JAX's compilation cache on the cache volume, HOME on the read-only root, and the device worker
+in its child process (its own socket, no file). A browser visits every page; none may fail, nothing may be
+refused a write, and the compiled programs must appear on the volume. Skipped where no mount namespace can
+be made (not root, no unshare)."""
 
 import os
 import shutil
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 # The pod's writable /tmp is a fresh tmpfs here at a path of its own (TMPDIR points to it), so that a
 # checkout that itself lives under /tmp (a CI clone) stays visible; the cache volume is under it.
 READ_ONLY = ('mount --make-rprivate / && mount -o remount,ro,bind / && mount -t tmpfs tmpfs "$SCRATCH" '
-             '&& mkdir -p "$SCRATCH/cache/jax" "$SCRATCH/cache/results" && exec "$@"')
+             '&& mkdir -p "$SCRATCH/cache/jax" && exec "$@"')
 
 
 @pytest.fixture
@@ -53,12 +53,10 @@ def _can_unshare() -> bool:
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare to make a read-only mount namespace")
 def test_every_page_serves_on_a_read_only_root(scratch, home, browser):
     cache = scratch / "cache"
-    env = {"HOME": str(home), "SCRATCH": str(scratch), "TMPDIR": str(scratch), "ATTNLAB_RESULTS_DIR": f"{cache}/results",
+    env = {"HOME": str(home), "SCRATCH": str(scratch), "TMPDIR": str(scratch),
            "ATTNLAB_WARM": "0", "JAX_COMPILATION_CACHE_DIR": f"{cache}/jax",
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-    # two server processes, as the image runs (ATTNLAB_WORKERS=auto): their lock files go to TMPDIR
-    with StreamlitServer(prefix=["unshare", "-m", "sh", "-c", READ_ONLY, "sh"], env=env, args=["--workers", "2"],
-                         startup_timeout=120) as server:
+    with StreamlitServer(prefix=["unshare", "-m", "sh", "-c", READ_ONLY, "sh"], env=env, startup_timeout=120) as server:
         context = browser.new_context()
         page = context.new_page()
         for path, title in PAGES:
@@ -70,5 +68,4 @@ def test_every_page_serves_on_a_read_only_root(scratch, home, browser):
         assert "Read-only file system" not in log, log[-3000:]
         # what the pod keeps across restarts landed on the volume, seen through the server's own namespace
         volume = Path(f"/proc/{server.proc.pid}/root{cache}")
-        assert any((volume / "results").rglob("*.pkl")), "no persisted result on the cache volume"
         assert any((volume / "jax").iterdir()), "no compiled program in JAX's cache on the volume"

@@ -1,8 +1,8 @@
 """Warm a fresh server: compile and run the shapes a class opens first, before the first learner asks.
 
-`python -m attnlab warm` (or the app, once per process, in a background thread) runs every backend
-that can run here at the codelab's shape, in float32 and bfloat16, checked against float64 and with
-its compiled program read. Compiling is what a first page load waits for on a CPU; with JAX's
+`python -m attnlab warm` (or the app after its first page, in a background thread, through the device
+service) runs every backend that can run at the codelab's shape, in float32 and bfloat16, checked
+against float64 and with its compiled program read. Compiling is what a first page load waits for on a CPU; with JAX's
 persistent compilation cache (JAX_COMPILATION_CACHE_DIR) the programs also survive a restart.
 """
 
@@ -23,30 +23,53 @@ PRESET_SHAPES = tuple(presets.apply(p, AttentionShape(dtype=d)) for p in presets
 
 def head_start() -> float:
     """Page 1's own work on a fresh server, done ahead: the imports its first run needs (JAX,
-    pandas, Altair) and the JAX operations of its default tiny example, each compiled on first use
-    (about 1 s on a CPU), then tokamax's import where it is installed (which every page's first
-    check of the backends would otherwise wait for). serve.py runs it in a background thread while
-    the server starts and the first browser loads Streamlit's JavaScript, so the first learner finds
-    it done. Seconds it took."""
+    pandas, Altair) and the JAX operations of its default tiny example (it runs in the page process, on
+    the CPU), each compiled on first use (about 1 s on a CPU). serve.py runs it in a background thread
+    while the server starts and the first browser loads Streamlit's JavaScript, so the first learner
+    finds it done. Seconds it took."""
     t0 = time.perf_counter()
     import altair  # noqa: F401  (pages/common.py's charts)
 
-    from attnlab.backends import tokamax as tokamax_backend
     from attnlab.studies import weights
 
     weights.four_stages(weights.example_shape())
-    tokamax_backend.import_error()  # imports tokamax where it is installed (seconds on a GPU machine)
     return time.perf_counter() - t0
 
 
-def warm(shapes=SHAPES, log=lambda s: None, preset_shapes=PRESET_SHAPES, pause=lambda: None) -> float:
-    """Run and compile `shapes` for every backend that can run them here, then `preset_shapes` for
-    the codelab's implementations; seconds it took. `pause()` is called before each shape: the app
-    passes one that waits while learners' pages run, so the warm-up only uses time nobody else wants."""
-    t0, info = time.perf_counter(), device.info()
-    for shape, among in [(s, REGISTRY) for s in shapes] + [(s, CODELAB) for s in preset_shapes]:
+def worker_start() -> float:
+    """A new device worker's one-time costs before its first request: JAX's device, then tokamax's import
+    where it is installed (seconds on a GPU machine; every first check of the backends waits for it)."""
+    t0 = time.perf_counter()
+    from attnlab.backends import tokamax
+
+    device.info()
+    tokamax.import_error()
+    return time.perf_counter() - t0
+
+
+def warm_shape(shape: AttentionShape, among: tuple[str, ...]) -> list[str]:
+    """On the device worker: run and compile `shape` for every backend of `among` that can run it here
+    (checked against float64, compiled program read); a line per backend."""
+    info = device.info()
+    names = [n for n in among if REGISTRY[n].unmet(shape, info) is None]
+    return [f"warm {shape.describe()} {r.implementation}: {r.status}"
+            for r in runs.run(shape, names, accuracy=True, program=True)]
+
+
+def plan() -> list[tuple[AttentionShape, tuple[str, ...]]]:
+    """What a fresh worker compiles first: `SHAPES` for every backend, then the presets for the codelab's four."""
+    return [(s, tuple(REGISTRY)) for s in SHAPES] + [(s, CODELAB) for s in PRESET_SHAPES]
+
+
+def warm(call=None, log=lambda s: None, pause=lambda: None, shapes=None) -> float:
+    """Warm the device worker(s), a shape at a time; seconds it took. `call(fn, *args)` sends the work (the
+    app: through the device service, so each shape lands on the worker that owns it; default: here).
+    `pause()` is called before each shape: the app passes one that waits while learners' pages run, so
+    the warm-up only uses time nobody else wants."""
+    call = call or (lambda fn, *args: fn(*args))
+    t0 = time.perf_counter()
+    for shape, among in shapes or plan():
         pause()
-        names = [n for n in among if REGISTRY[n].unmet(shape, info) is None]
-        for r in runs.run(shape, names, accuracy=True, program=True):
-            log(f"warm {shape.describe()} {r.implementation}: {r.status}")
+        for line in call(warm_shape, shape, among):
+            log(line)
     return time.perf_counter() - t0

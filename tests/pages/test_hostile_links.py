@@ -63,7 +63,7 @@ def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link)
 def test_a_button_pressed_on_a_heavy_link_holds_about_what_the_queue_admitted(page):
     # the issue's own link, then each button: a run is admitted for its estimated bytes, and the process's
     # peak may rise by that much (up to the budget), but not by much more than the estimate
-    from attnlab.queue import DEVICE
+    from attnlab.admission import DEVICE
 
     link = LINKS["mqa-many-heads"]
     for key in [b.key for b in open_page(page, link).button if (b.key or "").startswith("btn_")]:
@@ -92,32 +92,27 @@ def test_a_malformed_link_gives_messages_and_computes_nothing_on_every_page(page
 
 @pytest.fixture
 def full_queue(monkeypatch):
-    """Another learner's timing holds the GPU alone and no run may wait behind it: every run that needs
-    the device is refused as busy at once. (The holder does not take this process's turns with compiles,
-    which would make the page's compiles wait for the end of the test: gpu_turns.py is tested on its own.)"""
-    import threading
+    """Other learners' runs fill the device's queue: every run that asks for the device is refused as busy
+    at once, as `Device.use` refuses when `max_waiting` runs already wait (tested in tests/test_admission.py;
+    a real holder would also hold back this test's compiles, which wait for runs to end)."""
+    import contextlib
 
     import streamlit as st
 
-    from attnlab.queue import DEVICE
+    from attnlab import service
+    from attnlab.admission import DEVICE, DeviceBusy
 
-    monkeypatch.setattr(DEVICE, "max_waiting", 0)
-    monkeypatch.setattr(DEVICE, "_turns", None)
-    st.cache_data.clear()  # results computed by earlier tests would be served without asking the queue
-    held, release = threading.Event(), threading.Event()
+    @contextlib.contextmanager
+    def busy(*args, **kwargs):
+        raise DeviceBusy(f"The GPU is busy: {DEVICE.max_waiting} runs are already waiting. Try again shortly.")
+        yield
 
-    def hold():
-        with DEVICE.slot(exclusive=True):
-            held.set()
-            release.wait(300)
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert held.wait(10)
+    monkeypatch.setattr(DEVICE, "use", busy)
+    st.cache_data.clear()  # results computed by earlier tests would be served without asking the device
+    service.client().forget()  # and so would the worker's kept results
     yield
-    release.set()
-    holder.join(10)
-    st.cache_data.clear()  # busy answers are not cached, but what ran around them was
+    st.cache_data.clear()  # busy answers are not kept, but what ran around them was
+    service.client().forget()
 
 
 BUSY_ON_LOAD = {"pages/p3_qkv.py", "pages/p4_naive_vs_fused.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py"}

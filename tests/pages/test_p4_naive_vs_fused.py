@@ -161,15 +161,16 @@ def test_names_the_cudnn_kernel_and_its_device_time_on_gpu():
     assert len(frames(at))
 
 
-def test_whether_two_programs_are_one_is_shared_by_the_servers_processes(tmp_path, monkeypatch):
-    # page 4 says whether naive and SDPA compiled to one program: a server process that finds the answer in
-    # the results store must not compile both programs again only to compare their text
+def test_whether_two_programs_are_one_is_kept_by_the_device_worker_for_every_ui_process(monkeypatch):
+    # page 4 says whether naive and SDPA compiled to one program: another UI process (nothing of this one's
+    # st.cache_data) asking the same is answered from the worker's kept results, without compiling again
+    import streamlit as st
+
     from attnlab.measure import compiled
     from pages import fused_ui
 
-    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
     shape = AttentionShape(batch=1, q_len=24, kv_len=24, heads=2, kv_heads=2, head_dim=8)
     first = fused_ui.same_program(shape, "naive", "sdpa_auto")
-    fused_ui.same_program.clear()  # as another process of the server: nothing of this one in its memory
+    st.cache_data.clear()  # as another UI process: nothing of this one in its memory
     monkeypatch.setattr(compiled, "compile_backend", lambda *a, **k: pytest.fail("compiled again"))
     assert fused_ui.same_program(shape, "naive", "sdpa_auto") == first

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from attnlab import device, queue, shipped
+from attnlab import admission, device, shipped
 from attnlab.backends import REGISTRY  # noqa: E402
 from attnlab.measure import timing
 from attnlab.shapes import AttentionShape  # noqa: E402
@@ -174,7 +174,7 @@ def test_sequence_and_batch_sweeps_run_on_their_buttons_with_both_dtypes(without
 
 
 def test_sweep_lists_cells_that_do_not_fit_with_their_reason(without_shipped, small_memory_cap, monkeypatch):
-    monkeypatch.setattr(queue.DEVICE, "_budget", None)  # read the cap now, not the budget an earlier test saw
+    monkeypatch.setattr(admission.DEVICE, "_budget", None)  # read the cap now, not the budget an earlier test saw
     # 64 MiB: naive's float32 scores at T = 1024 (B1 N16: 2 x 64 MiB) do not fit, at T = 64 they do
     at = open_page(P7, {"batch": "1", "heads": "16", "kv_heads": "16", "head_dim": "8"}, tab=SWEEPS)
     seq = run_sweep(at, "p7_seq", "q_len", ["naive"], [64, 1024], dtypes=("float32",))

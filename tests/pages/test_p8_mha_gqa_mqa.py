@@ -4,8 +4,8 @@ cache's size, and a timed decode step (AppTest, CPU backend; the GPU test is mar
 import jax
 import pytest
 
+from attnlab.admission import DEVICE
 from attnlab.measure import runs
-from attnlab.queue import DEVICE
 from tests.apptest_util import SMALL, button, charts, frame_with, frames, open_page, texts
 
 PAGE = "pages/p8_mha_gqa_mqa.py"

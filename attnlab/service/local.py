@@ -1,0 +1,30 @@
+"""The device worker in this process: the CLI and unit tests call its code directly (no process
+boundary: a native abort here ends the process, which is why the app does not use it)."""
+
+from __future__ import annotations
+
+from attnlab.service.request import Reply, Request
+from attnlab.service.worker import DeviceWorker
+
+
+class InProcess:
+    def __init__(self, name: str = "device-0"):
+        self.worker = DeviceWorker(name)
+
+    def call(self, request: Request) -> Reply:
+        return self.worker.call(request)
+
+    def wait_ready(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def infos(self) -> list:
+        return [self.worker.info()]
+
+    def forget(self) -> int:
+        return self.worker.forget()
+
+    def describe(self) -> str:
+        return "the device worker in this process"
+
+    def close(self) -> None:
+        pass

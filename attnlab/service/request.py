@@ -1,0 +1,93 @@
+"""What a page asks of the device service, and what comes back.
+
+    Request("attnlab.measure.runs:run", (shape, ("naive",)), (("timed", True),))  ->  Reply(value=[Result])
+
+A request names an entry point (an attnlab function on the worker's list, attnlab/service/entries.py)
+and its arguments, all plain values (shapes are frozen dataclasses): its `key` says which requests are
+the same (they share one run and one kept result) and its `route` which worker owns it (every request
+at one shape meets the worker that has that shape's programs compiled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import numpy as np
+
+
+class WorkerLost(RuntimeError):
+    """The device worker died while it served this request (a native abort or a crash in XLA, cuDNN or
+    a Pallas lowering, or the process was killed); it is being started again. A page says so and
+    the learner presses the button again."""
+
+
+def _stable(x: Any) -> Any:
+    """A value whose repr says all of it (an array's repr elides its middle: its bytes are hashed)."""
+    if isinstance(x, np.ndarray):
+        return ("ndarray", x.shape, str(x.dtype), hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest())
+    if isinstance(x, (list, tuple)):
+        return type(x).__name__, tuple(_stable(v) for v in x)
+    if isinstance(x, dict):
+        return "dict", tuple(sorted((repr(k), _stable(v)) for k, v in x.items()))
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    fn: str  # "module:function" of an entry point
+    args: tuple = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) pairs
+
+    @classmethod
+    def of(cls, fn, *args, **kwargs) -> Request:
+        """The request to call `fn(*args, **kwargs)` (fn: an entry point, or its "module:function" name)."""
+        name = fn if isinstance(fn, str) else f"{fn.__module__}:{fn.__qualname__}"
+        return cls(name, tuple(args), tuple(sorted(kwargs.items())))
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr((self.fn, _stable(self.args), _stable(self.kwargs))).encode()).hexdigest()[:32]
+
+    @property
+    def route(self) -> str:
+        """What decides the worker: the first shape among the arguments (a shape's programs are compiled in
+        one worker), else the request itself."""
+        from attnlab.shapes import AttentionShape
+
+        for a in (*self.args, *(v for _, v in self.kwargs)):
+            if isinstance(a, AttentionShape):
+                return repr(a)
+            if isinstance(a, (list, tuple)) and a and isinstance(a[0], AttentionShape):
+                return repr(a[0])
+        return self.key
+
+    @property
+    def timed(self) -> bool:
+        """A timing: any idle worker may take it (the device alone matters more than where programs are)."""
+        return dict(self.kwargs).get("timed") is True
+
+    def describe(self) -> str:
+        return f"{self.fn.split(':')[-1]}({', '.join(map(_short, self.args))})"
+
+
+def _short(x: Any) -> str:
+    from attnlab.shapes import AttentionShape
+
+    return x.describe() if isinstance(x, AttentionShape) else repr(x)[:40]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    value: Any = None
+    error: BaseException | None = None
+    kept: bool = True  # the worker keeps this result for the next identical request (a busy GPU is not kept)
+    cached: bool = False  # it was a kept result: nothing ran
+    worker: str = ""
+    seconds: float = 0.0  # time in the worker
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value

@@ -1,0 +1,126 @@
+"""The device worker: the one process that owns a GPU, and the only code that runs on it.
+
+    worker = DeviceWorker("device-0")
+    worker.call(Request.of(runs.run, shape, ("naive", "sdpa_cudnn"), timed=True))  ->  Reply
+
+A request names an entry point (attnlab/service/entries.py) and is served in the calling thread: the
+Ray actor, the child process and the in-process client each call `call` from threads of their own, so
+compiles of several requests run side by side while device work goes one run at a time through
+`admission.DEVICE` (this process's device). Identical requests in flight share one run; results are
+kept (the `RECENT` most recent, for `KEEP_S`) so a class's repeated shapes cost one run, and a worker
+started again simply computes them anew. What it does that a cache library would not: a request
+another thread is computing is waited for, not computed twice, and a result that says "try again"
+(a busy GPU) is returned but not kept.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import threading
+import time
+
+from attnlab.admission import DEVICE, Budget
+from attnlab.service import entries
+from attnlab.service.request import Reply, Request
+
+RECENT = 2048  # results kept
+KEEP_S = 12 * 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A worker, as a page or the instructor sees it."""
+
+    name: str
+    pid: int
+    device: object  # attnlab.device.DeviceInfo
+    budget: Budget
+    running: int  # runs on the device now (0 or 1)
+    waiting: int  # runs waiting for the device
+    in_flight: int  # requests being served (compiling, waiting or running)
+    served: int
+    kept_hits: int  # requests answered from kept results
+    busy_share: float  # share of the time since the start that a run held the device
+    started_s_ago: float
+
+
+class DeviceWorker:
+    def __init__(self, name: str = "device-0"):
+        self.name = name
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._recent: collections.OrderedDict[str, tuple[float, Reply]] = collections.OrderedDict()
+        self._in_flight: dict[str, concurrent.futures.Future] = {}
+        self.served = self.kept_hits = 0
+
+    def call(self, request: Request) -> Reply:
+        key = request.key
+        with self._lock:
+            self.served += 1
+            found = self._recent.get(key)
+            if found is not None and time.monotonic() - found[0] < KEEP_S:
+                self._recent.move_to_end(key)
+                self.kept_hits += 1
+                return dataclasses.replace(found[1], cached=True, seconds=0.0)
+            mine = key not in self._in_flight
+            future = self._in_flight.setdefault(key, concurrent.futures.Future())
+        if not mine:  # another thread computes this very request: its answer is ours
+            return future.result()
+        t0 = time.perf_counter()
+        try:
+            reply = self._compute(request)
+            reply = dataclasses.replace(reply, worker=self.name, seconds=time.perf_counter() - t0)
+            with self._lock:
+                if reply.kept and reply.error is None:
+                    self._recent[key] = (time.monotonic(), reply)
+                    while len(self._recent) > RECENT:
+                        self._recent.popitem(last=False)
+            future.set_result(reply)
+            return reply
+        except BaseException as e:  # noqa: BLE001 (handed to the threads waiting on this request too)
+            future.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                self._in_flight.pop(key, None)
+
+    @staticmethod
+    def _compute(request: Request) -> Reply:
+        try:
+            entry = entries.get(request.fn)
+        except KeyError as e:
+            return Reply(error=e, kept=False)
+        try:
+            value = entry.fn(*request.args, **dict(request.kwargs))
+        except Exception as e:  # an expected failure (over budget, busy, a backend's error) travels as a value
+            return Reply(error=_portable(e), kept=False)
+        return Reply(value=value, kept=entry.keep(value))
+
+    def info(self) -> WorkerInfo:
+        from attnlab import device
+
+        s = DEVICE.stats
+        return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, DEVICE.running, DEVICE.waiting,
+                          len(self._in_flight), self.served, self.kept_hits,
+                          s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started)
+
+    def forget(self) -> int:
+        """Drop every kept result (an instructor's "clear"); how many there were."""
+        with self._lock:
+            n = len(self._recent)
+            self._recent.clear()
+        return n
+
+
+def _portable(e: Exception) -> Exception:
+    """The exception itself when it survives pickling (to another process), else a RuntimeError with its words."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
