@@ -42,8 +42,13 @@ unvisited pages count as not served); `--clear-between` (with --in-process) clea
 result between N values, keeping compiled programs, as a server that has been up a while;
 `--dump-after S` prints every thread's stack once after S seconds (where a slow run waits).
 
-Longest queue wait and the peak bytes admitted at once: the device queue's own statistics
-(`attnlab.queue.DEVICE.stats`), reset at the start of each run.
+Longest wait for the device and the peak bytes of one run: the device's own statistics
+(`attnlab.admission.DEVICE.stats`, the in-process worker's), reset at the start of each run.
+
+`--serve K`: the class on a real server instead (scripts/class_server.py): K UI processes, the device work in
+the embedded child (`--device child`, K = 1) or in W device workers on a Ray head started here (`--device ray
+--device-workers W ...`, one per GPU; on a machine without GPUs, fake GPUs: each worker on the CPU);
+`--kill-after S` kills one device worker S seconds into each class (the fault test).
 
 Exit status: 0 when every planned page was served with no errors, 1 otherwise.
 """
@@ -139,13 +144,13 @@ _PATCHED: list[str] | None = None  # what server_like_apptest() did, once per pr
 
 
 class QueueProbe:
-    """The device queue's own figures (attnlab.queue.DEVICE.stats): longest wait, runs that waited,
-    peak bytes admitted at once."""
+    """The device's own figures (attnlab.admission.DEVICE.stats): longest wait, runs that waited, the
+    largest run admitted."""
 
-    source = "attnlab.queue.DEVICE.stats"
+    source = "attnlab.admission.DEVICE.stats"
 
-    def __init__(self, wrap: bool = True):  # `wrap` kept for the command line; the queue keeps its own stats
-        from attnlab.queue import DEVICE, Stats
+    def __init__(self, wrap: bool = True):  # `wrap` kept for the command line; the device keeps its own stats
+        from attnlab.admission import DEVICE, Stats
 
         self._device, self._stats_type = DEVICE, Stats
 
@@ -477,7 +482,7 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "longest_queue_wait_s": wait, "queue_wait_source": probe.source, "queue_waits_seen": probe.waits,
         **probe.peaks(),
         "gpu": gpu_memory(), "peak_rss_bytes": peak_rss_bytes(), "elapsed_s": elapsed, "warm_s": warm_s,
-        "cpu_s": cpu_s, "max_runs": os.environ.get("ATTNLAB_MAX_RUNS", "0"),  # user + system seconds of the whole process while the class ran (1 per second: one core)
+        "cpu_s": cpu_s,  # user + system seconds of the whole process while the class ran (1 per second: one core)
         "errors": len(messages), "failures": sum(v.failure is not None for v in done) + len(stuck),
         "exceptions": sum(len(v.exceptions) for v in done), "error_boxes": sum(len(v.error_boxes) for v in done),
         "error_messages": messages,
@@ -535,7 +540,6 @@ def gpu_peak_text(r: dict[str, Any]) -> str:
 
 def summary_line(r: dict[str, Any]) -> str:
     warmed = f" (after a {r['warm_s']:.0f} s warm-up)" if r.get("warm_s") else ""
-    warmed += f", at most {r['max_runs']} page runs at once" if r.get("max_runs", "0") != "0" else ""
     return (f"N={r['sessions']} {r['mode']}{warmed}: {r['pages_served']}/{r['pages_planned']} pages served in "
             f"{r['elapsed_s']:.0f} s; first run median {_s(r.get('entry_median_s'))} s; page median {_s(r['median_page_s'])} s, p95 {_s(r['p95_page_s'])} s, "
             f"worst {_s(r['worst_page_s'])} s; longest queue wait {_s(r['longest_queue_wait_s'], 3)} s; "
@@ -548,7 +552,7 @@ def summary_line(r: dict[str, Any]) -> str:
 def table(results: list[dict[str, Any]], cold: bool, clear: bool = False, served: bool = False) -> str:
     head = ["sessions", "mode", "served/planned", "median s", "p95 s", "worst s", "queue wait s",
             "GPU mem peak", "RSS peak", "errors"]
-    rows = [[str(r["sessions"]), r["mode"] + (f", {r['workers']} proc" if "workers" in r else ""),
+    rows = [[str(r["sessions"]), r["mode"] + (f", {r['ui_processes']} UI, {r['device_workers']} dev" if "ui_processes" in r else ""),
              f"{r['pages_served']}/{r['pages_planned']}", _s(r["median_page_s"]),
              _s(r["p95_page_s"]), _s(r["worst_page_s"]), _s(r["longest_queue_wait_s"], 3), gpu_peak_text(r),
              _mb(r["peak_rss_bytes"]), str(r["errors"])] for r in results]
@@ -566,7 +570,7 @@ def table(results: list[dict[str, Any]], cold: bool, clear: bool = False, served
     sources = sorted({r["queue_wait_source"] for r in results})
     lines.append(f"queue wait from: {', '.join(sources)}")
     if served:
-        lines.append("each class on a fresh server (serve.py; K proc: --workers K), results store empty, JAX's "
+        lines.append("each class on a fresh server (K UI processes, W device workers), nothing kept, JAX's "
                      "compilation cache kept across classes; GPU memory: nvidia-smi's memory.used (every process)")
         return "\n".join(lines)
     lines.append("each N ran in a fresh process (cold start: empty caches, nothing compiled)" if cold else
@@ -601,27 +605,29 @@ def _child(n: int, args: argparse.Namespace, mode: str, deadline: float) -> dict
 
 
 def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlines: list[float]) -> int:
-    """--serve: every class of the plan on a fresh real server, for each worker count."""
+    """--serve: every class of the plan on a fresh real server, for each UI count and device-worker count."""
     import class_server
 
     results, variant = [], args.variant
     with tempfile.TemporaryDirectory(prefix="attnlab-jax-cache-") as tmp:
         cache = args.compile_cache or Path(tmp)
         for k in args.serve:
-            for (mode, n), deadline in zip(plan, deadlines, strict=True):
-                r = class_server.run_served(n, mode, k, args.timeout, args.seed, deadline, variant, cache,
-                                            args.server_log.resolve(), session_shapes, page_paths, percentile)
-                variant += mode == "own"
-                results.append(r)
-                if not args.quiet:
-                    busy, alone = r["gpu"].get("mean_utilisation_pct"), r.get("device_held_alone_share")
-                    print(f"[{k} worker{'s' * (k > 1)}, started in {r['start_s']:.1f} s, warm and idle after "
-                          f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores"
-                          + (f", GPU utilisation {busy:.0f}% on average" if busy is not None else "")
-                          + (f", a timing held the device alone {alone:.0%} of the time" if alone is not None else "")
-                          + (", connections per worker at most " + "/".join(map(str, r["connections_per_worker_peak"]))
-                             if r.get("connections_per_worker_peak") else "")
-                          + "] " + summary_line(r), flush=True)
+            for w in args.device_workers:
+                for (mode, n), deadline in zip(plan, deadlines, strict=True):
+                    r = class_server.run_served(n, mode, k, args.timeout, args.seed, deadline, variant, cache,
+                                                args.server_log.resolve(), session_shapes, page_paths, percentile,
+                                                device=args.device, device_workers=w, kill_after_s=args.kill_after)
+                    variant += mode == "own"
+                    results.append(r)
+                    if not args.quiet:
+                        print(f"[{served_label(r)}, started in {r['start_s']:.1f} s, warm and idle after "
+                              f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores"
+                              + "".join(f", GPU {i} busy {u:.0f}%" for i, u in enumerate(r["gpu"]["per_gpu_utilisation_pct"]))
+                              + "".join(f", {x['name']} held by runs {x['busy_share']:.0%} ({x['served']} requests, "
+                                        f"{x['kept_hits']} kept answers)" for x in r["workers"] if "name" in x)
+                              + (f", {r['pages_per_s']:.2f} pages/s" if r.get("pages_per_s") else "")
+                              + (f"; fault: {r['fault']}" if r.get("fault") else "")
+                              + "] " + summary_line(r), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=str))
@@ -629,6 +635,14 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
         print()
         print(table(results, cold=False, served=True))
     return 0 if all(r["errors"] == 0 and r["pages_served"] == r["pages_planned"] for r in results) else 1
+
+
+def served_label(r: dict[str, Any]) -> str:
+    ui = f"{r['ui_processes']} UI process{'es' * (r['ui_processes'] > 1)}"
+    if r["device"] == "child":
+        return f"{ui}, device worker in a child process"
+    return f"{ui}, {r['device_workers']} device worker{'s' * (r['device_workers'] > 1)} on Ray" + (
+        " (fake GPUs: JAX on the CPU)" if r.get("fake_gpus") else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -661,8 +675,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=float, default=0.0, metavar="S",
                     help="sample every page-running thread's stack every S seconds; print where the time went")
     ap.add_argument("--serve", type=int, nargs="+", default=[], metavar="K",
-                    help="a real server instead of AppTest: `serve.py --workers K` started for each class, learners "
+                    help="a real server instead of AppTest: K UI processes (serve.py) started for each class, learners "
                          "as headless websocket tabs (scripts/class_server.py); several K: every class for each")
+    ap.add_argument("--device", choices=["child", "ray"], default="child",
+                    help="with --serve: the device work in the embedded child process (K = 1) or on Ray")
+    ap.add_argument("--device-workers", type=int, nargs="+", default=[1], metavar="W",
+                    help="with --device ray: device workers (one per GPU, or fake GPUs on a CPU); several: each")
+    ap.add_argument("--kill-after", type=float, default=0.0, metavar="S",
+                    help="with --serve: kill one device worker S seconds into each class (the fault test)")
     ap.add_argument("--compile-cache", type=Path, default=None,
                     help="with --serve: JAX's persistent compilation cache, kept across the classes "
                          "(default: a temporary directory for this benchmark)")

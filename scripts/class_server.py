@@ -1,35 +1,38 @@
-"""A class on a real server (scripts/capacity.py --serve K): serve.py started here, learners as
-headless browser tabs (st_client.Tab) over Streamlit's websocket, from this process.
+"""A class on a real server (scripts/capacity.py --serve K): K UI processes and their device worker(s)
+started here, learners as headless browser tabs (st_client.Tab) over Streamlit's websocket, from this process.
 
-What the AppTest mode cannot show: the server as learners meet it (uvicorn, the websocket, Streamlit's
-script runner and its messages, and `serve.py --workers K`, several processes behind one front),
-with the learners' side (reading the messages) in another process, as browsers are.
+The server, as it is hosted (deploy/README.md): K UI processes (`python serve.py`, each on a port of its
+own, as the Deployment's replicas are) that never touch the GPU, and the device work either in the
+embedded child process (`--device child`, K = 1: what `make run` starts) or in W device workers on Ray
+(`--device ray`: a Ray head started here with `ray start`, one worker per GPU, or per fake GPU on a
+CPU). Each learner is given to one UI process (round robin: what the Ingress's cookie affinity does to
+a class arriving at once) and keeps it. JAX's persistent compilation cache is one directory for the whole
+benchmark (the worker pod's cache volume across restarts).
 
-Each class starts a fresh server (`python serve.py [--workers K]` on a free port) with an empty
-results store (ATTNLAB_RESULTS_DIR in a fresh directory, as the GKE image sets it) and JAX's persistent compilation
-cache in one directory for the whole benchmark (as the pod's /cache volume across restarts). The
-server warms itself as it does for a class (one tab per worker opens the first page, which starts
-the warm-up; then the benchmark waits until the server's processes are idle), then N tabs start
-together, each visits the entry page with its shape's query string, then every page in app.py's
-order from a random first one. A visit's time: request sent to the run's end, all elements in.
+Each class starts fresh: the UI processes, the device workers, no results kept. The server warms itself
+as it does for a class (a tab per UI process opens the first page, which starts the warm-up; then the
+benchmark waits until the server's processes are idle), then N tabs start together, each visits the entry
+page with its shape's query string, then every page in app.py's order from a random first one. A visit's
+time: request sent to the run's end, all elements in.
 
-Server-side figures, read from /proc and nvidia-smi every half second while the class runs: CPU
-seconds of the server's processes, their summed resident memory (peak), the GPU's memory in use
-(peak, nvidia-smi: every process's CUDA context and allocator pool, not only live arrays) and its
-mean utilisation; with several workers, the share of the class during which a timing held the
-device alone (their lock file, sampled every 0.05 s).
+Read every half second while the class runs (psutil, nvidia-smi): CPU seconds and summed resident memory
+(peak) of the server's processes (the UI processes, their children, and Ray's processes), each GPU's
+memory in use (peak) and utilisation (mean). The device workers' own figures at the end: the share of the
+class a run held each device (from `admission.DEVICE.stats`), requests served, kept results reused.
+
+`kill_after_s`: the fault test. That many seconds into the class one device worker is killed (SIGKILL, as
+the kernel's OOM killer or a native abort would end it); reported: sessions lost (a learner whose
+websocket closed), pages that said their request was lost, and how soon after the kill pages that needed
+the device were served again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import random
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,208 +44,217 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from st_client import Tab  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(ROOT))
+from tests.browser_util import free_port  # noqa: E402  (one copy of the helper)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def python_path() -> str:
+    """This repository first on the path, then whatever the caller had there (carried wheels)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
 
-def tree(pid: int) -> list[int]:
-    """pid and its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
+RAY_PROCESS = ("ray::", "raylet", "gcs_server", "ray/_private", "ray/dashboard", "ray/autoscaler")
 
 
-def _proc_sum(pids: list[int], file: str, value) -> float:
-    """The sum over pids of value(the fields of /proc/<pid>/<file>); processes gone meanwhile count 0."""
-    total = 0.0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/{file}") as f:
-                total += value(f.read())
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
-    return _proc_sum(pids, "stat", lambda text: sum(int(x) for x in text.rsplit(")", 1)[1].split()[11:13]) / TICK)
-
-
-def rss_bytes(pids: list[int]) -> int:
-    """Resident memory of these processes (/proc/<pid>/statm)."""
-    return int(_proc_sum(pids, "statm", lambda text: int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE")))
-
-
-def gpu_now() -> tuple[int, int] | None:
-    """(memory in use in bytes, utilisation %) of the GPU, from nvidia-smi; None without one."""
+def gpus_now() -> list[tuple[int, int]]:
+    """(memory in use in bytes, utilisation %) of every GPU, from nvidia-smi; [] without one."""
     if not shutil.which("nvidia-smi"):
-        return None
+        return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits",
-                              "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10).stdout
-        used, busy = (int(x) for x in out.split(","))
-        return used * 2**20, busy
+        return [(int(a) * 2**20, int(b)) for a, b in (line.split(",") for line in out.strip().splitlines())]
     except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
+        return []
 
 
-def held_alone(lock: str) -> bool | None:
-    """Whether a server process holds the device alone now (a timing), None without the lock file
-    (one process). Asks for the lock shared without waiting and gives it back at once."""
+def is_ray(p: psutil.Process) -> bool:
     try:
-        with open(lock, "rb") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(f, fcntl.LOCK_UN)
-            return False
-    except OSError:
-        return None
+        line = " ".join(p.cmdline())
+    except (psutil.Error, OSError):
+        return False
+    return any(k in line for k in RAY_PROCESS)
 
 
-def connections_to(ports: list[int]) -> list[int]:
-    """Open TCP connections to each of these local ports now (Linux: /proc/net/tcp and tcp6)."""
-    wanted, counts = {p: i for i, p in enumerate(ports)}, [0] * len(ports)
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+def device_workers() -> list[psutil.Process]:
+    """The device worker processes on this machine: the app's child workers and Ray's DeviceActor processes."""
+    found = []
+    for p in psutil.process_iter():
         try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
+            line = " ".join(p.cmdline())
+        except (psutil.Error, OSError):
             continue
-        for line in lines:
-            fields = line.split()
-            port, state = int(fields[1].rsplit(":", 1)[1], 16), fields[3]
-            if state == "01" and port in wanted:  # ESTABLISHED, on the worker's side
-                counts[wanted[port]] += 1
-    return counts
-
-
-def worker_ports(log: Path) -> list[int]:
-    """The worker ports `serve.py --workers K` announced last in its log ([] for one process)."""
-    found = re.findall(r"serve\.py: \d+ workers \(ports ([\d, ]+)\)", log.read_text(errors="replace"))
-    return [int(p) for p in found[-1].split(", ")] if found else []
+        if "attnlab.service.child" in line or "ray::DeviceActor" in line:
+            found.append(p)
+    return found
 
 
 class Watch:
-    """While a class runs: peaks of the server's resident memory and the GPU's memory, the GPU's
-    mean utilisation (nvidia-smi, every `every` s), how often a timing held the device alone
-    (the lock file of `serve.py --workers`, every 0.05 s), and the most connections each worker
-    held at once (its learners' websockets: how evenly the front spread the class)."""
+    """While a class runs: the server's CPU seconds and resident memory (peak), each GPU's memory (peak)
+    and utilisation (mean)."""
 
-    def __init__(self, pid: int, lock: str, every: float = 0.5, ports: list[int] | None = None):
-        self.pid, self.lock, self.every, self.ports = pid, lock, every, ports or []
-        self.per_worker_peak = [0] * len(self.ports)
-        self.rss_peak, self.gpu_peak, self.gpu_busy = 0, None, []
-        self.alone = [0, 0]  # samples held alone, samples
+    def __init__(self, roots: list[int], every: float = 0.5):
+        self.roots, self.every = roots, every
+        self.rss_peak, self.gpu_peak, self.gpu_busy = 0, [], []
+        self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True),
-                         threading.Thread(target=self._locks, daemon=True)]
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def processes(self) -> list[psutil.Process]:
+        found = {}
+        for pid in self.roots:
+            try:
+                p = psutil.Process(pid)
+                for q in [p, *p.children(recursive=True)]:
+                    found[q.pid] = q
+            except psutil.Error:
+                pass
+        for p in psutil.process_iter():
+            if p.pid not in found and is_ray(p):
+                found[p.pid] = p
+        return list(found.values())
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the server's processes, those that ended meanwhile included (as last seen)."""
+        for p in self.processes():
+            try:
+                t = p.cpu_times()
+                self._cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return sum(self._cpu.values())
 
     def __enter__(self) -> Watch:
-        for t in self._threads:
-            t.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        for t in self._threads:
-            t.join()
-
-    @property
-    def alone_share(self) -> float | None:
-        return self.alone[0] / self.alone[1] if self.alone[1] else None
+        self._thread.join()
 
     def _loop(self) -> None:
         while True:
-            self.rss_peak = max(self.rss_peak, rss_bytes(tree(self.pid)))
-            if self.ports:
-                self.per_worker_peak = list(map(max, self.per_worker_peak, connections_to(self.ports)))
-            g = gpu_now()
-            if g is not None:
-                self.gpu_peak = max(self.gpu_peak or 0, g[0])
-                self.gpu_busy.append(g[1])
+            rss = 0
+            for p in self.processes():
+                try:
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.rss_peak = max(self.rss_peak, rss)
+            g = gpus_now()
+            if g:
+                self.gpu_peak = [max(a, b[0]) for a, b in zip(self.gpu_peak or [0] * len(g), g, strict=True)]
+                self.gpu_busy.append([b for _, b in g])
+            self.cpu_s()
             if self._stop.wait(self.every):
                 return
 
-    def _locks(self) -> None:
-        while not self._stop.wait(0.05):
-            alone = held_alone(self.lock)
-            if alone is not None:
-                self.alone[0] += alone
-                self.alone[1] += 1
+
+class RayHead:
+    """`ray start --head` on free ports, with `gpus` GPUs (real ones where the machine has them, else fake
+    ones: each device worker then runs JAX on the CPU); its workers run with `env`."""
+
+    def __init__(self, gpus: int, env: dict[str, str], fake: bool):
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = env
+        ray = str(Path(sys.executable).with_name("ray"))
+        cmd = [ray if Path(ray).exists() else "ray", "start", "--head", f"--port={self.port}", f"--num-gpus={gpus}",
+               "--include-dashboard=false", "--disable-usage-stats"]
+        if fake:
+            cmd.append(f"--num-cpus={max(2, os.cpu_count() or 2)}")
+        self.cmd = cmd
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            raise RuntimeError(f"ray start failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+
+    def stop(self) -> None:
+        subprocess.run([self.cmd[0], "stop", "--force"], env=self.env, capture_output=True, timeout=120)
 
 
 class Server:
-    """`python serve.py [--workers K]` on a free port, with a fresh results store."""
+    """K UI processes (`python serve.py`) and the device: the embedded child (K = 1) or W workers on Ray."""
 
-    def __init__(self, workers: int, compile_cache: Path, log: Path, label: str = "class"):
-        self.workers, self.port = workers, free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    def __init__(self, ui: int, device: str, device_workers: int, compile_cache: Path, log: Path,
+                 label: str = "class"):
+        if device == "child" and ui != 1:
+            raise ValueError("the embedded child worker belongs to one UI process: use --device ray with --serve K > 1")
+        self.ui, self.device, self.device_workers = ui, device, device_workers
         self.home = Path(tempfile.mkdtemp(prefix="attnlab-home-"))
-        env = dict(os.environ, HOME=str(self.home), ATTNLAB_WARM="1", ATTNLAB_RESULTS_DIR=str(self.home / "results"),
+        self._log = open(log, "ab")
+        gpus = len(gpus_now())
+        self.fake = gpus == 0
+        env = dict(os.environ, HOME=str(self.home), ATTNLAB_WARM="1", PYTHONPATH=python_path(),
                    STREAMLIT_GLOBAL_DEVELOPMENT_MODE="false",  # Streamlit outside site-packages (a carried wheel) assumes it
                    JAX_COMPILATION_CACHE_DIR=str(compile_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
         if env.get("ATTNLAB_SAMPLE_TO"):  # each class's samples in a folder of its own
             env["ATTNLAB_SAMPLE_TO"] = str(Path(env["ATTNLAB_SAMPLE_TO"]) / label)
-        cmd = [sys.executable, str(ROOT / "serve.py"), "--server.port", str(self.port), "--server.headless", "true"]
-        cmd += ["--workers", str(workers)] if workers > 1 else []
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.ray = None
+        if device == "ray":
+            if not self.fake and device_workers > gpus:
+                raise ValueError(f"{device_workers} device workers asked for, this machine has {gpus} GPUs")
+            import serve
 
-    def healthy(self, timeout: float = 180.0) -> float:
+            worker_env = {**env, "XLA_FLAGS": serve.server_xla_flags(env.get("XLA_FLAGS", ""))}
+            if self.fake:
+                worker_env["JAX_PLATFORMS"] = "cpu"
+            self.ray = RayHead(device_workers, worker_env, self.fake)
+            env.update(ATTNLAB_DEVICE="ray", ATTNLAB_RAY_ADDRESS=self.ray.address,
+                       ATTNLAB_DEVICE_WORKERS=str(device_workers))
+        else:
+            env["ATTNLAB_DEVICE"] = "child"
+        self.ports = [free_port() for _ in range(ui)]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.procs = [subprocess.Popen([sys.executable, str(ROOT / "serve.py"), "--server.port", str(p),
+                                        "--server.headless", "true"], cwd=ROOT, env=env, stdout=self._log,
+                                       stderr=subprocess.STDOUT, start_new_session=True) for p in self.ports]
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def healthy(self, timeout: float = 240.0) -> float:
         start = time.perf_counter()
-        while time.perf_counter() - start < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        return time.perf_counter() - start
-            except OSError:
-                pass
+        waiting = list(self.urls)
+        while waiting and time.perf_counter() - start < timeout:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"a UI process exited with {p.returncode}")
+            for url in list(waiting):
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            waiting.remove(url)
+                except OSError:
+                    pass
             time.sleep(0.2)
-        raise RuntimeError(f"no healthy server after {timeout:.0f} s")
+        if waiting:
+            raise RuntimeError(f"no healthy server after {timeout:.0f} s")
+        return time.perf_counter() - start
 
-    def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 240.0) -> float:
-        """Open the first page once on every worker (the app then warms itself), wait until idle."""
+    def warm(self, watch_roots: list[int], idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 300.0) -> float:
+        """Open the first page once on every UI process (the app then warms the device workers), wait until idle."""
         start = time.perf_counter()
 
         async def first_pages() -> None:
-            tabs = [await Tab.open(self.url) for _ in range(self.workers)]  # held open: one per worker
-            await asyncio.gather(*(t.visit("", "") for t in tabs))
+            tabs = [await Tab.open(url) for url in self.urls]
+            await asyncio.gather(*(t.visit("", "", 300) for t in tabs))
             for t in tabs:
                 await t.close()
 
         asyncio.run(first_pages())
-        quiet_since, last = None, cpu_s(tree(self.proc.pid))
+        w = Watch(watch_roots)
+        quiet_since, last = None, w.cpu_s()
         while time.perf_counter() - start < timeout:
             time.sleep(0.5)
-            now = cpu_s(tree(self.proc.pid))
+            now = w.cpu_s()
             busy, last = (now - last) / 0.5, now
             if busy < idle_cores:
                 quiet_since = quiet_since or time.perf_counter()
@@ -252,64 +264,107 @@ class Server:
                 quiet_since = None
         return time.perf_counter() - start
 
+    def worker_figures(self) -> list[dict]:
+        """Each device worker's own figures, asked through the service as a UI process would."""
+        code = ("import json, os; from attnlab import service; "
+                "print(json.dumps([dict(name=i.name, pid=i.pid, busy_share=i.busy_share, served=i.served, "
+                "kept_hits=i.kept_hits, device=i.device.device_kind) for i in service.workers()]))")
+        if self.device != "ray":
+            return []  # the child belongs to its UI process; its figures are not asked from outside
+        env = dict(os.environ, PYTHONPATH=python_path(), ATTNLAB_DEVICE="ray", ATTNLAB_RAY_ADDRESS=self.ray.address,
+                   ATTNLAB_DEVICE_WORKERS=str(self.device_workers), JAX_PLATFORMS="cpu")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        try:
+            import json
+
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return [{"error": out.stderr[-500:]}]
+
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
             try:
-                self.proc.wait(timeout=20)
+                p.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if self.ray is not None:
+            self.ray.stop()
         self._log.close()
         shutil.rmtree(self.home, ignore_errors=True)
 
 
 async def _learner(i: int, url: str, query: str, pages: list[tuple[str, str]], first: int, timeout: float,
-                   visits: list[dict[str, Any]]) -> None:
+                   visits: list[dict[str, Any]], lost: list[int]) -> None:
     try:
         tab = await Tab.open(url)
     except Exception as e:
         visits.append({"session": i, "page": "entry", "wall_s": 0.0, "ok": False, "exceptions": [],
-                       "error_boxes": [], "failure": f"no websocket: {type(e).__name__}: {e}"})
+                       "error_boxes": [], "warnings": [], "failure": f"no websocket: {type(e).__name__}: {e}",
+                       "start": time.monotonic(), "end": time.monotonic()})
+        lost.append(i)
         return
     try:
         for file, path in [("entry", "")] + pages[first:] + pages[:first]:
+            t0 = time.monotonic()
             seen = await tab.visit(path, query, timeout)
             visits.append({"session": i, "page": file, "wall_s": seen.wall_s, "ok": seen.ok,
-                           "exceptions": seen.exceptions, "error_boxes": seen.error_boxes, "failure": seen.failure})
+                           "exceptions": seen.exceptions, "error_boxes": seen.error_boxes, "warnings": seen.warnings,
+                           "failure": seen.failure, "start": t0, "end": time.monotonic()})
+            if seen.failure and "connection closed" in seen.failure:
+                lost.append(i)
+                return
     finally:
         await tab.close()
 
 
-async def _class(url: str, shapes, pages, firsts, timeout: float, deadline_s: float, visits) -> tuple[float, int]:
-    start = time.perf_counter()
-    tasks = [asyncio.create_task(_learner(i, url, urlencode(shape), pages, firsts[i], timeout, visits))
-             for i, shape in enumerate(shapes)]
+def _kill_one_worker(after_s: float, start: float, killed: list) -> None:
+    time.sleep(max(0.0, after_s - (time.monotonic() - start)))
+    workers = device_workers()
+    if workers:
+        victim = workers[0]
+        killed.append((time.monotonic(), victim.pid))
+        os.kill(victim.pid, signal.SIGKILL)
+
+
+async def _class(urls: list[str], shapes, pages, firsts, timeout: float, deadline_s: float, visits, lost,
+                 kill_after_s: float, killed: list) -> tuple[float, int, float]:
+    start = time.monotonic()
+    if kill_after_s:
+        threading.Thread(target=_kill_one_worker, args=(kill_after_s, start, killed), daemon=True).start()
+    tasks = [asyncio.create_task(_learner(i, urls[i % len(urls)], urlencode(shape), pages, firsts[i], timeout, visits,
+                                          lost)) for i, shape in enumerate(shapes)]
     limit = deadline_s or (len(pages) + 1) * timeout + 60
     done, pending = await asyncio.wait(tasks, timeout=limit)
     for t in pending:
         t.cancel()
-    return time.perf_counter() - start, len(pending)
+    return time.monotonic() - start, len(pending), start
 
 
-def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadline_s: float, variant: int,
-               compile_cache: Path, log: Path, session_shapes, page_paths, percentile) -> dict[str, Any]:
-    """One class of `n` learners on a fresh server of `workers` processes; figures as capacity.run_one's."""
+def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s: float, variant: int,
+               compile_cache: Path, log: Path, session_shapes, page_paths, percentile, *, device: str = "child",
+               device_workers: int = 1, kill_after_s: float = 0.0) -> dict[str, Any]:
+    """One class of `n` learners on a fresh server of `ui` UI processes; figures as capacity.run_one's."""
     rng = random.Random(seed + n)
     pages = list(page_paths().items())
     shapes = session_shapes(mode, n, rng, variant)
     firsts = [rng.randrange(len(pages)) for _ in range(n)]
-    server = Server(workers, compile_cache, log, label=f"{n}-{mode}-{workers}proc")
+    server = Server(ui, device, device_workers, compile_cache, log, label=f"{n}-{mode}-{ui}ui-{device_workers}dev")
+    visits: list[dict[str, Any]] = []
+    lost: list[int] = []
+    killed: list = []
     try:
         start_s = server.healthy()
-        warm_s = server.warm()
-        visits: list[dict[str, Any]] = []
-        pids = tree(server.proc.pid)
-        cpu0 = cpu_s(pids)
-        with Watch(server.proc.pid, os.path.join(tempfile.gettempdir(), f"attnlab-device-{server.port}.lock"),
-                   ports=worker_ports(log)) as watch:
-            elapsed, stuck = asyncio.run(_class(server.url, shapes, pages, firsts, timeout, deadline_s, visits))
-        cpu = cpu_s(tree(server.proc.pid)) - cpu0
+        warm_s = server.warm(server.pids)
+        with Watch(server.pids) as watch:
+            cpu0 = watch.cpu_s()
+            elapsed, stuck, class_start = asyncio.run(_class(server.urls, shapes, pages, firsts, timeout, deadline_s,
+                                                             visits, lost, kill_after_s, killed))
+            cpu = watch.cpu_s() - cpu0
+        workers = server.worker_figures()
     finally:
         server.stop()
     page_visits = [v for v in visits if v["page"] != "entry"]
@@ -322,25 +377,41 @@ def run_served(n: int, mode: str, workers: int, timeout: float, seed: int, deadl
         messages += [f"{tag} exception: {m}" for m in v["exceptions"]]
         messages += [f"{tag} error box: {m}" for m in v["error_boxes"]]
     messages += [f"{stuck} sessions still running after {elapsed:.0f} s"] if stuck else []
+    lost_pages = [v for v in visits if any("was lost" in w or "device worker" in w.lower() for w in v["warnings"])]
+    fault = None
+    if kill_after_s:
+        fault = {"killed_at_s": (killed[0][0] - class_start) if killed else None, "killed_pid": killed[0][1] if killed
+                 else None, "sessions_lost": len(set(lost)), "pages_that_said_lost": len(lost_pages)}
+        if killed:
+            t_kill = killed[0][0]
+            again = {}  # each learner's first page served whole after the kill
+            for v in sorted(page_visits, key=lambda v: v["end"]):
+                if v["ok"] and v["start"] >= t_kill and v not in lost_pages:
+                    again.setdefault(v["session"], v["end"] - t_kill)
+            fault["first_page_served_after_kill_s"] = min(again.values(), default=None)
+            fault["every_learner_served_again_within_s"] = max(again.values(), default=None)
+            fault["learners_served_again"] = len(again)
     per_page = {}
     for file, _ in pages:
         t = [v["wall_s"] for v in page_visits if v["page"] == file and v["ok"]]
         per_page[file] = {"served": len(t), "median_s": statistics.median(t) if t else None,
                           "worst_s": max(t) if t else None}
+    busy = [statistics.mean(col) for col in zip(*watch.gpu_busy, strict=True)] if watch.gpu_busy else []
     return {
-        "sessions": n, "mode": mode, "workers": workers, "seed": seed, "timeout_s": timeout, "press_buttons": False,
+        "sessions": n, "mode": mode, "ui_processes": ui, "device": device, "device_workers": device_workers,
+        "fake_gpus": server.fake and device == "ray", "seed": seed, "timeout_s": timeout, "press_buttons": False,
         "pages": [f for f, _ in pages], "pages_planned": n * len(pages), "pages_served": sum(v["ok"] for v in page_visits),
         "entry_runs_ok": len(entry), "entry_median_s": statistics.median(entry) if entry else None,
         "median_page_s": statistics.median(times) if times else None,
         "p95_page_s": percentile(times, 95), "worst_page_s": max(times) if times else None,
-        "longest_queue_wait_s": None, "queue_wait_source": "n/a (a real server: its queue is not read from outside)",
-        "gpu": {"backend": "gpu" if watch.gpu_peak is not None else "n/a", "peak_bytes_in_use": watch.gpu_peak,
-                "source": "nvidia-smi memory.used",
-                "mean_utilisation_pct": statistics.mean(watch.gpu_busy) if watch.gpu_busy else None},
-        "device_held_alone_share": watch.alone_share, "connections_per_worker_peak": watch.per_worker_peak,
+        "pages_per_s": len(times) / elapsed if elapsed else None,
+        "longest_queue_wait_s": None, "queue_wait_source": "n/a (a real server: read from the workers' figures)",
+        "gpu": {"backend": "gpu" if watch.gpu_peak else "n/a", "peak_bytes_in_use": max(watch.gpu_peak, default=None),
+                "per_gpu_peak_bytes": watch.gpu_peak, "source": "nvidia-smi memory.used and utilization.gpu",
+                "mean_utilisation_pct": statistics.mean(busy) if busy else None, "per_gpu_utilisation_pct": busy},
+        "workers": workers, "fault": fault,
         "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
-        "cpu_s": cpu, "max_runs": os.environ.get("ATTNLAB_MAX_RUNS", "0"),
-        "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
+        "cpu_s": cpu, "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
         "exceptions": sum(len(v["exceptions"]) for v in visits), "error_boxes": sum(len(v["error_boxes"]) for v in visits),
         "error_messages": messages, "per_page": per_page, "shapes": shapes,
         "first_pages": [pages[f][0] for f in firsts], "visits": visits, "profile": None,

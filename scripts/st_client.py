@@ -9,8 +9,8 @@ What a browser does, minus the drawing: one websocket to /_stcore/stream for the
 `rerun_script` BackMsg per page (the query string and the page's URL path, as the frontend sends
 them), then ForwardMsgs until the run's `script_finished`. A visit's time runs from the request to
 the end of the run as the server reports it, all elements received; what the page showed is read
-from the deltas: exceptions (st.exception or an uncaught error), error boxes (st.error), and how
-many elements arrived. scripts/capacity.py --serve uses it to put a class on a real server.
+from the deltas: exceptions (st.exception or an uncaught error), error boxes (st.error), warnings
+(st.warning), and how many elements arrived. scripts/capacity.py --serve uses it to put a class on a real server.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Seen:
     elements: int = 0
     exceptions: list[str] = dataclasses.field(default_factory=list)
     error_boxes: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
     failure: str | None = None
 
     @property
@@ -99,6 +100,8 @@ class Tab:
             seen.exceptions.append(f"{el.exception.type}: {el.exception.message}")
         elif which == "alert" and el.alert.format == Alert.ERROR:
             seen.error_boxes.append(el.alert.body)
+        elif which == "alert" and el.alert.format == Alert.WARNING:
+            seen.warnings.append(el.alert.body)
 
     async def close(self) -> None:
         await self.ws.close()

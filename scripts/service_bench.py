@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""The device service's own costs, for each way of running the worker: how long it takes to start and
+answer, and a request's round trip.
+
+    python scripts/service_bench.py                    # the child process and a local Ray cluster
+    python scripts/service_bench.py --kinds child --calls 200 --json out.json
+
+Each kind runs in a fresh Python process of its own (a cold start, as `make run` is):
+  start_s       from making the client to the worker's first answer (JAX imported, its device read)
+  first_run_s   the codelab's shape, naive attention checked against float64 (compiles included)
+  round trip    a request whose result the worker kept (nothing computed: the service's overhead alone),
+                median and 95th percentile over --calls requests, one at a time
+The embedded default is whichever starts faster here (README, issue "One process owns each GPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ONE = r"""
+import json, os, statistics, sys, time
+t0 = time.perf_counter()
+from attnlab.measure import runs
+from attnlab.service.request import Request
+from attnlab.shapes import AttentionShape
+kind, calls = sys.argv[1], int(sys.argv[2])
+imported = time.perf_counter() - t0
+t0 = time.perf_counter()
+if kind == "child":
+    from attnlab.service.child import ChildWorker
+    client = ChildWorker(env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
+else:
+    from attnlab.service.ray_workers import RayWorkers
+    client = RayWorkers("local", workers=1, fake_gpus=int(os.environ.get("FAKE_GPUS", "0")),
+                        worker_env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
+assert client.wait_ready(180)
+info = client.infos()[0]
+start = time.perf_counter() - t0
+t0 = time.perf_counter()
+request = Request.of(runs.run, AttentionShape(), ("naive",))
+assert client.call(request).value[0].ok
+first = time.perf_counter() - t0
+times = []
+for _ in range(calls):
+    t0 = time.perf_counter()
+    reply = client.call(request)
+    times.append(time.perf_counter() - t0)
+    assert reply.cached
+times.sort()
+print(json.dumps({"kind": kind, "device": info.device.device_kind, "backend": info.device.backend,
+                  "imports_s": imported, "start_s": start, "first_run_s": first,
+                  "round_trip_median_ms": statistics.median(times) * 1e3,
+                  "round_trip_p95_ms": times[max(0, int(0.95 * len(times)) - 1)] * 1e3, "calls": calls}))
+client.close()
+os._exit(0)
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kinds", nargs="+", default=["child", "ray"], choices=["child", "ray"])
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    rows = []
+    for kind in a.kinds:
+        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls)], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))})
+        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), None)
+        if line is None:
+            print(f"{kind}: failed (exit {p.returncode})\n{p.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows.append(json.loads(line))
+    print(f"{'kind':6} {'device':>10} {'imports':>8} {'start':>7} {'first run':>10} {'round trip median':>18} {'p95':>8}")
+    for r in rows:
+        print(f"{r['kind']:6} {r['backend']:>10} {r['imports_s']:7.2f}s {r['start_s']:6.2f}s {r['first_run_s']:9.2f}s "
+              f"{r['round_trip_median_ms']:15.2f} ms {r['round_trip_p95_ms']:5.2f} ms")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    return 0 if len(rows) == len(a.kinds) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
