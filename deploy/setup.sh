@@ -8,13 +8,15 @@
 #
 # DOMAIN: a DNS name you can point at the static IP (the certificate and IAP need one).
 # DOOR=campus: the Cloud Armor campus allowlist instead of IAP (set campus_cidrs in tfvars).
-# TAG: image tag (default v1). Re-running is safe: each step picks up where things are.
+# TAG: image tag (default v1). GPUS: device workers to start, one per GPU (default 1).
+# Re-running is safe: each step picks up where things are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 : "${DOMAIN:?set DOMAIN, the DNS name learners will open (e.g. attnlab.example.edu)}"
 TAG=${TAG:-v1}
 DOOR=${DOOR:-iap}
+GPUS=${GPUS:-1}
 TF=(terraform -chdir=deploy/terraform)
 step() { printf '\n== %s\n' "$*"; }
 
@@ -57,25 +59,35 @@ patches:
   - target: {kind: ManagedCertificate, name: attnlab-cert}
     patch: |-
       - {op: replace, path: /spec/domains, value: ["$DOMAIN"]}
-  - target: {kind: Deployment, name: attnlab}
+  - target: {kind: RayCluster, name: attnlab}
     patch: |-
-      - {op: replace, path: /spec/template/spec/nodeSelector/cloud.google.com~1gke-accelerator, value: "$ACCELERATOR"}
+      - {op: replace, path: /spec/workerGroupSpecs/0/template/spec/nodeSelector/cloud.google.com~1gke-accelerator, value: "$ACCELERATOR"}
+      - {op: replace, path: /spec/workerGroupSpecs/0/replicas, value: $GPUS}
 YAML
 
-step "4/5 One GPU node, then the app (the pod refuses to start unless JAX sees the GPU)"
+step "4/5 $GPUS GPU node(s), the device workers, then the UI (a worker refuses to start unless JAX sees the GPU)"
 gcloud container clusters get-credentials "$CLUSTER" --location="$ZONE" --project="$PROJECT"
-gcloud container clusters resize "$CLUSTER" --node-pool=gpu-pool --num-nodes=1 \
+gcloud container clusters resize "$CLUSTER" --node-pool=gpu-pool --num-nodes="$GPUS" \
   --location="$ZONE" --project="$PROJECT" --quiet
+kubectl apply -f deploy/k8s/namespace.yaml
+# one secret for every UI replica's Streamlit cookies (made once; kept across re-runs)
+kubectl -n attnlab get secret attnlab-cookie >/dev/null 2>&1 ||
+  kubectl -n attnlab create secret generic attnlab-cookie --from-literal=cookieSecret="$(openssl rand -hex 32)"
 kubectl apply -k deploy/k8s-local
-kubectl -n attnlab rollout status deployment/attnlab --timeout=30m || {
+kubectl -n attnlab wait raycluster/attnlab --for=jsonpath='{.status.state}'=ready --timeout=30m || {
+  kubectl -n attnlab logs -l ray.io/group=gpu -c gpu-check --tail=30 || true
+  exit 1
+}
+kubectl -n attnlab rollout status deployment/attnlab --timeout=15m || {
   kubectl -n attnlab logs deployment/attnlab --tail=30 || true
   exit 1
 }
-kubectl -n attnlab exec deployment/attnlab -- nvidia-smi --query-gpu=name,driver_version --format=csv
+kubectl -n attnlab exec "$(kubectl -n attnlab get pod -l ray.io/group=gpu -o name | head -1)" -c ray-worker -- \
+  nvidia-smi --query-gpu=name,driver_version --format=csv
 
 step "5/5 The door"
 echo "Point a DNS A record for $DOMAIN at $IP (if you have not yet)."
 echo "The certificate turns Active up to an hour after that:"
 echo "  kubectl -n attnlab get managedcertificate attnlab-cert"
 echo "Then open https://$DOMAIN/ (learners sign in with a Google account of the class group)."
-echo "After class: scale to zero (deploy/README.md, 'Class day'); to remove everything: bash deploy/teardown.sh"
+echo "After class: scale the GPUs to zero (deploy/README.md, 'Class day'); to remove everything: bash deploy/teardown.sh"

@@ -1,6 +1,7 @@
 """The container's entry: check the GPU, then become the server (exec, so signals reach it).
 
-    python3 scripts/entrypoint.py streamlit run app.py --server.port=8501 --server.address=0.0.0.0
+    python3 scripts/entrypoint.py python3 serve.py --server.port=8501 --server.address=0.0.0.0
+    python3 scripts/entrypoint.py --check      # the gate alone (a device worker pod's init container)
 
 With ATTNLAB_REQUIRE_GPU=1 (set by the GPU image and the GKE deployment) it refuses to start,
 with one log line that says why, when JAX's backend is not the GPU: JAX quietly falls back to the
@@ -23,7 +24,8 @@ def log(message: str) -> None:
 
 
 def gpu_problem() -> str | None:
-    """None when JAX computes on a GPU, else a sentence saying what JAX found instead."""
+    """None when JAX computes on a GPU, cuDNN's fused attention runs there and TransformerEngine (where
+    installed) imports; else a sentence saying what was found instead."""
     try:
         import jax
         import jax.numpy as jnp
@@ -31,7 +33,7 @@ def gpu_problem() -> str | None:
         backend = jax.default_backend()
         if backend == "gpu":
             jnp.ones(8).sum().block_until_ready()  # the driver loads and a kernel runs
-            return None
+            return cudnn_problem() or te_problem()
         found = f"JAX's backend is {backend!r} ({', '.join(str(d) for d in jax.devices())})"
     except Exception as err:  # e.g. JAX_PLATFORMS=cuda and no driver: backend init raises
         found = f"JAX could not start a GPU backend ({type(err).__name__}: {err or 'no message'})"
@@ -43,14 +45,45 @@ def gpu_problem() -> str | None:
     )
 
 
+def cudnn_problem() -> str | None:
+    """One tiny cuDNN attention call: a GPU whose cuDNN cannot load passes a plain kernel, not this."""
+    import jax
+    import jax.numpy as jnp
+
+    try:
+        x = jnp.ones((1, 8, 1, 64), jnp.bfloat16)
+        jax.nn.dot_product_attention(x, x, x, implementation="cudnn").block_until_ready()
+    except Exception as err:
+        return (f"JAX runs on the GPU but cuDNN's fused attention does not ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else 'no message'}); LD_LIBRARY_PATH="
+                f"{os.environ.get('LD_LIBRARY_PATH', '')!r}")
+    return None
+
+
+def te_problem() -> str | None:
+    """Where TransformerEngine is installed, its JAX module must import (else a sentence); None otherwise."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformer_engine") is None:
+        return None
+    try:
+        import transformer_engine.jax  # noqa: F401
+    except Exception as err:
+        return f"TransformerEngine is installed but transformer_engine.jax does not import ({type(err).__name__}: {err})"
+    return None
+
+
 def main(argv: list[str]) -> int:
+    check_only = argv[:1] == ["--check"]
     command = argv or DEFAULT_COMMAND
-    if os.environ.get("ATTNLAB_REQUIRE_GPU", "").strip().lower() in {"1", "true", "yes"}:
+    if check_only or os.environ.get("ATTNLAB_REQUIRE_GPU", "").strip().lower() in {"1", "true", "yes"}:
         problem = gpu_problem()
         if problem:
             log(f"refusing to start: ATTNLAB_REQUIRE_GPU=1 but {problem}")
             return EXIT_NO_GPU
-        log("GPU check passed: JAX's backend is 'gpu'")
+        log("GPU check passed: JAX's backend is 'gpu', a cuDNN attention call ran")
+    if check_only:
+        return 0
     sys.stdout.flush()
     os.execvp(command[0], command)  # does not return
 

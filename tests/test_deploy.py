@@ -46,8 +46,9 @@ OLDEST_K8S = "1.32.0"
 PLACEHOLDER_IMAGE = "REGION-docker.pkg.dev/PROJECT/attnlab/attnlab"
 TERRAFORM = DEPLOY / "terraform"
 ENTRYPOINT = REPO / "scripts" / "entrypoint.py"
-# GKE's own CRDs (BackendConfig, FrontendConfig, ManagedCertificate): no bundled schema.
-GKE_API_GROUPS = ("cloud.google.com/", "networking.gke.io/")
+# GKE's own CRDs (BackendConfig, FrontendConfig, ManagedCertificate) and KubeRay's RayCluster: no bundled
+# schema; checked structurally below (a RayCluster's pod templates are validated as Pods).
+GKE_API_GROUPS = ("cloud.google.com/", "networking.gke.io/", "ray.io/")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,9 +88,21 @@ def _without_file(doc: dict) -> dict:
 
 
 def _container() -> dict:
+    """The UI pod's container (the Deployment)."""
     containers = _one("Deployment")["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
     return containers[0]
+
+
+def _gpu_group() -> dict:
+    (group,) = _one("RayCluster")["spec"]["workerGroupSpecs"]
+    return group
+
+
+def _worker() -> dict:
+    """The device worker's container (the RayCluster's GPU worker group)."""
+    (container,) = _gpu_group()["template"]["spec"]["containers"]
+    return container
 
 
 def _container_port(container: dict, port: int | str) -> int:
@@ -209,41 +222,99 @@ def test_namespace_enforces_the_restricted_pod_security_standard():
 
 
 # ---------------------------------------------------------------------------------------------
-# the Deployment
+# the UI Deployment (CPU pods) and the RayCluster (a CPU head, one device worker per GPU)
 
 
-def test_deployment_requests_one_gpu_on_an_accelerator_node():
+def test_ui_pods_ask_for_no_gpu_and_reach_the_device_workers_on_ray():
     deployment = _one("Deployment")
     pod = deployment["spec"]["template"]["spec"]
-    limits = _container()["resources"]["limits"]
-    assert int(limits["nvidia.com/gpu"]) == 1
-    requests = _container()["resources"].get("requests", {})
-    assert int(requests.get("nvidia.com/gpu", 1)) == 1  # if given, must equal the limit
-    assert deployment["spec"]["replicas"] == 1
-    accelerator = pod["nodeSelector"]["cloud.google.com/gke-accelerator"]
-    assert accelerator == "nvidia-l4"
+    assert "nvidia.com/gpu" not in str(_container()["resources"]) and "tolerations" not in pod
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-nodepool": "ui-pool"}
+    assert deployment["spec"]["replicas"] >= 2  # several UI processes: a class's page scripts on several cores
+    env = _env(_container())
+    assert env["ATTNLAB_DEVICE"] == "ray" and env["JAX_PLATFORMS"] == "cpu" and env["ATTNLAB_REQUIRE_GPU"] == "0"
+    assert env["ATTNLAB_RAY_ADDRESS"] == f"ray://{_one('RayCluster')['metadata']['name']}-head-svc:10001"
+    head_ports = {p["containerPort"] for p in _one("RayCluster")["spec"]["headGroupSpec"]["template"]["spec"][
+        "containers"][0]["ports"]}
+    assert 10001 in head_ports  # the Ray client server the UI pods connect to
+
+
+def test_every_ui_replica_signs_streamlits_cookies_with_one_shared_secret():
+    (secret,) = [e for e in _container()["env"] if e["name"] == "STREAMLIT_SERVER_COOKIE_SECRET"]
+    ref = secret["valueFrom"]["secretKeyRef"]
+    setup = (DEPLOY / "setup.sh").read_text()
+    assert f"create secret generic {ref['name']} --from-literal={ref['key']}=" in setup
+    assert setup.index(f"create secret generic {ref['name']}") < setup.index("kubectl apply -k")
+
+
+def test_one_device_worker_per_gpu_on_an_accelerator_node():
+    group = _gpu_group()
+    pod = group["template"]["spec"]
+    assert int(_worker()["resources"]["limits"]["nvidia.com/gpu"]) == 1
+    assert group["rayStartParams"]["num-gpus"] == "1" and group["replicas"] >= 1 and group["minReplicas"] == 0
+    assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-l4"
     assert any(t["key"] == "nvidia.com/gpu" and t.get("effect") == "NoSchedule" for t in pod["tolerations"])
+    head = _one("RayCluster")["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"  # the head runs no device worker
+    assert "nvidia.com/gpu" not in str(head)
+    assert _one("RayCluster")["spec"]["rayVersion"] == _lock_version("ray")
 
 
-def test_deployment_replaces_its_pod_instead_of_waiting_for_a_second_gpu():
-    assert _one("Deployment")["spec"]["strategy"]["type"] == "Recreate"
+def _lock_version(name: str) -> str:
+    (line,) = [ln for ln in (REPO / "requirements.lock").read_text().splitlines() if ln.startswith(f"{name}==")]
+    return line.split("==")[1]
 
 
-def test_deployment_sets_memory_and_cpu_that_fit_a_g2_standard_8():
-    resources = _container()["resources"]
-    assert resources["requests"]["cpu"] and resources["requests"]["memory"]
-    assert resources["limits"]["memory"]
+def test_every_pod_the_manifests_make_validates_as_a_pod():
+    # KubeRay's CRD has no bundled schema: its pod templates are checked as Pods
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    rc = _one("RayCluster")["spec"]
+    for template in [rc["headGroupSpec"]["template"]] + [g["template"] for g in rc["workerGroupSpecs"]]:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": template["spec"]}
+        kv.validate(pod, kv.latest_version(), strict=True)
 
-    def gib(q: str) -> float:
-        units = {"Gi": 1, "Mi": 1 / 1024, "G": 1e9 / 2**30, "M": 1e6 / 2**30}
-        for suffix, factor in units.items():
-            if q.endswith(suffix):
-                return float(q[: -len(suffix)]) * factor
-        return float(q) / 2**30
 
-    # g2-standard-8: 8 vCPU and 32 GB, of which about 7 vCPU / 27 GB are allocatable to pods.
-    assert float(resources["requests"]["cpu"]) <= 6
-    assert gib(resources["requests"]["memory"]) <= gib(resources["limits"]["memory"]) <= 26
+def test_every_pod_meets_the_restricted_standard_as_user_10001():
+    rc = _one("RayCluster")["spec"]
+    pods = [_one("Deployment")["spec"]["template"]["spec"], rc["headGroupSpec"]["template"]["spec"],
+            *[g["template"]["spec"] for g in rc["workerGroupSpecs"]]]
+    for pod in pods:
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == APP_UID
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in pod["containers"] + pod.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+            assert sc["readOnlyRootFilesystem"] is True
+            mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            assert "/tmp" in mounts, c["name"]
+
+
+def test_the_device_worker_checks_the_gpu_before_ray_starts():
+    pod = _gpu_group()["template"]["spec"]
+    (gate,) = pod["initContainers"]
+    assert gate["command"] == ["python3", "scripts/entrypoint.py", "--check"]
+    assert int(gate["resources"]["limits"]["nvidia.com/gpu"]) == 1 and gate["image"] == _worker()["image"]
+    env = _env(_worker())
+    assert env["ATTNLAB_REQUIRE_GPU"] == "1" == _dockerfile_env()["ATTNLAB_REQUIRE_GPU"]
+    # GKE mounts the driver's libraries at /usr/local/nvidia/lib64 (as NVIDIA's codelab sets); the image's own
+    # CUDA folder stays on the path
+    assert env["LD_LIBRARY_PATH"].split(":")[:2] == ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
+    assert "/usr/local/cuda/lib64" in env["LD_LIBRARY_PATH"]
+    assert "command" not in _worker() and "args" not in _worker(), "KubeRay's generated ray start"
+
+
+def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_the_workers_volume():
+    env = _env(_worker())
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert 0 < float(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) <= 0.95
+    assert float(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) <= 1
+    mounts = {m["mountPath"]: m["name"] for m in _worker()["volumeMounts"]}
+    volumes = {v["name"]: v for v in _gpu_group()["template"]["spec"]["volumes"]}
+    cache = volumes[mounts["/cache"]]["emptyDir"]
+    assert env["JAX_COMPILATION_CACHE_DIR"].startswith("/cache/") and env["CUDA_CACHE_PATH"].startswith("/cache/")
+    cap = int(env["JAX_COMPILATION_CACHE_MAX_SIZE"])
+    assert cap == int(_dockerfile_env()["JAX_COMPILATION_CACHE_MAX_SIZE"])
+    assert cache["sizeLimit"].endswith("Gi") and 0 < cap < int(cache["sizeLimit"][:-2]) * 2**30
 
 
 @pytest.mark.parametrize("probe", ["startupProbe", "readinessProbe", "livenessProbe"])
@@ -259,51 +330,27 @@ def test_startup_probe_allows_minutes_for_a_cold_start():
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
 
 
-def test_pod_runs_as_non_root_without_privilege_escalation():
-    pod = _one("Deployment")["spec"]["template"]["spec"]
-    container = _container()
-    assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] == APP_UID
-    assert pod["securityContext"]["fsGroup"] == APP_UID  # makes the cache volume writable
-    assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+def test_pods_fit_their_nodes():
+    def gib(q: str) -> float:
+        units = {"Gi": 1, "Mi": 1 / 1024, "G": 1e9 / 2**30, "M": 1e6 / 2**30}
+        for suffix, factor in units.items():
+            if q.endswith(suffix):
+                return float(q[: -len(suffix)]) * factor
+        return float(q) / 2**30
+
+    # a UI pod on e2-standard-8 (8 vCPU, 32 GB: about 7 vCPU / 27 GB allocatable, three replicas a node);
+    # a device worker on g2-standard-8 (the same allocatable, one GPU)
+    for container, cpus, mem in ((_container(), 2.5, 9), (_worker(), 6, 26)):
+        r = container["resources"]
+        assert float(r["requests"]["cpu"]) <= cpus
+        assert gib(r["requests"]["memory"]) <= gib(r["limits"]["memory"]) <= mem
 
 
-def test_root_filesystem_is_read_only_with_scratch_and_the_volume_writable():
-    # what tests/test_read_only_root.py serves every page under: only /tmp and /cache writable
-    container = _container()
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in _one("Deployment")["spec"]["template"]["spec"]["volumes"]}
-    assert "emptyDir" in volumes[mounts["/tmp"]] and "persistentVolumeClaim" in volumes[mounts["/cache"]]
-    assert _env(container)["CUDA_CACHE_PATH"].startswith("/cache/")
-
-
-def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_a_volume():
-    container = _container()
-    env = _env(container)
-    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    assert 0 < float(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) <= 0.95
-    cache_dir = env["JAX_COMPILATION_CACHE_DIR"]
-    assert float(env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]) <= 1
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in _one("Deployment")["spec"]["template"]["spec"]["volumes"]}
-    (name,) = [n for n, path in mounts.items() if cache_dir.startswith(path.rstrip("/") + "/")]
-    claim = volumes[name]["persistentVolumeClaim"]["claimName"]
-    assert _one("PersistentVolumeClaim")["metadata"]["name"] == claim
-
-
-def test_learners_results_are_kept_on_the_cache_volume_across_restarts():
-    env = _env(_container())
-    assert env["ATTNLAB_RESULTS_DIR"] == _dockerfile_env()["ATTNLAB_RESULTS_DIR"] == "/cache/results"
-    mounts = [m["mountPath"] for m in _container()["volumeMounts"]]
-    assert any(env["ATTNLAB_RESULTS_DIR"].startswith(m.rstrip("/") + "/") for m in mounts)
-    assert "/cache/results" in (REPO / "deploy" / "Dockerfile").read_text().split("mkdir -p", 1)[1].split("\n")[0]
-
-
-def test_the_pod_serves_with_several_processes_and_the_image_too():
-    assert _env(_container())["ATTNLAB_WORKERS"] == _dockerfile_env()["ATTNLAB_WORKERS"] == "auto"
+def test_the_old_coordination_settings_are_gone():
+    text = " ".join(p.read_text() for p in [*K8S.glob("*.yaml"), DOCKERFILE])
+    for gone in ("ATTNLAB_WORKERS", "ATTNLAB_MAX_RUNS", "ATTNLAB_RESULTS_DIR", "ATTNLAB_DEVICE_LOCK",
+                 "PersistentVolumeClaim"):
+        assert gone not in text, gone
 
 
 def test_deployment_image_is_a_placeholder_that_kustomize_overrides():
@@ -416,7 +463,13 @@ def test_kustomize_renders_offline_with_the_instructors_image(tmp_path):
         if doc["kind"] == "Deployment":
             assert doc["spec"]["template"]["spec"]["containers"][0]["image"] == f"{mine}:v7"
             # common labels must not change the selector (that would orphan old pods)
-            assert doc["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "attnlab"}
+            assert doc["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "attnlab",
+                                                              "app.kubernetes.io/component": "ui"}
+        if doc["kind"] == "RayCluster":  # kustomize sets the image in a custom resource's pod templates too
+            spec = doc["spec"]
+            pods = [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+            images = {c["image"] for p in pods for c in p["containers"] + p.get("initContainers", [])}
+            assert images == {f"{mine}:v7"}
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
     for doc in rendered:
         if not doc["apiVersion"].startswith(GKE_API_GROUPS):
@@ -465,14 +518,16 @@ def test_dockerfile_healthcheck_polls_the_streamlit_health_endpoint():
     assert f"http://localhost:8501{HEALTH_PATH}" in check
 
 
-def test_dockerfile_environment_matches_the_deployment():
+def test_dockerfile_environment_matches_the_device_workers():
     docker_env = _dockerfile_env()
     assert docker_env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert docker_env["JAX_COMPILATION_CACHE_DIR"] == "/cache/jax"
     assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" in docker_env
-    for key, value in _env(_container()).items():
-        if key in docker_env:
+    for key, value in _env(_worker()).items():
+        if key in docker_env and key != "LD_LIBRARY_PATH":  # the image appends the base image's own path
             assert docker_env[key] == value, key
+    assert docker_env["LD_LIBRARY_PATH"].startswith("/usr/local/nvidia/lib64:/usr/local/nvidia/lib")
+    assert docker_env["LD_LIBRARY_PATH"].endswith("${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}")  # appended, not replaced
 
 
 def test_dockerfile_serves_streamlit_on_all_interfaces_port_8501():
@@ -650,23 +705,6 @@ def test_entrypoint_stays_outside_the_core_package_and_in_the_image():
     assert "scripts" not in ignored
 
 
-def test_gpu_deployment_requires_the_gpu_and_finds_the_driver():
-    env = _env(_container())
-    docker_env = _dockerfile_env()
-    assert env["ATTNLAB_REQUIRE_GPU"] == "1" == docker_env["ATTNLAB_REQUIRE_GPU"]
-    # GKE mounts the driver's libraries at /usr/local/nvidia/lib64 (as NVIDIA's codelab sets)
-    assert env["LD_LIBRARY_PATH"].split(":")[0] == "/usr/local/nvidia/lib64"
-    assert "command" not in _container() and "args" not in _container(), "keep the image's entrypoint"
-
-
-def test_compile_cache_is_capped_below_its_disk():
-    cap = int(_env(_container())["JAX_COMPILATION_CACHE_MAX_SIZE"])
-    assert cap == int(_dockerfile_env()["JAX_COMPILATION_CACHE_MAX_SIZE"])
-    disk = _one("PersistentVolumeClaim")["spec"]["resources"]["requests"]["storage"]
-    assert disk.endswith("Gi")
-    assert 0 < cap < int(disk[:-2]) * 2**30
-
-
 # ---------------------------------------------------------------------------------------------
 # the image's build-time sanity check and pins
 
@@ -835,13 +873,13 @@ def test_terraform_gpu_choices_match_the_guide_and_the_deployment():
     gpus = locals_block["gpus"]
     assert set(gpus) == {"l4", "h100", "h200"}
     readme = (DEPLOY / "README.md").read_text()
-    deployment_text = (K8S / "deployment.yaml").read_text()
+    workers_text = (K8S / "raycluster.yaml").read_text()
     for gpu in gpus.values():
-        assert _tf_value(gpu["accelerator"]) in readme and _tf_value(gpu["accelerator"]) in deployment_text
+        assert _tf_value(gpu["accelerator"]) in readme and _tf_value(gpu["accelerator"]) in workers_text
         assert _tf_value(gpu["machine_type"]) in readme
     default = next(v for block in _tf_blocks("variable") for k, v in block.items() if _tf_value(k) == "gpu")
     assert _tf_value(default["default"]) == "l4"
-    assert _one("Deployment")["spec"]["template"]["spec"]["nodeSelector"][
+    assert _gpu_group()["template"]["spec"]["nodeSelector"][
         "cloud.google.com/gke-accelerator"
     ] == _tf_value(gpus["l4"]["accelerator"])
 
@@ -936,7 +974,7 @@ def test_setup_script_parses_and_builds_the_image_before_any_gpu_node():
     text = (DEPLOY / "setup.sh").read_text()
     out = subprocess.run(["bash", "-n", str(DEPLOY / "setup.sh")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert text.index("gcloud builds submit") < text.index("--node-pool=gpu-pool --num-nodes=1")
+    assert text.index("gcloud builds submit") < text.index('--node-pool=gpu-pool --num-nodes="$GPUS"')
     assert "--gcs-source-staging-dir" in text  # into the Terraform bucket that teardown removes
 
 

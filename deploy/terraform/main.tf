@@ -249,6 +249,13 @@ resource "google_container_cluster" "attnlab" {
     }
   }
 
+  # GKE's managed Ray Operator (KubeRay): runs deploy/k8s/raycluster.yaml, the device workers, one per GPU.
+  addons_config {
+    ray_operator_config {
+      enabled = true
+    }
+  }
+
   enable_shielded_nodes = true
   deletion_protection   = false
 
@@ -271,6 +278,35 @@ resource "google_container_node_pool" "system" {
     machine_type    = "e2-standard-2"
     disk_size_gb    = 50
     disk_type       = "pd-balanced"
+    service_account = google_service_account.nodes.email
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+    workload_metadata_config {
+      mode = "GKE_METADATA"
+    }
+    shielded_instance_config {
+      enable_secure_boot          = true
+      enable_integrity_monitoring = true
+    }
+  }
+}
+
+# The UI pods (Streamlit, JAX on the CPU) and the Ray head: CPU nodes, a replica per 20 learners or so.
+resource "google_container_node_pool" "ui" {
+  name       = "ui-pool"
+  cluster    = google_container_cluster.attnlab.id
+  location   = var.zone
+  node_count = var.ui_nodes
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  node_config {
+    machine_type    = "e2-standard-8"
+    disk_size_gb    = 100 # the image is several GB
+    disk_type       = "pd-balanced"
+    labels          = { "attnlab/role" = "ui" }
     service_account = google_service_account.nodes.email
     oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
     workload_metadata_config {

@@ -71,3 +71,9 @@ variable "monthly_budget_usd" {
   type        = number
   default     = 100
 }
+
+variable "ui_nodes" {
+  description = "CPU nodes (e2-standard-8) for the UI pods and the Ray head: one serves about three UI replicas, 60 learners"
+  type        = number
+  default     = 1
+}
