@@ -67,9 +67,10 @@ class RayWorkers:
         if not ray.is_initialized():
             if address == "local":
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
                 ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
                          logging_level="warning", num_gpus=fake_gpus or None,
-                         runtime_env={"env_vars": {"PYTHONPATH": root, **(worker_env or {})}})
+                         runtime_env={"env_vars": {"PYTHONPATH": path, **(worker_env or {})}})
             else:
                 ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
         self.wanted, self.threads = workers, threads
