@@ -15,9 +15,11 @@ and what it means. A process reads them on first use; `override(**fields)` chang
                               1 on a cluster without GPUs)
     ATTNLAB_FAKE_GPUS         with ATTNLAB_RAY_ADDRESS=local: GPUs the local cluster claims to have (CPU tests
                               of two and four workers; each worker then runs JAX on the CPU)
-    ATTNLAB_WORKER_THREADS    requests one device worker serves at once (their compiles run side by side;
-                              device work is one request at a time regardless); default 16
-    ATTNLAB_COMPILE_THREADS   programs one run compiles at once; default the CPUs here, at most 4
+    ATTNLAB_WORKER_THREADS    requests one device worker serves at once (most of them wait: for a result
+                              another request is computing, for the device, for a compile; compiles and
+                              device work have bounds of their own); default 64, so that an answer the
+                              worker keeps never queues behind a class's compiles
+    ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free
                               memory and half of the host's available memory when it started)
     ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
@@ -57,7 +59,7 @@ class Settings:
     ray_address: str = "auto"
     device_workers: int | None = None
     fake_gpus: int = 0
-    worker_threads: int = 16
+    worker_threads: int = 64
     compile_threads: int | None = None
     memory_limit_gib: float | None = None
     warm: bool = True
@@ -93,7 +95,7 @@ class Settings:
             ray_address=env.get("ATTNLAB_RAY_ADDRESS", "").strip() or "auto",
             device_workers=_whole(env, "ATTNLAB_DEVICE_WORKERS", None),
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
-            worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 16) or 16,
+            worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),

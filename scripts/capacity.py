@@ -619,6 +619,9 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                                                 device=args.device, device_workers=w, kill_after_s=args.kill_after)
                     variant += mode == "own"
                     results.append(r)
+                    if args.json:  # after every class: a run stopped by its time limit keeps what it measured
+                        args.json.parent.mkdir(parents=True, exist_ok=True)
+                        args.json.write_text(json.dumps(results, indent=1, default=str))
                     if not args.quiet:
                         print(f"[{served_label(r)}, started in {r['start_s']:.1f} s, warm and idle after "
                               f"{r['warm_s']:.0f} s, server CPU {r['cpu_s'] / r['elapsed_s']:.1f} cores"

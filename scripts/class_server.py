@@ -99,8 +99,8 @@ class Watch:
     """While a class runs: the server's CPU seconds and resident memory (peak), each GPU's memory (peak)
     and utilisation (mean)."""
 
-    def __init__(self, roots: list[int], every: float = 0.5):
-        self.roots, self.every = roots, every
+    def __init__(self, roots: list[int], every: float = 0.5, with_ray: bool = True):
+        self.roots, self.every, self.with_ray = roots, every, with_ray
         self.rss_peak, self.gpu_peak, self.gpu_busy = 0, [], []
         self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
@@ -115,8 +115,9 @@ class Watch:
                     found[q.pid] = q
             except psutil.Error:
                 pass
+        workers = None if self.with_ray else {q.pid for q in device_workers()}
         for p in psutil.process_iter():
-            if p.pid not in found and is_ray(p):
+            if p.pid not in found and is_ray(p) and (workers is None or p.pid in workers):
                 found[p.pid] = p
         return list(found.values())
 
@@ -239,7 +240,7 @@ class Server:
             raise RuntimeError(f"no healthy server after {timeout:.0f} s")
         return time.perf_counter() - start
 
-    def warm(self, watch_roots: list[int], idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 300.0) -> float:
+    def warm(self, watch_roots: list[int], idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 120.0) -> float:
         """Open the first page once on every UI process (the app then warms the device workers), wait until idle."""
         start = time.perf_counter()
 
@@ -250,7 +251,8 @@ class Server:
                 await t.close()
 
         asyncio.run(first_pages())
-        w = Watch(watch_roots)
+        # idle: the UI processes and the device workers (Ray's own control plane keeps a little CPU busy forever)
+        w = Watch(watch_roots, with_ray=False)
         quiet_since, last = None, w.cpu_s()
         while time.perf_counter() - start < timeout:
             time.sleep(0.5)

@@ -9,7 +9,9 @@ Each kind runs in a fresh Python process of its own (a cold start, as `make run`
   start_s       from making the client to the worker's first answer (JAX imported, its device read)
   first_run_s   the codelab's shape, naive attention checked against float64 (compiles included)
   round trip    a request whose result the worker kept (nothing computed: the service's overhead alone),
-                median and 95th percentile over --calls requests, one at a time
+                median and 95th percentile over --calls requests, one at a time, 5 s after the first run
+                (a child worker imports tokamax in the background after it answers; that import holds the
+                GIL for seconds on a GPU machine)
 The embedded default is whichever starts faster here (README, issue "One process owns each GPU").
 """
 
@@ -47,6 +49,7 @@ t0 = time.perf_counter()
 request = Request.of(runs.run, AttentionShape(), ("naive",))
 assert client.call(request).value[0].ok
 first = time.perf_counter() - t0
+time.sleep(5)  # a new worker finishes its own start (tokamax's import, on a GPU machine) before the timing
 times = []
 for _ in range(calls):
     t0 = time.perf_counter()

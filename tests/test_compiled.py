@@ -75,7 +75,10 @@ def test_threads_asking_for_one_new_program_at_once_compile_it_once(compiles):
 
 
 def test_compile_many_compiles_side_by_side_and_returns_each_jobs_error(monkeypatch, compiles):
-    monkeypatch.setenv("ATTNLAB_COMPILE_THREADS", "3")
+    from attnlab import settings
+
+    monkeypatch.setattr(settings, "_CURRENT", [settings.Settings(compile_threads=3)])
+    assert compiled.compile_threads() == 3
     shapes = [TINY.replace(q_len=t, kv_len=t) for t in (36, 52)]  # lengths no other test compiles
     jobs = [(n, s, False) for n in ("naive", "sdpa_xla") for s in shapes] + [("sdpa_xla", shapes[0], False)]
     errors = compiled.compile_many(jobs + [("no such backend", shapes[0], False)])

@@ -53,7 +53,7 @@ def signal_words(returncode: int | None) -> str:
 class ChildWorker:
     """The parent's side: a child process running the device worker, and the requests in flight to it."""
 
-    def __init__(self, env: dict[str, str] | None = None, threads: int = 16, name: str = "device-0"):
+    def __init__(self, env: dict[str, str] | None = None, threads: int = 64, name: str = "device-0"):
         self.env, self.threads, self.name = env or {}, threads, name
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()

@@ -59,7 +59,7 @@ def owner(route: str, names: list[str]) -> str:
 
 
 class RayWorkers:
-    def __init__(self, address: str = "auto", *, workers: int | None = None, threads: int = 16,
+    def __init__(self, address: str = "auto", *, workers: int | None = None, threads: int = 64,
                  fake_gpus: int = 0, worker_env: dict[str, str] | None = None):
         import ray
 
@@ -160,14 +160,19 @@ class RayWorkers:
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
-        """Whether every worker answered within `timeout` seconds (a new actor imports JAX first)."""
+        """Whether every worker answered within `timeout` seconds (a new actor imports JAX first; one that Ray
+        is restarting refuses calls until it is back)."""
         import ray
 
-        try:
-            ray.get([a.info.remote() for a in self._actors.values()], timeout=timeout)
-            return True
-        except Exception:
-            return False
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ray.get([a.info.remote() for a in self._actors.values()], timeout=max(1.0, deadline - time.monotonic()))
+                return True
+            except Exception:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.5)
 
     def infos(self) -> list:
         return [i for i in self._infos(self.names, timeout=5.0).values() if i is not None]
