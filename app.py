@@ -44,6 +44,16 @@ def _first_page() -> None:
 
 ALIASES = [st.Page(_first_page, title="1 · How attention works", url_path=path, visibility="hidden")
            for path in ("formula", "attention", "home")]
+INSTRUCTOR = st.Page("pages/p12_instructor.py", title="Instructor", icon="🧑‍🏫", url_path="instructor")
+
+
+def instructor() -> list:
+    """The instructor's page, for a browser that opened a link with the instructor's token (ATTNLAB_INSTRUCTOR_TOKEN)."""
+    token = settings().instructor_token
+    if token and st.query_params.get("instructor") == token:
+        st.session_state["instructor"] = True
+        del st.query_params["instructor"]  # not in the address bar, nor in a link copied from it
+    return [INSTRUCTOR] if token and st.session_state.get("instructor") else []
 
 
 def freeze_long_lived() -> None:
@@ -87,7 +97,7 @@ def sample_once(folder: str) -> threading.Thread:
 
 if settings().sample_to:
     sample_once(settings().sample_to)
-page = st.navigation(PAGES + ALIASES)
+page = st.navigation(PAGES + ALIASES + instructor())
 st.sidebar.title("🔦 AttnLab")
 with activity.page_running():
     try:

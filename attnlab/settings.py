@@ -31,6 +31,8 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: let the
                               worker meet them, and die: the fault tests)
     ATTNLAB_FAULT_INJECTION   1: the device worker also serves requests that abort it or hold it (tests only)
+    ATTNLAB_INSTRUCTOR_TOKEN  a secret: the instructor's page (the class's progress, the GPU queue) is shown to a
+                              browser that opened a link with ?instructor=<the secret>; unset: no such page
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Settings:
     require_gpu: bool = False
     refuse_known_aborts: bool = True
     fault_injection: bool = False
+    instructor_token: str = ""
     problems: tuple[str, ...] = ()  # values that could not be read, said once by whoever starts the server
 
     @classmethod
@@ -106,6 +109,7 @@ class Settings:
             require_gpu=_flag(env, "ATTNLAB_REQUIRE_GPU", False),
             refuse_known_aborts=_flag(env, "ATTNLAB_REFUSE_KNOWN_ABORTS", True),
             fault_injection=_flag(env, "ATTNLAB_FAULT_INJECTION", False),
+            instructor_token=env.get("ATTNLAB_INSTRUCTOR_TOKEN", "").strip(),
             problems=tuple(problems),
         )
 

@@ -56,6 +56,15 @@ def on_device(fn, *args, **kwargs):
         return e.value
 
 
+def send(request: Request):
+    """A request whose answer is not kept (the class's progress counts): its value, or None when no device
+    worker could take it (the page goes on without it)."""
+    try:
+        return service.send(request).unwrap()
+    except service.WorkerLost:
+        return None
+
+
 def cached(fn):
     """`fn` as a page calls it: run by the device worker and kept (`on_device`)."""
 

@@ -8,7 +8,7 @@ import streamlit as st
 from attnlab.math import flash
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder, memory
-from pages import charts, codeblock, common, fused_ui, kernel_ui, sections
+from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, yourturn_ui
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -65,6 +65,7 @@ if tabs[0].open:
         codeblock.code(kernel_ui.flash_update_source())
         st.caption("attnlab/math/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
                    + kernel_ui.LINES_NOTE)
+        yourturn_ui.exercises_of(__file__, shape)
 
 if tabs[1].open:
     with tabs[1]:

@@ -10,7 +10,7 @@ from attnlab.math import attention
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.studies import memory
-from pages import codeblock, common, fused_ui, sections
+from pages import codeblock, common, fused_ui, sections, yourturn_ui
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
 
@@ -142,3 +142,4 @@ if len(bwd):
     if (bwd["status"] == runs.OOM).any():
         st.caption("Out of memory on the H200: naive's backward holds the (B, N, T, S) weights kept from the "
                    "forward pass and their gradient, several float32 T × S matrices at once (the H200's own words).")
+yourturn_ui.exercises_of(__file__, shape)

@@ -4,7 +4,7 @@
 import streamlit as st
 
 from attnlab.studies import weights
-from pages import charts, codeblock, common, sections
+from pages import charts, codeblock, common, sections, yourturn_ui
 from pages.weights_ui import heatmap
 
 FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table uses a shorter sequence
@@ -137,3 +137,4 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
 for n, why in common.unmet(masked_view, tuple(FUSED)).items():
     if why:
         st.caption(f"{n} cannot run this here: {common.literal(why)}")
+yourturn_ui.exercises_of(__file__, shape)

@@ -6,7 +6,7 @@ import streamlit as st
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache
-from pages import charts, common, decode_ui, sections
+from pages import charts, common, decode_ui, sections, yourturn_ui
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
@@ -129,3 +129,4 @@ if chosen and sections.on_demand("p8_decode", f"Time a decode step for each vari
         common.download(df, "decode_step", "Download the decode timings (CSV)")
 
 decode_ui.measured_on_h200(int(kv_len))
+yourturn_ui.exercises_of(__file__, shape)

@@ -108,6 +108,9 @@ def session_shapes(mode: str, n: int, rng: random.Random, variant: int = 0) -> l
     raise ValueError(f"unknown mode {mode!r}")
 
 
+INSTRUCTOR_ONLY = {"pages/p12_instructor.py"}  # listed only for the instructor's browser: learners never open it
+
+
 def discover_pages(app: Path = APP) -> list[str]:
     """The page files of app.py's st.Page("pages/....py", ...) entries, in order, without running it."""
     return list(page_paths(app))
@@ -132,6 +135,8 @@ def page_paths(app: Path = APP) -> dict[str, str]:
             found.append((node.lineno, node.col_offset, arg.value, url))
     pages: dict[str, str] = {}
     for _, _, path, url in sorted(found):
+        if path in INSTRUCTOR_ONLY:
+            continue
         if path not in pages and (app.parent / path).is_file():
             pages[path] = url
     return pages

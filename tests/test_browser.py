@@ -401,3 +401,19 @@ def test_security_headers_and_no_public_metrics(server):
     assert e.value.code == 404
     with urllib.request.urlopen(server.url + "/_stcore/health", timeout=30) as r:
         assert r.status == 200 and r.headers["X-Frame-Options"] == "SAMEORIGIN"
+
+
+def test_a_learner_writes_attention_checks_it_and_sees_the_verdict(tab, base_url):
+    """Page 4's Your turn in a real browser: type a wrong answer, press Check, read the hint; then the right one."""
+    from attnlab.yourturn import exercises
+    from tests.yourturn_cases import MISTAKES
+
+    open_page(tab.page, base_url, "naive-vs-fused", "4 · Naive vs fused")
+    box = tab.page.get_by_label("Your `attention`", exact=False).first
+    for code, expect in ((MISTAKES[("attention", "no scale")], "not divided by √d"),
+                         (exercises.ATTENTION.solution, "Right at every case")):
+        rerun_after(tab.page, lambda c=code: (box.fill(c), box.press("Control+Enter")))
+        rerun_after(tab.page, lambda: tab.page.get_by_role("button", name="Check").first.click())
+        tab.page.get_by_text(expect, exact=False).first.wait_for(timeout=60_000)
+        tab.assert_clean()
+    screenshot(tab.page, SHOTS / "yourturn_attention_right.png")

@@ -70,7 +70,8 @@ class Result:
         device_tflops = flops / (t.device_ms * 1e-3) / 1e12 if t and t.device_ms else None
         best = device_tflops or tflops
         row = {
-            "implementation": self.implementation, "label": get(self.implementation).label,
+            "implementation": self.implementation,
+            "label": REGISTRY[self.implementation].label if self.implementation in REGISTRY else self.implementation,
             "pass": "forward+backward" if self.backward else "forward", "shape": s.describe(),
             **{f.name: getattr(s, f.name) for f in dataclasses.fields(s)},
             "status": self.status, "reason": self.reason,

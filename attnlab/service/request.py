@@ -39,6 +39,7 @@ class Request:
     fn: str  # "module:function" of an entry point
     args: tuple = ()
     kwargs: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) pairs
+    pin: str = ""  # a route fixed by the caller: every request with this pin meets one worker
 
     @classmethod
     def of(cls, fn, *args, **kwargs) -> Request:
@@ -46,15 +47,23 @@ class Request:
         name = fn if isinstance(fn, str) else f"{fn.__module__}:{fn.__qualname__}"
         return cls(name, tuple(args), tuple(sorted(kwargs.items())))
 
+    @classmethod
+    def pinned(cls, pin: str, fn, *args, **kwargs) -> Request:
+        """As `of`, always served by the worker that owns `pin` (e.g. the class's progress counts)."""
+        return dataclasses.replace(cls.of(fn, *args, **kwargs), pin=pin)
+
     @property
     def key(self) -> str:
         return hashlib.sha256(repr((self.fn, _stable(self.args), _stable(self.kwargs))).encode()).hexdigest()[:32]
 
     @property
     def route(self) -> str:
-        """What decides the worker: the first shape among the arguments (a shape's programs are compiled in
-        one worker), else the request itself."""
+        """What decides the worker: the pin if there is one; else the first shape among the arguments (a shape's
+        programs are compiled in one worker), else the request itself."""
         from attnlab.shapes import AttentionShape
+
+        if self.pin:
+            return self.pin
 
         for a in (*self.args, *(v for _, v in self.kwargs)):
             if isinstance(a, AttentionShape):

@@ -1,0 +1,170 @@
+"""A learner's code traced in a disposable process: only its compiled program comes back.
+
+    blobs = export(source, "attention", [specs_of_case_1, ...], platform="cuda")   # -> [bytes, ...]
+
+The code has passed the allowlist (attnlab/yourturn/allowlist.py) before it gets here, and passes it again
+here. Then a fresh Python process (`python -m attnlab.yourturn.sandbox`) that sees no GPU (JAX on the CPU,
+no CUDA device visible) executes it with no builtins but the few allowed ones and the listed functions
+only, under limits set before the code runs: CPU seconds, address space, no file it may create or write
+(RLIMIT_FSIZE 0) and no new file descriptor (RLIMIT_NOFILE at what it holds: no file opened, no socket).
+It traces the learner's function at each case's shapes and exports it with `jax.export` (JAX's own
+serialisation of a traced program as StableHLO), for the platform of the device worker that asked. The
+parent kills it after a wall-clock limit. The device worker then deserialises the program, compiles it,
+admits its memory like any run's, and runs it: the learner's Python never runs in a process that holds
+a GPU or a learner's session.
+
+What is hand-written here and why: the process and its limits. `multiprocessing` would fork the device
+worker (a process with JAX's threads and a GPU context); a subprocess of a fresh interpreter, with the
+limits set by `resource` before the code runs, is the smallest thing that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+WALL_S = 15.0  # tracing and exporting one learner's function at every case (a solution takes 1-2 s)
+CPU_S = 10
+ADDRESS_SPACE_EXTRA = 3 * 2**30  # bytes the process may grow by once JAX is loaded
+
+
+class Stopped(RuntimeError):
+    """The learner's code ran into a limit (time, memory) or raised while being traced."""
+
+
+def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...], str]], dict]],
+           platform: str) -> list[bytes]:
+    """The serialised program of `entry` at each case: (input (shape, dtype) list, Python numbers) -> bytes.
+    Raises Stopped with a sentence (a limit, or the code's own error while tracing)."""
+    from attnlab.yourturn import allowlist
+
+    why = allowlist.refusal(source, entry)
+    if why:
+        raise Stopped(why)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")])),
+           "HOME": os.environ.get("TMPDIR", "/tmp"), "PYTHONDONTWRITEBYTECODE": "1",
+           "XLA_FLAGS": "", "JAX_ENABLE_X64": "0"}
+    request = pickle.dumps((source, entry, cases, platform))
+    start = time.monotonic()
+    try:
+        out = subprocess.run([sys.executable, "-m", "attnlab.yourturn.sandbox"], input=request, capture_output=True,
+                             env=env, timeout=WALL_S, cwd=root)
+    except subprocess.TimeoutExpired:
+        raise Stopped(f"tracing your function took more than {WALL_S:.0f} s, so the lab stopped it "
+                      "(a loop or recursion that does not end?)") from None
+    if out.returncode != 0 or not out.stdout:
+        tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        how = (f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit code {out.returncode}")
+        if "MemoryError" in tail[0] or out.returncode in (-9, -6):
+            raise Stopped(f"tracing your function ran out of the memory the lab gives it ({how}): a huge number "
+                          "or array?")
+        if out.returncode == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU
+            raise Stopped(f"tracing your function used more than {CPU_S} s of CPU, so the lab stopped it")
+        raise Stopped(f"the lab could not trace your function ({how}): {tail[0][:300]}")
+    status, payload = pickle.loads(out.stdout)
+    if status != "ok":
+        raise Stopped(payload)
+    return payload
+
+
+# ------------------------------------------------------------------------------------------------
+# the disposable process
+# ------------------------------------------------------------------------------------------------
+def _globals():
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    from attnlab.yourturn.allowlist import NAMESPACES
+
+    def only(module, names):
+        return SimpleNamespace(**{n: getattr(module, n) for n in names if hasattr(module, n)})
+
+    nn, lax = only(jax.nn, NAMESPACES["jax.nn"]), only(jax.lax, NAMESPACES["jax.lax"])
+    np_ns = only(jnp, NAMESPACES["jnp"])
+
+    def bounded_range(*args):
+        r = range(*args)
+        if len(r) > 64:
+            raise ValueError("range() here runs at most 64 times")
+        return r
+
+    builtins = {"range": bounded_range, "len": len, "min": min, "max": max, "abs": abs, "int": int, "float": float}
+    return {"__builtins__": builtins, "jnp": np_ns, "jax": SimpleNamespace(nn=nn, lax=lax, numpy=np_ns), "lax": lax,
+            "nn": nn, "math": only(math, NAMESPACES["math"])}
+
+
+def _limit() -> None:
+    """From here on: no new files or sockets, nothing written, bounded CPU and memory."""
+    import resource
+
+    with open("/proc/self/statm") as f:
+        vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (vm + ADDRESS_SPACE_EXTRA, vm + ADDRESS_SPACE_EXTRA))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    # a new descriptor takes the lowest free number: with the limit at that number, none can be made (the
+    # descriptor listdir itself used is closed again by now: fstat says which are open)
+    listed = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    lowest_free = next(n for n in range(listed[-1] + 2) if not _is_open(n))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, lowest_free))
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def main() -> None:
+    request = sys.stdin.buffer.read()
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing the traced code does can write to the answer's channel
+    import functools
+
+    import jax
+
+    from attnlab.yourturn import allowlist
+
+    source, entry, cases, platform = pickle.loads(request)
+    why = allowlist.refusal(source, entry)
+    if why:
+        out.write(pickle.dumps(("refused", why)))
+        return
+    code = compile(source, "<your code>", "exec")
+    scope = _globals()
+    jax.export.export  # noqa: B018  (loaded before the limits: its modules are imported now)
+    from jax._src.export import serialization  # noqa: F401
+    # trace a trivial program once so that JAX's lowering machinery is loaded before the limits
+    jax.export.export(jax.jit(lambda x: x + 1), platforms=[platform])(jax.ShapeDtypeStruct((1,), "float32")).serialize()
+    _limit()
+    try:
+        exec(code, scope)
+        fn = scope[entry]
+        blobs = []
+        for specs, numbers in cases:
+            args = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in specs]
+            exported = jax.export.export(jax.jit(functools.partial(fn, **numbers)), platforms=[platform])(*args)
+            blobs.append(exported.serialize())
+        answer = ("ok", blobs)
+    except RecursionError:
+        answer = ("stopped", "your function calls itself without end (RecursionError)")
+    except MemoryError:
+        answer = ("stopped", "tracing your function ran out of the memory the lab gives it: a huge number or array?")
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        answer = ("stopped", f"{type(e).__name__} while tracing your function: {text[0][:300] if text else ''}")
+    out.write(pickle.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()

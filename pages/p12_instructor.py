@@ -1,0 +1,41 @@
+"""For the instructor: where the class is stuck (counts only) and the GPU queue, refreshed every 5 s.
+Listed only for a browser that opened the lab with ?instructor=<ATTNLAB_INSTRUCTOR_TOKEN> (app.py)."""
+
+import pandas as pd
+import streamlit as st
+
+from attnlab import service
+from attnlab.service.request import Request
+from attnlab.yourturn import exercises, progress
+from pages import common
+
+st.title("Instructor: where the class is")
+st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. A check is an "
+           "attempt; a refusal is code the lab would not run.")
+
+
+@st.fragment(run_every=5)
+def live() -> None:
+    counts = common.send(Request.pinned(progress.PIN, progress.snapshot)) or {}
+    rows = []
+    for name, ex in exercises.EXERCISES.items():
+        c = counts.get(name, {})
+        top = ", ".join(f"{m} ({n})" for m, n in list(c.get("mistakes", {}).items())[:3])
+        rows.append({"exercise": ex.title, "page": ex.page.split("/")[-1], "attempts": c.get("attempts", 0),
+                     "passed": c.get("passes", 0), "refused": c.get("refused", 0),
+                     "mistakes most often named": top or None})
+    st.subheader("The exercises")
+    common.text_table(pd.DataFrame(rows))
+    st.subheader("The GPU queue")
+    try:
+        workers = service.workers()
+    except service.WorkerLost as e:
+        st.warning(str(e))
+        return
+    common.text_table(pd.DataFrame([{
+        "worker": w.name, "device": w.device.device_kind, "running": w.running, "waiting": w.waiting,
+        "requests in flight": w.in_flight, "device busy since start": f"{w.busy_share:.0%}",
+        "requests served": w.served, "answered from kept results": w.kept_hits} for w in workers]))
+
+
+live()

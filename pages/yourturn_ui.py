@@ -1,0 +1,139 @@
+"""The "Your turn" sections: the learner writes the codelab's code, the lab checks it against float64, names
+the usual mistakes, times a passing function at the learner's shape, and shares it as a link.
+
+    yourturn_ui.exercises("pages/p4_naive_vs_fused.py", shape)    # every exercise of that page
+
+The code is text in a box: the device worker checks it (attnlab/yourturn/grade.py: the allowlist, then a
+disposable process traces it, then the compiled program runs); nothing a learner types runs in this
+process. A link's code (?ex=NAME&code=...) fills the box and is checked only when Check is pressed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attnlab.measure import runs
+from attnlab.service.request import Request
+from attnlab.shapes import AttentionShape
+from attnlab.yourturn import allowlist, exercises, grade, progress, share, timed
+from pages import charts, codeblock, common, sections
+from pages.weights_ui import heatmap
+
+
+def exercises_of(page_file: str, shape: AttentionShape | None) -> None:
+    """Every exercise of the page whose file is `page_file` (its __file__), one after another."""
+    for name in exercises.ON_PAGE.get(f"pages/{Path(page_file).name}", ()):
+        st.divider()
+        section(name, shape)
+
+
+def _from_link(name: str) -> tuple[str | None, str | None]:
+    """The code a shared link carries for this exercise, or why it is not read."""
+    if st.query_params.get("ex") != name or "code" not in st.query_params:
+        return None, None
+    return share.decode(st.query_params.get("code", ""))
+
+
+def _press(key: str) -> None:
+    st.session_state[f"{key}_record"] = True  # this press counts once in the class's progress
+
+
+def section(name: str, shape: AttentionShape | None) -> None:
+    ex = exercises.get(name)
+    key = f"yt_{name}"
+    st.subheader(f"✍️ Your turn: {ex.title}")
+    st.markdown(ex.task)
+    linked, link_problem = _from_link(name)
+    if f"{key}_code" not in st.session_state:
+        st.session_state[f"{key}_code"] = linked if linked is not None else ex.skeleton
+    if link_problem:
+        st.error(f"The code in this link is not shown: {common.literal(link_problem)}")
+    elif linked is not None:
+        refused = allowlist.refusal(linked, ex.entry)  # reading the code, never running it
+        st.info("This link carries code: press Check to run it." if refused is None else
+                f"This link's code would not run here: {common.literal(refused)}")
+    code = st.text_area(f"Your `{ex.entry}` (jnp, jax.nn, jax.lax and math are already there; no imports)",
+                        key=f"{key}_code", height=220)
+    c1, c2, c3 = st.columns([1, 1, 2])
+    if c1.button("Check", key=f"{key}_check", type="primary", on_click=_press, args=(key,)):
+        st.session_state[f"{key}_asked"] = code
+        st.session_state[f"{key}_tried"] = True
+    asked = st.session_state.get(f"{key}_asked")
+    verdict = None
+    if asked is not None and asked == code:
+        verdict = sections.guarded(common.on_device, grade.check, name, code, what="The check")
+        if verdict is not None and st.session_state.pop(f"{key}_record", False):
+            common.send(Request.pinned(progress.PIN, progress.record, name, verdict.passed, verdict.mistakes,
+                                       verdict.status == "refused"))
+        if verdict is not None:
+            _show(ex, verdict)
+    elif asked is not None:
+        st.caption("The code changed since the last check: press Check again.")
+    if st.session_state.get(f"{key}_tried") and c2.toggle("Show the lab's solution", key=f"{key}_solution"):
+        codeblock.code(ex.solution)
+    if code.strip() and code != ex.skeleton:
+        c3.caption("Share exactly this code: a link that opens it here (it runs only when Check is pressed).")
+        with c3:
+            codeblock.code(f"?ex={name}&code={share.encode(code)}", "text", wrap=True)
+    if verdict is not None and verdict.passed and name in timed.TIMED and shape is not None:
+        _time(name, code, shape)
+
+
+def _show(ex: exercises.Exercise, v: grade.Verdict) -> None:
+    if v.status == "refused":
+        st.error(f"The lab does not run this code: {common.literal(v.message)}")
+        st.caption(f"What your function may use: {', '.join(sorted(allowlist.BUILTINS))}; jnp, jax.nn, jax.lax and "
+                   "math functions; array attributes and methods such as .shape, .T, .astype, .reshape, "
+                   ".swapaxes, .max, .sum; `for i in range(n)` with a small n.")
+        return
+    if v.status in ("stopped", "too big"):
+        st.warning(f"Your function could not be checked: {common.literal(v.message)}")
+        return
+    if v.passed:
+        st.success(f"✅ Right at every case: {len(v.cases)} of {len(v.cases)} match the float64 reference within the "
+                   "lab's tolerances.")
+    else:
+        st.error(f"Not yet: {sum(c.passed for c in v.cases)} of {len(v.cases)} cases match the float64 reference.")
+        for hint in v.hints:
+            st.info(hint)
+        if v.message:
+            st.caption(common.literal(v.message))
+    rows = pd.DataFrame([{"case": c.what, "right": "yes" if c.passed else "no", "output shape": str(c.output_shape),
+                          "expected shape": str(c.expected_shape), "max abs error": c.max_abs_error,
+                          "relative error": c.relative_error, "note": c.note or None} for c in v.cases])
+    common.text_table(rows)
+    if v.lab_scratch_bytes is not None and v.scratch_bytes is not None:
+        st.caption(f"Compiled scratch at the first case: yours {common.fmt_bytes(v.scratch_bytes)}, the lab's "
+                   f"{common.fmt_bytes(v.lab_scratch_bytes)}"
+                   + (" (more than the lab's: does your program copy K and V?)" if v.scratch_bytes > v.lab_scratch_bytes
+                      else " (no copy of K and V)."))
+    if v.heatmap is not None:
+        yours, lab = (np.asarray(m) for m in v.heatmap)
+        c1, c2 = st.columns(2)
+        charts.draw(c1, heatmap, np.nan_to_num(yours, nan=0.0), "your weights (batch 0, head 0)", width="content")
+        charts.draw(c2, heatmap, lab, "the lab's weights", allowed=lab > 0, width="content")
+        if not np.all(np.isfinite(yours)):
+            st.caption("Your weights have NaN in some rows (drawn as 0 here).")
+
+
+def _time(name: str, code: str, shape: AttentionShape) -> None:
+    s = timed.shape_for(name, shape)
+    st.markdown(f"**Timed at your shape** (the sidebar's, as this exercise takes it: {s.describe()})")
+    if not sections.on_demand(f"yt_{name}_time", "Time it beside naive and cuDNN", (s, code), auto=False):
+        return
+    sections.queue_notice()
+    mine = sections.guarded(common.on_device, timed.time_solution, name, code, shape, what="Timing your function")
+    names = tuple(common.runnable(s, ("naive", "sdpa_cudnn")))
+    others = sections.guarded(common.run, s, names, accuracy=False, timed=True, program=True, what="Timing the lab's")
+    if mine is None or others is None:
+        return
+    df = runs.to_frame([mine, *others])
+    sections.results(df, ["implementation", "wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops",
+                          "temp_bytes"])
+    if common.device_info().backend != "gpu":
+        st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
+                   "page 7's shipped table; the kernels' lead shows at long sequences (page 7, Long context).")

@@ -1,0 +1,91 @@
+"""The "Your turn" sections on pages 4, 5b, 6 and 8, and the instructor's page, as a learner uses them (AppTest)."""
+
+import pytest
+
+from attnlab import settings
+from attnlab.yourturn import exercises, progress, share
+from tests.apptest_util import SMALL, button, codes, frames, open_page, texts
+from tests.yourturn_cases import MISTAKES
+
+P4, P6, P8, P10 = "pages/p4_naive_vs_fused.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py", "pages/p10_fused_kernel.py"
+
+
+def write_and_check(at, name: str, code: str):
+    at.text_area(key=f"yt_{name}_code").set_value(code)
+    button(at, f"yt_{name}_check").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.mark.parametrize(("page", "name", "tab"), [(P4, "attention", None), (P4, "gqa", None), (P6, "causal", None),
+                                                 (P6, "window", None), (P8, "decode", None),
+                                                 (P10, "online_softmax", ("p10_tab", "Step through"))])
+def test_each_exercise_starts_from_its_skeleton_and_a_right_answer_passes(page, name, tab):
+    at = open_page(page, tab=tab)
+    assert at.text_area(key=f"yt_{name}_code").value == exercises.get(name).skeleton
+    write_and_check(at, name, exercises.get(name).solution)
+    assert any("Right at every case" in s.value for s in at.success), texts(at)[:3000]
+    assert frames(at, "right")  # the cases, one row each
+
+
+def test_a_wrong_answer_gets_the_mistake_named_and_a_hint_never_the_solution():
+    at = write_and_check(open_page(P4), "attention", MISTAKES[("attention", "softmax over queries")])
+    said = texts(at)
+    assert "Not yet" in said and "softmax runs over the queries" in said
+    assert exercises.ATTENTION.solution not in "\n".join(codes(at))  # not shown until asked
+    at.toggle(key="yt_attention_solution").set_value(True).run()  # one click away after a try
+    assert any("jax.nn.softmax(scores.astype(jnp.float32), axis=-1)" in c for c in codes(at))
+
+
+def test_hostile_code_is_refused_on_the_page_with_a_sentence():
+    at = write_and_check(open_page(P4), "attention", "import os\ndef attention(q, k, v):\n    return q\n")
+    assert any("does not run this code" in e.value and "function definitions" in e.value for e in at.error)
+
+
+def test_a_shared_link_opens_the_code_and_runs_it_only_when_checked():
+    code = MISTAKES[("decode", "no scale")]
+    progress.reset()
+    at = open_page(P8, {"ex": "decode", "code": share.encode(code)})
+    assert at.text_area(key="yt_decode_code").value == code
+    assert "press Check to run it" in texts(at) and progress.snapshot() == {}
+    button(at, "yt_decode_check").click().run()
+    assert "not divided by √d" in texts(at) and progress.snapshot()["decode"]["attempts"] == 1
+    progress.reset()
+
+
+def test_a_link_whose_code_fails_the_allowlist_says_so_and_never_runs():
+    at = open_page(P4, {"ex": "attention", "code": share.encode("def attention(q, k, v):\n    return eval('q')\n")})
+    assert "would not run here" in texts(at) and "eval" in texts(at)
+    at = open_page(P4, {"ex": "attention", "code": "%%%not-a-link"})
+    assert any("not shown" in e.value for e in at.error)
+    assert at.text_area(key="yt_attention_code").value == exercises.ATTENTION.skeleton
+
+
+def test_the_mask_exercise_draws_the_learners_weights_beside_the_labs():
+    at = write_and_check(open_page(P6), "causal", MISTAKES[("causal", "filled with 0")])
+    titles = [c.proto.spec for c in at.get("vega_lite_chart")]
+    assert any("your weights" in t for t in titles) and any("the lab's weights" in t for t in titles)
+    assert "Masked scores are set to 0 instead of −∞" in texts(at)
+
+
+def test_a_passing_function_is_timed_at_the_learners_shape_beside_naive():
+    at = write_and_check(open_page(P4, SMALL), "gqa", exercises.GQA.solution)
+    button(at, "btn_yt_gqa_time").click().run()
+    assert not at.exception
+    table = next(f for f in frames(at, "implementation") if "yours" in set(f["implementation"]))
+    assert {"yours", "naive"} <= set(table["implementation"])
+
+
+def test_the_instructor_page_is_listed_only_with_the_token_and_shows_counts():
+    with pytest.raises(ValueError, match="Could not find a navigation page"):  # no token set: no such page
+        open_page("pages/p12_instructor.py", {"instructor": ""})
+    with settings.override(instructor_token="s3cret"):
+        progress.reset()
+        progress.record("attention", False, ("no scale",))
+        at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
+        said = " ".join(f.to_string() for f in frames(at))
+        assert "attention from scratch" in said and "no scale (1)" in said
+        assert "instructor" not in at.query_params  # not left in the address bar
+        with pytest.raises(ValueError, match="Could not find a navigation page"):  # no such page for a guess
+            open_page("pages/p12_instructor.py", {"instructor": "guess"})
+    progress.reset()
