@@ -38,6 +38,15 @@ def _from_link(name: str) -> tuple[str | None, str | None]:
     return share.decode(st.query_params.get("code", ""))
 
 
+def _page_url() -> str:
+    """This page's address as the browser sees it (no query), or "" where Streamlit does not say."""
+    try:
+        url = st.context.url or ""
+    except Exception:  # AppTest, or a Streamlit without st.context.url
+        url = ""
+    return url.split("?", 1)[0]
+
+
 def _press(key: str) -> None:
     st.session_state[f"{key}_record"] = True  # this press counts once in the class's progress
 
@@ -56,6 +65,8 @@ def section(name: str, shape: AttentionShape | None) -> None:
         refused = allowlist.refusal(linked, ex.entry)  # reading the code, never running it
         st.info("This link carries code: press Check to run it." if refused is None else
                 f"This link's code would not run here: {common.literal(refused)}")
+    st.html(f"<style>.st-key-{key}_code textarea {{font-family: 'Source Code Pro', monospace; font-size: 0.9rem;}}"
+            "</style>")  # code in a monospaced font, as every code block of the lab
     code = st.text_area(f"Your `{ex.entry}` (jnp, jax.nn, jax.lax and math are already there; no imports)",
                         key=f"{key}_code", height=220)
     c1, c2, c3 = st.columns([1, 1, 2])
@@ -78,7 +89,7 @@ def section(name: str, shape: AttentionShape | None) -> None:
     if code.strip() and code != ex.skeleton:
         c3.caption("Share exactly this code: a link that opens it here (it runs only when Check is pressed).")
         with c3:
-            codeblock.code(f"?ex={name}&code={share.encode(code)}", "text", wrap=True)
+            codeblock.code(f"{_page_url()}?ex={name}&code={share.encode(code)}", "text", wrap=True)
     if verdict is not None and verdict.passed and name in timed.TIMED and shape is not None:
         _time(name, code, shape)
 
@@ -127,13 +138,14 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
         return
     sections.queue_notice()
     mine = sections.guarded(common.on_device, timed.time_solution, name, code, shape, what="Timing your function")
-    names = tuple(common.runnable(s, ("naive", "sdpa_cudnn")))
-    others = sections.guarded(common.run, s, names, accuracy=False, timed=True, program=True, what="Timing the lab's")
+    others = sections.guarded(common.run, s, ("naive", "sdpa_cudnn"), accuracy=False, timed=True, program=True,
+                              what="Timing the lab's")
     if mine is None or others is None:
         return
     df = runs.to_frame([mine, *others])
+    df = df.assign(scratch=df["temp_bytes"].map(common.fmt_bytes))
     sections.results(df, ["implementation", "wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops",
-                          "temp_bytes"])
+                          "scratch"])
     if common.device_info().backend != "gpu":
         st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
                    "page 7's shipped table; the kernels' lead shows at long sequences (page 7, Long context).")

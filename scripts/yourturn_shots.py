@@ -50,7 +50,8 @@ def main() -> int:
                 check = page.locator(f".st-key-yt_{name}_check button").first
                 rerun_after(page, lambda c=check: c.click())
                 area = page.locator(f".st-key-yt_{name}_code").first
-                area.scroll_into_view_if_needed()
+                area.evaluate("e => e.scrollIntoView({block: 'start'})")  # the box at the top, the verdict below it
+                page.wait_for_timeout(300)
                 page.screenshot(path=str(a.out / f"{name}_{kind}.png"), full_page=False)
                 print("shot", name, kind, flush=True)
         browser.close()

@@ -232,7 +232,7 @@ def _grid(q, k, shift=0):
 
 CAUSAL_MISTAKES = (
     Mistake("off by one", "The diagonal is masked too: query i may see key i itself (keys 0..i, i included). "
-            "Hint: compare your mask's comparison with ≤.", lambda q, k: _masked_softmax(_scores(q, k),
+            "Hint: which keys may query 0 see?", lambda q, k: _masked_softmax(_scores(q, k),
                                                                                      _grid(q, k)[1] < _grid(q, k)[0])),
     Mistake("bottom-right aligned", "The mask is aligned to the bottom right (query i sees keys 0..i + S − T), as some "
             "libraries do for decoding; jax.nn's is_causal aligns it to the top left. Hint: with T ≠ S, query 0 "
@@ -328,7 +328,8 @@ def _step(m, l, o, s, v, *, rescale_o=True, rescale_l=True, new_max=True, guard=
 
 STEP_MISTAKES = (
     Mistake("o not rescaled", "The running output o is not rescaled when the max grows: its old terms were "
-            "computed against the old max. Hint: multiply what came before by exp(m − m_new).",
+            "computed against the old max. Hint: those terms are exp(score − m) for the old m; what turns them into "
+            "exp(score − m_new)?",
             lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_o=False)),
     Mistake("l not rescaled", "The running sum l is not rescaled when the max grows. Hint: l holds exp(score − m) "
             "for the old m.", lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_l=False)),
