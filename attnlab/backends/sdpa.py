@@ -10,10 +10,10 @@ import jax.numpy as jnp
 from attnlab.backends import known_aborts
 from attnlab.backends.base import (
     Backend,
+    Requirement,
     cuda_gpu,
     cudnn_loaded,
     dtype_in,
-    head_dim_rule,
     materialised_bytes,
     streamed_bytes,
 )
@@ -31,11 +31,25 @@ def sdpa(implementation):
     return fn
 
 
+HEAD_DIM_RULE = "≤ 256 on Hopper and newer (compute capability 9.0+), ≤ 128 on Ampere and Ada (8.x); a multiple of 8"
+
+
+def cudnn_max_head_dim(device) -> tuple[int, str]:
+    """JAX's rule (jax._src.cudnn.fused_attention_stablehlo.check_is_flash_attention, JAX 0.10 and 0.11:
+    H_max = 256 on compute capability 9.0 and newer, else 128), for this GPU; without one, for the H200
+    whose measurements ship with the lab (compute capability 9.0), and said so."""
+    if not device.is_cuda:
+        return 256, "judged for an H200 (compute capability 9.0), whose measurements ship with the lab: no GPU here"
+    return (256 if device.at_least((9, 0)) else 128), f"{device.device_kind}, compute capability {device.compute_capability_str}"
+
+
 def cudnn_requirements(shape, device):
-    """cuDNN flash attention's requirements, as JAX 0.4.35..0.11 checks them."""
-    max_h = 256 if device.at_least((9, 0)) else 128
+    """cuDNN flash attention's requirements, as JAX 0.10 and 0.11 check them."""
+    max_h, whose = cudnn_max_head_dim(device)
+    ok = shape.head_dim <= max_h and shape.head_dim % 8 == 0
     return [*cuda_gpu(device, FUSED_ATTENTION_MIN_CC), cudnn_loaded(device),
-            dtype_in(shape, ("bfloat16", "float16")), head_dim_rule(shape, max_h, 8)]
+            dtype_in(shape, ("bfloat16", "float16")),
+            Requirement("head_dim", HEAD_DIM_RULE, f"{shape.head_dim} ({whose})", ok)]
 
 
 def xla_requirements(name):
