@@ -48,13 +48,22 @@ def _shape(a) -> AttentionShape:
 
 
 def _writable(*paths: str | None) -> None:
-    """Refuse, before any work, an output path that cannot be written."""
+    """Refuse, before any work, an output path that cannot be written: it is opened for writing (created
+    if it is new, left as it is if it exists), so what the system says is what the learner reads."""
     for path in filter(None, paths):
         folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise SystemExit(f"cannot write {path}: it is a directory (give a file name, e.g. {path.rstrip('/')}/out.json)")
         if not os.path.isdir(folder):
             raise SystemExit(f"cannot write {path}: the folder {folder} does not exist")
-        if (os.path.exists(path) and not os.access(path, os.W_OK)) or not os.access(folder, os.W_OK):
-            raise SystemExit(f"cannot write {path}: permission denied")
+        existed = os.path.exists(path)
+        try:
+            with open(path, "a"):
+                pass
+        except OSError as e:
+            raise SystemExit(f"cannot write {path}: {e.strerror or e}") from None
+        if not existed:
+            os.remove(path)  # only a check: nothing is left behind if the work fails
 
 
 def _print(df: pd.DataFrame, columns: list[str]) -> None:

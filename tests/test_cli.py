@@ -103,3 +103,14 @@ def test_decode_quick_writes_the_study_that_page_8_reads(tmp_path, capsys):
     assert {"environment", "ceilings"} <= set(r) and r["ceilings"]["copy_tb_s"] > 0
     assert {row["variant"] for row in rows} == {"MHA", "GQA", "MQA"} and {row["kv_len"] for row in rows} == {128}
     assert "kv_read_gb_per_s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("command", "out", "said"), [
+    ("ladder", "/proc/version", "cannot write /proc/version"),  # passed a permission check as root before
+    ("decode", "/tmp", "it is a directory"),
+    ("bench", "/tmp", "it is a directory"),
+])
+def test_an_output_path_is_opened_before_any_work_and_a_directory_is_refused(command, out, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--out", out])
+    assert said in str(e.value)
