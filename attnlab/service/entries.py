@@ -31,46 +31,56 @@ def _not_busy(results) -> bool:
     return not any(getattr(r, "status", None) == runs.BUSY for r in results)
 
 
+def _kept_result(result) -> bool:
+    from attnlab.measure import runs
+
+    return result.status != runs.BUSY
+
+
+# "module:function" of every entry point, and which of its results are kept. Names, not the functions
+# themselves: a test that replaces `runs.run` before this list is read must not rename the entry.
+LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
+    ("attnlab.measure.runs:run", _not_busy),
+    ("attnlab.backends:unmet", None),
+    ("attnlab.backends:requirement_rows", None),
+    ("attnlab.backends:refusal", None),
+    ("attnlab.measure.timing:launch_note", None),
+    ("attnlab.studies.memory:compiled_memory", _not_busy),
+    ("attnlab.studies.memory:same_program", None),
+    ("attnlab.studies.layout:placement", None),
+    ("attnlab.studies.weights:heatmap", None),
+    ("attnlab.studies.weights:first_vs_last", None),
+    ("attnlab.studies.timing_demo:dispatch_demo", None),
+    ("attnlab.studies.kvcache:output_checks", _not_busy),
+    ("attnlab.studies.fp8_study:te_autocast_study", None),
+    ("attnlab.studies.fp8_study:te_block_study", None),
+    ("attnlab.studies.fp8_study:fp8_attention_study", None),
+    ("attnlab.backends.tokamax:inner_loop_source", None),
+    ("attnlab.studies.ring_live:unmet", None),
+    ("attnlab.studies.ring_live:compare", None),
+    ("attnlab.studies.warm:warm_shape", _not_busy),
+    ("attnlab.yourturn.grade:check", lambda verdict: verdict.status != "too big"),
+    ("attnlab.yourturn.timed:time_solution", _kept_result),
+    ("attnlab.yourturn.progress:record", lambda value: False),
+    ("attnlab.yourturn.progress:snapshot", lambda value: False),
+)
+FAULTS = (("attnlab.service.faults:abort", lambda value: False), ("attnlab.service.faults:sleep", lambda value: False))
+
+
 @functools.cache
 def _entries() -> dict[str, Entry]:
-    from attnlab import backends
-    from attnlab.backends import tokamax
-    from attnlab.measure import runs, timing
-    from attnlab.studies import fp8_study, kvcache, layout, memory, ring_live, timing_demo, warm, weights
-    from attnlab.yourturn import grade, progress, timed
-
-    listed = [
-        Entry(runs.run, keep=_not_busy),
-        Entry(backends.unmet),
-        Entry(backends.requirement_rows),
-        Entry(backends.refusal),
-        Entry(timing.launch_note),
-        Entry(memory.compiled_memory, keep=_not_busy),
-        Entry(memory.same_program),
-        Entry(layout.placement),
-        Entry(weights.heatmap),
-        Entry(weights.first_vs_last),
-        Entry(timing_demo.dispatch_demo),
-        Entry(kvcache.output_checks, keep=_not_busy),
-        Entry(fp8_study.te_autocast_study),
-        Entry(fp8_study.te_block_study),
-        Entry(fp8_study.fp8_attention_study),
-        Entry(tokamax.inner_loop_source),
-        Entry(ring_live.unmet),
-        Entry(ring_live.compare),
-        Entry(warm.warm_shape, keep=_not_busy),
-        Entry(grade.check, keep=lambda verdict: verdict.status != "too big"),
-        Entry(timed.time_solution, keep=lambda result: result.status != runs.BUSY),
-        Entry(progress.record, keep=lambda v: False),  # counts: every call counts
-        Entry(progress.snapshot, keep=lambda v: False),
-    ]
     from attnlab.settings import settings
 
-    if settings().fault_injection:  # tests only: a native abort on request, as XLA's would be
-        from attnlab.service import faults
+    listed = LISTED + (FAULTS if settings().fault_injection else ())  # faults: tests only, a native abort on request
+    return {name: Entry(_resolve(name), keep=keep or (lambda value: True)) for name, keep in listed}
 
-        listed += [Entry(faults.abort, keep=lambda v: False), Entry(faults.sleep, keep=lambda v: False)]
-    return {name_of(e.fn): e for e in listed}
+
+def _resolve(name: str) -> Callable:
+    module, _, qualname = name.partition(":")
+    fn = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    return fn
 
 
 def name_of(fn: Callable) -> str:
@@ -83,11 +93,7 @@ def get(name: str) -> Entry:
         entry = _entries()[name]
     except KeyError:
         raise KeyError(f"{name!r} is not an entry point of the device worker (attnlab/service/entries.py)") from None
-    module, _, qualname = name.partition(":")
-    fn = importlib.import_module(module)
-    for part in qualname.split("."):
-        fn = getattr(fn, part)
-    return dataclasses.replace(entry, fn=fn)
+    return dataclasses.replace(entry, fn=_resolve(name))
 
 
 def names() -> list[str]:
