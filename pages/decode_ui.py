@@ -41,7 +41,7 @@ def study_chart(rows: pd.DataFrame, y: str, order: list[str]) -> alt.Chart:
     lengths = sorted(rows["kv_len"].unique().tolist())
     return (alt.Chart(rows).mark_line(point=True).encode(
         x=alt.X("kv_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=lengths, labelExpr=K_LABEL),
-                title="cache length kv_len (tokens; K = 1,024)"),
+                title="cache length kv_len (tokens; 1K = 1,024)"),
         y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log" if y == "device_us" else "linear"),
                 title=[k for k, v in Y.items() if v == y][0]),
         color=alt.Color("variant:N", scale=alt.Scale(domain=VARIANTS)),
@@ -70,6 +70,12 @@ def measured_on_h200(kv_len: int) -> None:
     order = [n for n in kvcache.STUDY_IMPLS if n in set(rows["implementation"])]
     lengths = sorted(rows["kv_len"].unique().tolist())
     charts.draw(st, study_chart, rows, y, order, width="content")
+    for j in kvcache.jumps(rows):  # a jump the bytes do not explain: the compiled program changed
+        st.caption(f"`{j['implementation']}` {j['variant']}: from kv_len {j['from']:,} to {j['to']:,} the step takes "
+                   f"{j['grew']:.1f}× as long for {j['longer']:.0f}× the cache. The kernels say why: XLA compiled another "
+                   f"program there ({j['kernels_before']} → {j['kernels_after']} kernels), with "
+                   f"{j['copy_after_ms'] * 1e3:,.0f} µs of layout copies (transposes of K and V) against "
+                   f"{j['copy_before_ms'] * 1e3:,.0f} µs before.")
     missing = sorted(set(df[df["base"] == base]["implementation"]) - set(order))
     if missing:
         why = df[(df["base"] == base) & df["implementation"].isin(missing)]["reason"].iloc[0]

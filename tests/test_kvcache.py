@@ -134,3 +134,14 @@ def test_savings_compare_each_variant_with_mha_and_find_layout_copies():
     assert s.loc[("sdpa_xla", "GQA"), "faster"] < 2 and s.loc[("sdpa_xla", "GQA"), "layout_copy_ms"] > 0.2
     assert kvcache.layout_copy_ms("transpose (layout change) (a) 3.5µs; matmul (b) 9.0µs; transpose (layout "
                                   "change) (c) 1.5µs") == pytest.approx(0.005)
+
+
+def test_jumps_name_a_step_that_grows_faster_than_the_cache_and_only_that_one():
+    import pandas as pd
+
+    rows = pd.DataFrame({"implementation": ["naive"] * 4, "variant": ["MHA"] * 4, "kv_len": [1024, 2048, 4096, 8192],
+                         "device_ms": [0.010, 0.020, 0.120, 0.240], "kernel_count": [3, 3, 5, 5],
+                         "kernels": [None] * 4})
+    found = kvcache.jumps(rows)
+    assert [(j["from"], j["to"]) for j in found] == [(2048, 4096)]
+    assert found[0]["grew"] == pytest.approx(6.0) and found[0]["longer"] == 2 and found[0]["kernels_after"] == 5

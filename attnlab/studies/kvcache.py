@@ -188,3 +188,20 @@ def savings(steps: pd.DataFrame) -> pd.DataFrame:
     ok["layout_copy_ms"] = ok["kernels"].map(layout_copy_ms) if "kernels" in ok else 0.0
     return ok[["implementation", "variant", "kv_heads", "kv_read_bytes", "ms", "bytes_fewer", "faster",
                "kv_read_gb_per_s", "layout_copy_ms"]].reset_index(drop=True)
+
+
+def jumps(rows, factor: float = 1.5) -> list[dict]:
+    """Where a line of the decode study grows more than `factor` times faster than the cache: time over time at
+    the previous length against length over length, per (implementation, variant), with the layout copies the
+    longer step's kernels make (a changed program explains a jump that the bytes do not)."""
+    found = []
+    for (impl, variant), part in rows.groupby(["implementation", "variant"], sort=False):
+        part = part.sort_values("kv_len")
+        for (_, a), (_, b) in zip(part.iloc[:-1].iterrows(), part.iloc[1:].iterrows(), strict=True):
+            grew, longer = b["device_ms"] / a["device_ms"], b["kv_len"] / a["kv_len"]
+            if grew > factor * longer:
+                found.append({"implementation": impl, "variant": variant, "from": int(a["kv_len"]),
+                              "to": int(b["kv_len"]), "grew": grew, "longer": longer,
+                              "copy_before_ms": layout_copy_ms(a.get("kernels")), "copy_after_ms": layout_copy_ms(b.get("kernels")),
+                              "kernels_before": int(a.get("kernel_count") or 0), "kernels_after": int(b.get("kernel_count") or 0)})
+    return found
