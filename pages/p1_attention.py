@@ -34,7 +34,7 @@ st.caption("Q: queries (T × d), K: keys (S × d), V: values (S × d), d = head_
 
 st.subheader(f"The four stages on a tiny example (T = S = {EXAMPLE_LEN}, one head)")
 st.caption("A float32 example of its own, small enough to read every number; the sidebar's shape is used "
-           "from page 3 on.")
+           "from page 2 on.")
 c1, c2, c3, c4 = st.columns(4)
 head_dim = c1.select_slider("head_dim d of the example", options=[4, 16, 64, 256], value=4, key="p1_head_dim")
 seed = c2.number_input("random seed for Q, K, V", min_value=0, max_value=10_000, value=0, step=1, key="p1_seed")

@@ -64,6 +64,7 @@ codeblock.code(
     "import jax\nimport jax.numpy as jnp\n\n"
     f"q = jax.random.normal(jax.random.key(0), {shape.q_shape()}, dtype=jnp.{shape.dtype})   # BTNH\n"
     f"k = jax.random.normal(jax.random.key(1), {shape.kv_shape()}, dtype=jnp.{shape.dtype})   # BSKH\n"
+    f"v = jax.random.normal(jax.random.key(2), {shape.kv_shape()}, dtype=jnp.{shape.dtype})   # BSKH, like K\n"
     "print(q.devices())          # the device(s) holding q\n"
     "q_cpu = jax.device_put(q, jax.devices('cpu')[0])   # an explicit move\n",
     language="python",
