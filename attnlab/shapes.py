@@ -219,49 +219,70 @@ class AttentionShape:
         integers must match ``[0-9]{1,9}``, dtype must be a known name, causal a yes/no word.
         """
         base = base or cls()
-        values: dict[str, object] = {}
-        problems: list[str] = []
-        for name in INT_FIELDS:
-            if name not in params:
-                continue
-            raw = _first(params[name])
-            if not re.fullmatch(r"\s*[0-9]{1,9}\s*", raw):
-                problems.append(f"{name} must be a positive whole number (got {_quote(raw)}).")
-            else:
-                values[name] = int(raw)
-        if "dtype" in params:
-            raw = _first(params["dtype"]).strip().lower()
-            if raw not in DTYPES:
-                problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {_quote(raw)}).")
-            else:
-                values["dtype"] = raw
-        if "causal" in params:
-            raw = _first(params["causal"]).strip().lower()
-            if raw in ("true", "1", "yes", "on"):
-                values["causal"] = True
-            elif raw in ("false", "0", "no", "off", ""):
-                values["causal"] = False
-            else:
-                problems.append(f"causal must be true or false (got {_quote(raw)}).")
-        for name, count in (("window", 2), ("kv_lengths", None)):
-            if name not in params:
-                continue
-            raw = _first(params[name]).strip().lower()
-            if raw in ("", "none", "off"):
-                values[name] = None if name == "window" else ()
-            elif not re.fullmatch(r"[0-9]{1,9}(\s*,\s*[0-9]{1,9}){0,63}", raw):
-                problems.append(f"{name} must be whole numbers separated by commas (got {_quote(raw)}).")
-            else:
-                numbers = tuple(int(x) for x in raw.split(","))
-                if count and len(numbers) != count:
-                    problems.append(f"{name} needs {count} numbers, left and right (got {_quote(raw)}).")
-                else:
-                    values[name] = numbers
+        values, problems = _parse(params)
         if problems:
             return None, problems
         shape = dataclasses.replace(base, **values)
         problems = shape.validate()
         return (None, problems) if problems else (shape, [])
+
+    @classmethod
+    def salvage(cls, params: Mapping[str, object], base: AttentionShape | None = None) -> AttentionShape:
+        """What a bad link can still say: its values that are good on their own, the defaults for the rest
+        (the defaults alone if even those do not make a valid shape). What the sidebar shows after a bad link."""
+        base = base or cls()
+        values, problems = _parse(params)
+        bad = {name for name in values for p in problems if p.startswith(f"{name} ")}
+        shape = dataclasses.replace(base, **{k: v for k, v in values.items() if k not in bad})
+        return base if shape.validate() else shape
+
+
+def _parse(params: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
+    """Each field of `params` read on its own: the values that parse, and a sentence for every one that does
+    not (all of them, so a learner fixes a link in one go). Relations between fields are `validate`'s."""
+    values: dict[str, object] = {}
+    problems: list[str] = []
+    for name in INT_FIELDS:
+        if name not in params:
+            continue
+        raw = _first(params[name])
+        if not re.fullmatch(r"\s*[0-9]{1,9}\s*", raw):
+            problems.append(f"{name} must be a positive whole number (got {_quote(raw)}).")
+            continue
+        values[name] = int(raw)
+        if values[name] < 1:
+            problems.append(f"{name} must be a positive whole number (got {values[name]}).")
+        elif values[name] > FIELD_MAX[name]:
+            problems.append(f"{name} ({values[name]}) is above the lab's limit of {FIELD_MAX[name]:,}.")
+    if "dtype" in params:
+        raw = _first(params["dtype"]).strip().lower()
+        if raw not in DTYPES:
+            problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {_quote(raw)}).")
+        else:
+            values["dtype"] = raw
+    if "causal" in params:
+        raw = _first(params["causal"]).strip().lower()
+        if raw in ("true", "1", "yes", "on"):
+            values["causal"] = True
+        elif raw in ("false", "0", "no", "off", ""):
+            values["causal"] = False
+        else:
+            problems.append(f"causal must be true or false (got {_quote(raw)}).")
+    for name, count in (("window", 2), ("kv_lengths", None)):
+        if name not in params:
+            continue
+        raw = _first(params[name]).strip().lower()
+        if raw in ("", "none", "off"):
+            values[name] = None if name == "window" else ()
+        elif not re.fullmatch(r"[0-9]{1,9}(\s*,\s*[0-9]{1,9}){0,63}", raw):
+            problems.append(f"{name} must be whole numbers separated by commas (got {_quote(raw)}).")
+        else:
+            numbers = tuple(int(x) for x in raw.split(","))
+            if count and len(numbers) != count:
+                problems.append(f"{name} needs {count} numbers, left and right (got {_quote(raw)}).")
+            else:
+                values[name] = numbers
+    return values, problems
 
 
 def _first(value: object) -> str:

@@ -133,7 +133,7 @@ def current_shape() -> AttentionShape | None:
 def require_shape() -> AttentionShape:
     shape = current_shape()
     if shape is None:
-        st.warning("The shape in the sidebar is not valid, so this page computes nothing. See the messages above.")
+        st.warning("This page computes nothing until the shape is valid: the messages above say what to change.")
         st.stop()
     return shape
 

@@ -88,7 +88,7 @@ def shape_sidebar() -> AttentionShape | None:
     url = _url_shape_params()
     if "shape_batch" not in ss or (url and url != ss.get("shape_url_seen")):
         shape, problems = AttentionShape.from_query_params(url)
-        _seed_widgets(shape or AttentionShape())
+        _seed_widgets(shape or AttentionShape.salvage(url))
         ss["shape_url_problems"] = problems
         ss["shape_url_seen"] = url
     else:
@@ -116,9 +116,7 @@ def shape_sidebar() -> AttentionShape | None:
     sb.button("Reset to the codelab's shape", use_container_width=True, key="shape_reset", on_click=_reset)
 
     if ss.get("shape_url_problems"):
-        for p in ss["shape_url_problems"]:
-            st.error(f"From the URL: {literal(p)}")
-        st.info("Fix the values in the sidebar (or use Reset); nothing is computed until the shape is valid.")
+        bad_link(url, ss["shape_url_problems"])
         return None
     typed = {k: str(ss[f"shape_{k}"]).lower() if isinstance(ss[f"shape_{k}"], bool) else str(ss[f"shape_{k}"])
              for k in SHAPE_KEYS}
@@ -139,6 +137,19 @@ def shape_sidebar() -> AttentionShape | None:
         st.query_params.update(wanted)
         ss["shape_url_seen"] = wanted
     return shape
+
+
+def bad_link(url: dict[str, str], problems: list[str]) -> None:
+    """A link whose shape is not valid: what it said, every bad value with why, and what the sidebar shows."""
+    said = " ".join(literal(f"{k}={v}") for k, v in url.items())
+    st.markdown(f"This page's link asks for a shape the lab cannot run: {said}")
+    for p in problems:
+        st.error(f"From the link: {literal(p)}")
+    shown = AttentionShape.salvage(url)
+    st.info(f"The sidebar shows **{shown.describe()}**: the link's values that are valid on their own and the "
+            "codelab's default for each one that is not. Nothing is computed until you use it, change a value "
+            "or press Reset.")
+    st.button(f"Use {shown.describe()}", key="shape_use_shown", on_click=_widgets_changed)
 
 
 def device_badge() -> None:

@@ -113,3 +113,11 @@ def test_validation_reads_no_device():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and (m.startswith("attnlab") or m.startswith("jax")) for m in imported), imported
+
+
+def test_every_bad_field_of_a_link_is_named_at_once_and_salvage_keeps_the_good_ones():
+    params = {"batch": "-3", "q_len": "abc", "head_dim": "0", "kv_len": "999999999", "heads": "16", "kv_heads": "4"}
+    shape, problems = AttentionShape.from_query_params(params)
+    assert shape is None and [p.split()[0] for p in problems] == ["batch", "q_len", "kv_len", "head_dim"]
+    assert AttentionShape.salvage(params).describe() == "B4 T128 S128 N16 K4 H64 float32"
+    assert AttentionShape.salvage({"heads": "3"}) == AttentionShape()  # 3 heads and 8 kv_heads: the defaults

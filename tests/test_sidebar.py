@@ -43,3 +43,20 @@ def test_reset_recovers_from_a_hostile_url():
     at.button(key="shape_reset").click().run()
     assert not at.exception and not at.error
     assert at.session_state["shape"].describe() == "B4 T128 S128 N8 K8 H64 float32"
+
+
+def test_a_bad_link_lists_every_bad_value_says_what_it_said_and_what_the_sidebar_shows():
+    at = _app({"batch": "-3", "q_len": "abc", "head_dim": "0", "heads": "16", "kv_heads": "4"})
+    assert not at.exception and at.session_state["shape"] is None
+    errors = [e.value for e in at.error]
+    assert len(errors) == 3, errors  # head_dim=0 beside the two that do not parse (it was left out before)
+    assert any("head_dim must be a positive whole number (got 0)" in e for e in errors)
+    said = " ".join(m.value for m in at.markdown)
+    assert "`batch=-3`" in said and "`q_len=abc`" in said and "`head_dim=0`" in said
+    ss = at.session_state  # the link's good values stay, the codelab's defaults stand in for the bad ones
+    assert (ss["shape_batch"], ss["shape_q_len"], ss["shape_heads"], ss["shape_kv_heads"], ss["shape_head_dim"]) == (
+        4, 128, 16, 4, 64)
+    assert any("B4 T128 S128 N16 K4 H64 float32" in i.value for i in at.info)
+    at.button(key="shape_use_shown").click().run()
+    assert not at.exception and not at.error
+    assert at.session_state["shape"].describe() == "B4 T128 S128 N16 K4 H64 float32"
