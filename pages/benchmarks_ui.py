@@ -127,14 +127,27 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
         if ship.empty:
             st.info("No H200 results ship with this version.")
         else:
-            lines(ship, field, "device_tflops", f"H200: device TFLOP/s by {field}")
-            st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}.")
+            y = st.selectbox("y axis", ["wall_ms", "device_ms", "device_tflops"], key=f"{key}_ship_y",
+                             format_func=common.label, help="wall: what the codelab's benchmark_attention reads "
+                             "(median of calls, each waited for); device: the GPU's kernel time (CUPTI).")
+            lines(ship, field, y, f"H200: {common.label(y)} by {field}")
+            dtypes_there = ", ".join(sorted(ship["dtype"].unique()))
+            st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}; {dtypes_there} only (the shipped "
+                       "sweep measured no float32 cells).")
+            st.markdown("**ms per call** (wall, as the codelab prints it)")
+            common.table(ms_per_call(ship, field), width="content")
     if df is not None:
         cols = [field, "implementation", "dtype", "pass", "wall_ms", "wall_ms_iqr", "throughput_ms", "device_ms",
                 "tflops", "device_tflops", "pct_of_peak", "timing_note"]
         sections.results(df, cols, failed=False)
         sections.not_run(df, keys=("implementation", "dtype", field))
         common.download(df, f"{key}_sweep", "Download this sweep (CSV)")
+
+
+def ms_per_call(df: pd.DataFrame, field: str) -> pd.DataFrame:
+    """The codelab's table: one row per value of `field`, one column per implementation, wall ms per call."""
+    ok = df[df["status"] == runs.OK]
+    return ok.pivot_table(index=field, columns="implementation", values="wall_ms", sort=False).round(3).reset_index()
 
 
 def long_context() -> None:

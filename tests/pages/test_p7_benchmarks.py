@@ -232,6 +232,20 @@ def test_memory_refusals_and_out_of_memory_are_told_apart_under_the_shipped_tabl
     assert "Two kinds of memory failure" in captions and "different caps" in captions
 
 
+def test_the_shipped_sweeps_are_the_codelabs_table_of_ms_per_call_and_a_chart_of_a_chosen_axis():
+    # the real shipped sweeps: the codelab prints ms per call, one column per implementation
+    at = open_page(P7, SMALL, tab=SWEEPS)
+    seq = next(d for d in frames(at, "q_len") if "sdpa_cudnn" in d.columns and "wall_ms" not in d.columns)
+    batch = next(d for d in frames(at, "batch") if "sdpa_cudnn" in d.columns and "wall_ms" not in d.columns)
+    ref = shipped.frame("seq_sweep").query("status == 'ok' and implementation == 'naive'").set_index("q_len")
+    assert seq.set_index("q_len").loc[1024, "naive"] == pytest.approx(ref.loc[1024, "wall_ms"], abs=1e-3)
+    assert list(batch["batch"]) == sorted(batch["batch"]) and 16 in set(batch["batch"])
+    assert any("H200: wall" in s for s in charts(at))  # wall ms first: what the codelab prints
+    at.selectbox(key="p7_seq_ship_y").set_value("device_tflops").run()
+    assert not at.exception and any("H200: device TFLOP/s" in s for s in charts(at))
+    assert "bfloat16 only" in texts(at, "caption")
+
+
 def test_lines_on_top_of_each_other_are_drawn_dashed_and_named(with_shipped):
     # the stand-in gives sdpa_xla, sdpa_cudnn and te_dpa identical numbers: they overlap everywhere
     at = open_page(P7, SMALL, tab=LONG)
