@@ -13,7 +13,7 @@ import streamlit as st
 from attnlab import sampler, service
 from attnlab.settings import settings
 from attnlab.studies import warm
-from pages import activity, sidebar
+from pages import activity, guide, sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -103,6 +103,10 @@ with activity.page_running():
     try:
         sidebar.device_badge()
         st.session_state["shape"] = sidebar.shape_sidebar()
+        with st.sidebar.expander("📓 The codelab, step by step"):
+            guide.codelab_path()
+        with st.sidebar.expander("📖 Glossary"):
+            guide.glossary()
         page.run()
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))

@@ -157,7 +157,8 @@ _text = st.column_config.TextColumn
 COLUMNS = {
     "compile_ms": _num("compile (ms)", format="%.1f"),
     "wall_ms": _num("wall (ms)", format="%.4f", help="perf_counter around one call + block_until_ready, median"),
-    "wall_ms_iqr": _num("wall spread, IQR (ms)", format="%.4f"),
+    "wall_ms_iqr": _num("wall spread, IQR (ms)", format="%.4f",
+                        help="interquartile range: the spread of the middle half of the repeated calls"),
     "throughput_ms": _num("throughput (ms)", format="%.4f", help="many calls dispatched, one wait, per call"),
     "device_ms": _num("device (ms)", format="%.4f", help="the GPU's own kernel time per call (CUPTI)"),
     "kernel_count": _num("kernels", format="%d"),

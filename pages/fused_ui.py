@@ -61,7 +61,7 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     if auto["status"] == runs.OK:
         same = rows.loc["sdpa_xla", "status"] == runs.OK and same_program(shape, "sdpa_auto", "sdpa_xla")
         st.success(f"On this machine `implementation=None` compiled to **{auto['what_ran']}**"
-                   + (": the very same program as `implementation=\"xla\"` (identical optimised HLO)." if same
+                   + (": the very same program as `implementation=\"xla\"` (identical optimised HLO, the program text XLA compiles)." if same
                       else "."))
     else:
         st.warning(f"`implementation=None` did not compile here ({auto['status']}): {common.literal(auto['reason'])}")

@@ -32,6 +32,8 @@ st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^{\top}
 st.caption("Q: queries (T × d), K: keys (S × d), V: values (S × d), d = head_dim (H). "
            "Vaswani et al. 2017, *Attention Is All You Need*, eq. 1.")
 
+st.caption("Following the codelab (Lesson 5, attention on GPU)? The sidebar's 📓 *The codelab, step by step* "
+           "links each of its steps to the page, tab and button here; 📖 *Glossary* explains the words the pages use.")
 st.subheader(f"The four stages on a tiny example (T = S = {EXAMPLE_LEN}, one head)")
 st.caption("A float32 example of its own, small enough to read every number; the sidebar's shape is used "
            "from page 2 on.")

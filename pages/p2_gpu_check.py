@@ -16,7 +16,7 @@ info = common.device_info()
 st.subheader("This machine")
 st.table(pd.DataFrame(info.as_rows(), columns=["what", "value"]).set_index("what"))
 if info.backend != "gpu":
-    st.info("JAX is on its **CPU** backend: naive attention and XLA's SDPA run here; cuDNN, FP8 and "
+    st.info("JAX is on its **CPU** backend: naive attention and XLA's SDPA (scaled dot-product attention, `jax.nn.dot_product_attention`) run here; cuDNN, FP8 and "
             "TransformerEngine need an NVIDIA GPU. Pages 4, 5, 5b, 7, 8, 9 and 10 show results measured on H200s, "
             "labelled as such.")
 

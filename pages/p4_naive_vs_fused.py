@@ -68,8 +68,8 @@ if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (s
 st.subheader("Time per call")
 timed = common.runnable(shape, ["naive", "sdpa_auto", "sdpa_cudnn"])
 st.write(f"Wall time (perf_counter around a call and `block_until_ready`) includes Python dispatch. Runs here: "
-         f"{', '.join(timed)}. " + ("Device time (CUPTI) is the kernels' own time." if info.backend == "gpu" else
-                                     "Device time and kernel names (CUPTI) need an NVIDIA GPU: page 7 shows the H200's."))
+         f"{', '.join(timed)}. " + ("Device time (read through CUPTI, NVIDIA's profiling interface) is the kernels' own time." if info.backend == "gpu" else
+                                     "Device time and kernel names (read through CUPTI, NVIDIA's profiling interface) need an NVIDIA GPU: page 7 shows the H200's."))
 if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape):
     sections.queue_notice()
     rows = sections.guarded(common.frame, shape, tuple(timed), timed=True, accuracy=False, what="Timing")
@@ -113,6 +113,8 @@ fwd = lc[lc["pass"] == "forward"] if len(lc) else lc
 if len(fwd):
     st.markdown(f"**📦 Shipped from the H200: compiled scratch, forward pass, {fwd['shape'].iloc[0]} with T varied**")
     fused_ui.memory_chart(fwd, "temp_bytes", "H200, forward pass (shipped)", "scratch, temp_bytes (log)")
+    if "cudnn_fp8" in set(fwd["implementation"]):
+        st.caption("`cudnn_fp8` is cuDNN's attention with Q, K and V in 8-bit floats (FP8); page 9 introduces it.")
     fused_ui.growth(fwd, where="📦 On the H200 (shipped)")
     fused_ui.not_run(fwd)
 fused_ui.xla_at_scale()
@@ -122,7 +124,7 @@ keep = memory.kept_for_backward(shape)
 st.write(
     "Training needs gradients, and the gradient of softmax needs the softmax's output. Naive attention (and XLA's "
     "path) keeps the whole (B, N, T, S) weights from the forward pass for it; a flash kernel keeps only one "
-    "log-sum-exp per query row, O(T), and in the backward pass **recomputes the scores tile by tile** from Q and K, "
+    "log-sum-exp per query row (log Σ exp of the row's scores: the softmax's denominator in one number), O(T), and in the backward pass **recomputes the scores tile by tile** from Q and K, "
     "trading a little compute for memory. At this page's shape the model (`memory.kept_for_backward`) gives "
     + " against ".join(f"**{common.fmt_bytes(v)}** ({k})" for k, v in keep.items()) + ".")
 bw_lengths = tuple(t for t in (128, 256, 512, 1024) if t <= longest)

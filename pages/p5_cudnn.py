@@ -40,7 +40,7 @@ try:
     print("cuDNN calls:", hlo.count("__cudnn$fmha"))
 except Exception as e:
     print(f"cuDNN SDPA not available on this GPU: {{e}}")
-    print("Continuing with XLA only.")
+    print("Continuing with XLA backend only.")
 '''
 
 
@@ -82,7 +82,7 @@ codeblock.code(snippet(bf), wrap=True)
 if why_not:  # what the except branch prints here: the error the device worker got tracing the call
     error = common.on_device(backends.refusal, "sdpa_cudnn", bf) or why_not
     st.markdown("On this machine `HAS_CUDNN_SDPA` stays `False`, and the `except` branch prints:")
-    codeblock.code(f"cuDNN SDPA not available on this GPU: {error}\nContinuing with XLA only.", "text", wrap=True)
+    codeblock.code(f"cuDNN SDPA not available on this GPU: {error}\nContinuing with XLA backend only.", "text", wrap=True)
 else:
     st.caption("On this machine the `try` succeeds: `HAS_CUDNN_SDPA` is `True`.")
 

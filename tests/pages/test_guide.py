@@ -1,0 +1,61 @@
+"""The codelab path and the glossary in the sidebar: each step leads to a page that exists, each button it
+names is a button that page draws, and each glossary word is one the lab uses."""
+
+import re
+from pathlib import Path
+
+from tests.apptest_util import APP, open_page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sources(page: str) -> str:
+    """A page's source and that of the pages/ modules it draws through (the buttons live in those too)."""
+    text = (ROOT / page).read_text()
+    for module in set(re.findall(r"from pages(?:\.\w+)? import ([\w, ]+)", text)):
+        for name in module.replace(" ", "").split(","):
+            path = ROOT / "pages" / f"{name}.py"
+            if path.exists():
+                text += path.read_text()
+    return text
+
+
+def test_every_codelab_step_leads_to_a_listed_page_and_names_buttons_that_page_draws():
+    from pages import guide
+
+    app = (ROOT / APP).read_text()
+    for step, page, where in guide.CODELAB:
+        assert f'st.Page("{page}"' in app, (step, page)
+        source = _sources(page)
+        for button in re.findall(r"button \*\*(.+?)\*\*", where):
+            # the pieces around "…" (where the label goes on with the shape); a sweep's name is its `what`
+            for piece in filter(None, (part.strip() for part in button.split("…"))):
+                assert piece in source or piece.removeprefix("Run the ") in source, (step, piece)
+
+
+def test_the_codelabs_steps_follow_its_order():
+    from pages import guide
+
+    steps = [s for s, _, _ in guide.CODELAB]
+    assert steps[0] == "How attention works" and steps[-1].startswith("FP8")
+    assert steps.index("Naive attention") < steps.index("cuDNN fused attention (`HAS_CUDNN_SDPA`)") < steps.index(
+        "Causal masking") < steps.index("Sequence-length sweep") < steps.index("Batch-size sweep")
+
+
+def test_glossary_words_are_used_by_the_lab():
+    from pages import guide
+
+    lab = " ".join(p.read_text() for p in [*(ROOT / "pages").glob("*.py"), *(ROOT / "attnlab").rglob("*.py")]
+                   if p.name != "guide.py")
+    for word, _ in guide.GLOSSARY:
+        first = word.strip("`").split(" ")[0].split("/")[0]
+        assert first.lower() in lab.lower(), word
+
+
+def test_the_sidebar_has_the_codelab_path_and_the_glossary_on_every_page():
+    for page in ("pages/p1_attention.py", "pages/p7_benchmarks.py"):
+        at = open_page(page)
+        labels = [e.label for e in at.sidebar if type(e).__name__ == "Expander"]
+        assert "📓 The codelab, step by step" in labels and "📖 Glossary" in labels
+        links = [p.proto.label for p in at.get("page_link")]
+        assert "4. Naive attention" in links and "10. Batch-size sweep" in links
