@@ -22,6 +22,8 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free
                               memory and half of the host's available memory when it started)
+    ATTNLAB_RUN_SECONDS       the longest one run may hold the device, in seconds (default 60): a run whose
+                              lower bound (attnlab/measure/cost.py) is longer is refused before it starts
     ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
@@ -64,6 +66,7 @@ class Settings:
     worker_threads: int = 64
     compile_threads: int | None = None
     memory_limit_gib: float | None = None
+    run_seconds: float = 60.0
     warm: bool = True
     metrics: bool = False
     allow_clear_cache: bool = False
@@ -93,8 +96,12 @@ class Settings:
             except ValueError:
                 problems.append(f"ATTNLAB_MEMORY_LIMIT_GIB={raw!r} is not a positive number of GiB; ignored")
                 limit = None
+        run_seconds = _whole(env, "ATTNLAB_RUN_SECONDS", None)
+        if env.get("ATTNLAB_RUN_SECONDS", "").strip() and run_seconds is None:
+            problems.append(f"ATTNLAB_RUN_SECONDS={env['ATTNLAB_RUN_SECONDS']!r} is not a whole number of seconds; using 60")
         return cls(
             device=device,
+            run_seconds=float(run_seconds or 60),
             ray_address=env.get("ATTNLAB_RAY_ADDRESS", "").strip() or "auto",
             device_workers=_whole(env, "ATTNLAB_DEVICE_WORKERS", None),
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,

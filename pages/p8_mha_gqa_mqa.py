@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from attnlab.measure import runs
+from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache
 from pages import charts, common, decode_ui, sections, yourturn_ui
@@ -104,7 +104,11 @@ chosen = c2.multiselect("implementations", CANDIDATES, default=list(CANDIDATES),
 decode = [kvcache.decode_shape(v, int(kv_len)) for v in variants]
 cells = sum(len(common.runnable(d, chosen)) for d in decode) if chosen else 0
 cannot = len(decode) * len(chosen) - cells
-if chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({cells} cells"
+slow = common.on_device(cost.too_slow_plan, tuple(decode), tuple(len(common.runnable(d, chosen)) for d in decode),
+                        timing.MIN_CALLS) if cells else None  # refused up front: a native call cannot be stopped
+if slow:
+    st.warning(slow)
+elif chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({cells} cells"
                                  + (f"; {cannot} cannot run here" if cannot else "") + ")", (tuple(decode), tuple(chosen))):
     sections.queue_notice()
     with st.spinner("Timing one decode step per variant ..."):

@@ -29,11 +29,13 @@ from attnlab.admission import DEVICE, DeviceBusy, OverBudget
 from attnlab.backends import REGISTRY, get
 from attnlab.backends.base import error_text
 from attnlab.math import checks
-from attnlab.measure import compiled, timing
+from attnlab.measure import compiled, cost, timing
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 
-OK, INVALID, UNSUPPORTED, OVER_BUDGET, OOM, BUSY, ERROR = (
-    "ok", "invalid shape", "cannot run here", "over the memory budget", "out of memory", "GPU busy", "error")
+OK, INVALID, UNSUPPORTED, OVER_BUDGET, TOO_SLOW, OOM, BUSY, ERROR = (
+    "ok", "invalid shape", "cannot run here", "over the memory budget", "too slow here", "out of memory", "GPU busy",
+    "error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +202,8 @@ def run(
     results: dict[str, Result] = {}
     runnable = []
     allocates = accuracy or timed  # compiling a program allocates nothing on the device
+    calls = int(accuracy) + (timing.MIN_CALLS if timed else 0)
+    slow = cost.too_slow(shape, calls, settings().run_seconds, backward) if calls else None
     for n in names:
         why = get(n).unmet(shape, info)
         if why:
@@ -209,6 +213,8 @@ def run(
         why = DEVICE.check(dev, host) if allocates else None
         if why:
             results[n] = Result(shape, n, OVER_BUDGET, why, backward)
+        elif slow:
+            results[n] = Result(shape, n, TOO_SLOW, slow, backward)
         else:
             runnable.append(n)
     # compile before asking for the device: a compile holds no device memory, and a turn held through

@@ -89,6 +89,9 @@ def kernel_times(compiled, args, iterations: int = 10) -> tuple[float | None, tu
     return statistics.median(totals), kernels, f"CUPTI, median of {iterations} calls"
 
 
+MIN_CALLS = 10  # the fewest calls time_compiled makes: 3 warm-up, 1 to fit the repeats, 3 timed, 3 rounds of 1
+
+
 def time_compiled(
     compiled,
     args: Sequence,

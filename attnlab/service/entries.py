@@ -45,6 +45,7 @@ LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
     ("attnlab.backends:requirement_rows", None),
     ("attnlab.backends:refusal", None),
     ("attnlab.measure.timing:launch_note", None),
+    ("attnlab.measure.cost:too_slow_plan", None),
     ("attnlab.studies.memory:compiled_memory", _not_busy),
     ("attnlab.studies.memory:same_program", None),
     ("attnlab.studies.layout:placement", None),

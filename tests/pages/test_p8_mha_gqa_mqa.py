@@ -158,3 +158,13 @@ def test_the_h200_decode_study_shows_who_turns_fewer_kv_bytes_into_less_time():
     assert "Not at this shape: sdpa_cudnn" in texts(at, "caption")  # float32: cuDNN's rows say why not
     at.number_input(key="p8_kv_len").set_value(100).run()  # not a length of the study: its longest
     assert "At kv_len = 131,072 (the study's longest" in texts(at, "caption")
+
+
+def test_a_decode_step_that_would_take_minutes_is_refused_before_its_button():
+    # the link that held a CPU for 351 s: 1,024 heads of 1,024 over a 262,144-token cache
+    at = open_page(PAGE, {"batch": "1", "q_len": "1", "kv_len": "32768", "heads": "1024", "kv_heads": "1",
+                          "head_dim": "1024"})
+    at.number_input(key="p8_kv_len").set_value(262_144).run()
+    assert not at.exception
+    assert any("would hold this CPU for at least" in w.value and "limit of 60 s" in w.value for w in at.warning)
+    assert "btn_p8_decode" not in [b.key for b in at.button]

@@ -1,0 +1,74 @@
+"""How long a run will hold the device, at least, guessed before it starts.
+
+    seconds ≥ calls · FLOPs(shape) / rate
+
+`rate` is this device's matmul rate, measured once per process on a square matmul in the shape's
+dtype: attention is two matmuls around a softmax and no attention kernel beats a plain matmul, so the
+guess is a lower bound. A run whose lower bound is over the lab's limit (`ATTNLAB_RUN_SECONDS`) is
+refused with this sentence before it starts: a native call cannot be stopped half way, and one decode
+step of a 262,144-token cache with 1,024 heads of 1,024 held a CPU for six minutes.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from attnlab.shapes import AttentionShape
+
+WORTH_MEASURING = 1e10  # FLOPs: below this no device the lab runs on takes a second, so no rate is measured
+
+
+@functools.cache
+def matmul_rate(dtype: str) -> float:
+    """FLOP/s of one n × n matmul here (best of five calls after a warm-up), n = 1024 on a GPU, 512 on a CPU."""
+    n = 1024 if jax.default_backend() == "gpu" else 512
+    a = jnp.ones((n, n), jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32"))
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(a))
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def at_least_seconds(shape: AttentionShape, calls: int, backward: bool = False) -> float:
+    """A lower bound on the seconds `calls` calls at `shape` hold the device (0 for shapes too small to matter)."""
+    flops = shape.flops(backward)
+    if flops * calls < WORTH_MEASURING:
+        return 0.0
+    return calls * flops / matmul_rate(shape.dtype)
+
+
+def too_slow(shape: AttentionShape, calls: int, limit_s: float, backward: bool = False) -> str | None:
+    """The sentence that refuses a run over `limit_s`, or None."""
+    seconds = at_least_seconds(shape, calls, backward)
+    if seconds <= limit_s:
+        return None
+    rate = matmul_rate(shape.dtype)
+    where = "on this CPU" if jax.default_backend() != "gpu" else "on this GPU"
+    return (f"would hold the device for at least {seconds:,.0f} s {where} ({calls} calls of "
+            f"{shape.flops(backward):.2g} FLOPs at the {rate / 1e9:,.0f} GFLOP/s a plain {shape.dtype} matmul reaches "
+            f"here), over the lab's limit of {limit_s:,.0f} s for one run: make kv_len, q_len, heads or head_dim smaller")
+
+
+def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls: int, limit_s: float | None = None,
+                  backward: bool = False) -> str | None:
+    """The sentence that refuses a button's whole plan (`cells[i]` runs at `shapes[i]`, `calls` calls each)
+    over `limit_s` (default: the lab's limit for one run), or None."""
+    from attnlab.settings import settings
+
+    limit_s = settings().run_seconds if limit_s is None else limit_s
+    seconds = sum(c * at_least_seconds(s, calls, backward) for s, c in zip(shapes, cells, strict=True))
+    if seconds <= limit_s:
+        return None
+    where = "this CPU" if jax.default_backend() != "gpu" else "this GPU"
+    return (f"These {sum(cells)} runs would hold {where} for at least {seconds:,.0f} s (their FLOPs at the rate a plain "
+            f"matmul reaches here), over the lab's limit of {limit_s:,.0f} s for one button: choose a shorter cache, "
+            "fewer heads or a smaller head_dim, or fewer implementations.")
