@@ -9,7 +9,7 @@ import streamlit as st
 
 from attnlab import shipped
 from attnlab.backends import REGISTRY
-from attnlab.measure import runs
+from attnlab.measure import cost, runs, timing
 from attnlab.studies import timing_demo
 from pages import charts, common, sections
 
@@ -113,7 +113,11 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
     df = None
     with here:
         st.markdown("**Measured here**")
-        if sections.on_demand(key, f"Run the {what} ({len(shapes) * len(chosen)} cells)",
+        slow = common.on_device(cost.too_slow_plan, tuple(shapes), (len(chosen),) * len(shapes), timing.MIN_CALLS,
+                                backward=backward) if shapes and chosen else None
+        if slow:
+            st.warning(slow)
+        elif sections.on_demand(key, f"Run the {what} ({len(shapes) * len(chosen)} cells)",
                               (tuple(shapes), tuple(chosen), backward)):
             df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
             y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")

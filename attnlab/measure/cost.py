@@ -70,5 +70,5 @@ def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls:
         return None
     where = "this CPU" if jax.default_backend() != "gpu" else "this GPU"
     return (f"These {sum(cells)} runs would hold {where} for at least {seconds:,.0f} s (their FLOPs at the rate a plain "
-            f"matmul reaches here), over the lab's limit of {limit_s:,.0f} s for one button: choose a shorter cache, "
-            "fewer heads or a smaller head_dim, or fewer implementations.")
+            f"matmul reaches here), over the lab's limit of {limit_s:,.0f} s for one button: make the shape smaller (kv_len, "
+            "q_len, heads or head_dim) or choose fewer cells.")

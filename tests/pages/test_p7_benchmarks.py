@@ -183,6 +183,14 @@ def test_sweep_lists_cells_that_do_not_fit_with_their_reason(without_shipped, sm
     assert "budget" in bad.loc[1024, "reason"] and bad.loc[1024, "implementation"] == "naive"
 
 
+def test_a_sweep_that_would_take_minutes_says_so_instead_of_offering_its_button(without_shipped):
+    at = open_page(P7, tab=SWEEPS)  # the codelab's shape at T = 16,384: ~2e12 FLOPs a call, ten calls a cell
+    at.multiselect(key="p7_seq_values").set_value([16384]).run()
+    assert not at.exception
+    assert any("would hold this CPU for at least" in w.value for w in at.warning)
+    assert "btn_p7_seq" not in [b.key for b in at.button] and "btn_p7_batch" in [b.key for b in at.button]
+
+
 def test_cpu_sweep_defaults_are_small(without_shipped):
     at = open_page(P7, tab=SWEEPS)
     if ON_CPU:
