@@ -89,6 +89,16 @@ def speed_chart(speed: pd.DataFrame, order: list[str], title: str) -> alt.Chart:
         tooltip=common.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")))
 
 
+def error_reading(good: pd.DataFrame) -> str:
+    """What the block's relative error against bf16 means, with the largest one measured."""
+    worst = good["rel_err_vs_bf16"].max() if "rel_err_vs_bf16" in good and good["rel_err_vs_bf16"].notna().any() else None
+    said = f"The largest here, {worst:.1%}, is" if worst is not None else "A few per cent is"
+    return (f"{said} of the size FP8's own rounding gives, not a fault: E4M3 keeps 3 mantissa bits, so each value is rounded by up "
+            "to 2⁻⁴ = 6.25 % (about 2–4 % rms), and the block rounds the input and the weight of each of its GEMMs "
+            "(general matrix multiplies). FP8 training accepts that because weights, gradients and sums stay in higher "
+            "precision: it is judged by a model's loss over many steps, not by one output against bf16.")
+
+
 def block(df: pd.DataFrame) -> None:
     df = df.assign(**{c: df[c].map(fp8_study.kernel_cell) for c in ("top_kernels", "gemm_kernels") if c in df})
     good = df[df["status"] == "ok"]
@@ -98,6 +108,7 @@ def block(df: pd.DataFrame) -> None:
                  column_config={"ms": st.column_config.NumberColumn("time per call (ms)", format="%.4f", help=TIME_HELP),
                                 "rel_err_vs_bf16": st.column_config.NumberColumn("relative error vs bf16 block",
                                                                                  format="%.2e")})
+    st.caption(error_reading(good))
     if "top_kernels" in good:  # the evidence of where FP8 acts: long text, so a table of its own that wraps
         st.markdown("**The longest kernels of each recipe** (GPU time each): FP8 shows in the GEMMs' names")
         common.text_table(good[["recipe", "top_kernels"]].rename(columns={"top_kernels": "longest kernels"}))

@@ -88,6 +88,8 @@ def test_te_fp8_page_shows_the_shipped_studies_labelled_where_nothing_runs_live(
     block = frame_with(at, "rel_err_vs_bf16")
     assert list(block["recipe"]) == ["bf16", "fp8_delayed", "fp8_current"]
     assert "top_kernels" not in block  # the long kernel lists wrap in a table of their own
+    worst = block["rel_err_vs_bf16"].max()  # the error is read for the learner, with the largest measured
+    assert f"The largest here, {worst:.1%}, is of the size FP8's own rounding gives" in texts(at, "caption")
     longest = frame_with(at, "longest kernels").set_index("recipe")
     assert "matmul (XLA fusion) (gemm_test) 12.5 µs" in longest.loc["bf16", "longest kernels"]
     at = open_page(PAGE, SMALL, tab=FP8_ATTENTION)
