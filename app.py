@@ -29,12 +29,12 @@ PAGES = [
     st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
     st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
     st.Page("pages/p5_cudnn.py", title="5 · cuDNN", icon="⚡", url_path="cudnn"),
-    st.Page("pages/p10_fused_kernel.py", title="5b · Inside the fused kernel", icon="🔬", url_path="fused-kernel"),
+    st.Page("pages/p5b_fused_kernel.py", title="5b · Inside the fused kernel", icon="🔬", url_path="fused-kernel"),
     st.Page("pages/p6_causal.py", title="6 · Causal masking", icon="🔺", url_path="causal"),
     st.Page("pages/p7_benchmarks.py", title="7 · Benchmarks", icon="⏱️", url_path="benchmarks"),
     st.Page("pages/p8_mha_gqa_mqa.py", title="8 · MHA, GQA, MQA", icon="🧩", url_path="mha-gqa-mqa"),
     st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
-    st.Page("pages/p11_across_gpus.py", title="10 · Across GPUs", icon="🔗", url_path="across-gpus"),
+    st.Page("pages/p10_across_gpus.py", title="10 · Across GPUs", icon="🔗", url_path="across-gpus"),
 ]
 
 def _first_page() -> None:

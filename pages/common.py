@@ -5,6 +5,7 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 
 from __future__ import annotations
 
+import colorsys
 import dataclasses
 import functools
 import math
@@ -236,14 +237,20 @@ def download(df: pd.DataFrame, name: str, label: str = "Download CSV") -> None:
 # --------------------------------------------------------------------------------------------
 # Streamlit's ten categorical colours, but the tenth (a pale grey that read as "disabled" for cudnn_fp8) dark
 PALETTE = ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",
-           "#3b4252"]
+           "#3b4252"]  # today's ten backends, in registry order
+
+
+def palette(n: int) -> list[str]:
+    """`n` distinct colours: PALETTE first, then hues a golden angle apart (an eleventh backend gets its own)."""
+    extra = [colorsys.hsv_to_rgb((i * 0.618034) % 1.0, 0.65, 0.8) for i in range(max(0, n - len(PALETTE)))]
+    return PALETTE[:n] + ["#" + "".join(f"{round(c * 255):02x}" for c in rgb) for rgb in extra]
 
 
 def impl_color(df: pd.DataFrame) -> alt.Color:
     """The same colour for an implementation on every chart (registry order); the legend lists those present."""
     names = list(dict.fromkeys(df["implementation"]))
     order = list(REGISTRY) + [n for n in names if n not in REGISTRY]
-    return alt.Color("implementation:N", scale=alt.Scale(domain=order, range=PALETTE),
+    return alt.Color("implementation:N", scale=alt.Scale(domain=order, range=palette(len(order))),
                      legend=alt.Legend(values=[n for n in order if n in names]))
 
 

@@ -29,8 +29,8 @@ CODELAB = [
     ("FP8 precision with TransformerEngine", "pages/p9_te_fp8.py", "*FP8, told truthfully*, tab *(a) autocast around attention*"),
 ]
 BEYOND = [  # not in the codelab: what the lab adds
-    ("How a fused kernel works inside (tiles, the online softmax)", "pages/p10_fused_kernel.py"),
-    ("One sequence across two GPUs (ring attention)", "pages/p11_across_gpus.py"),
+    ("How a fused kernel works inside (tiles, the online softmax)", "pages/p5b_fused_kernel.py"),
+    ("One sequence across two GPUs (ring attention)", "pages/p10_across_gpus.py"),
 ]
 
 # (the word, what it means here): explained where it first appears too; this is the one place for all

@@ -1,4 +1,4 @@
-"""Page 10 (Across GPUs, pages/p11_across_gpus.py): charts of the ring grid, bytes against compute, the
+"""Page 10 (Across GPUs, pages/p10_across_gpus.py): charts of the ring grid, bytes against compute, the
 measured timeline, speed-up and scaling, each from a table of attnlab.studies.ring_schedule / attnlab.studies.ring_results;
 the compiled programs' order of sends and waits; the bytes-per-step model and the shipped 2 × H200 results
 as sections of the page's tabs."""

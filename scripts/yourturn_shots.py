@@ -26,7 +26,7 @@ from tests.yourturn_cases import MISTAKES  # noqa: E402
 PAGES = {"pages/p4_naive_vs_fused.py": ("naive-vs-fused", "4 · Naive vs fused", ""),
          "pages/p6_causal.py": ("causal", "6 · Causal masking", ""),
          "pages/p8_mha_gqa_mqa.py": ("mha-gqa-mqa", "8 · MHA, GQA, MQA", ""),
-         "pages/p10_fused_kernel.py": ("fused-kernel", "5b · Inside the fused kernel", "")}
+         "pages/p5b_fused_kernel.py": ("fused-kernel", "5b · Inside the fused kernel", "")}
 HOSTILE = "def {entry}(*args):\n    return ().__class__.__bases__[0].__subclasses__()\n"
 
 

@@ -69,3 +69,11 @@ def test_a_builder_defined_in_a_page_script_is_refused():
     made_at_each_run.__module__ = "__main__"
     with pytest.raises(ValueError, match="pages module"):
         charts.draw(Where(), made_at_each_run, pd.DataFrame({"x": [1]}))
+
+
+def test_every_implementation_gets_its_own_colour_however_many_there_are():
+    from pages import common
+
+    assert common.palette(10) == common.PALETTE  # today's backends keep today's colours
+    many = common.palette(14)
+    assert len(set(many)) == 14 and all(c.startswith("#") and len(c) == 7 for c in many)

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.browser_util import free_port  # one copy of the helper
 
 yaml = pytest.importorskip("yaml")
 if sys.version_info >= (3, 11):
@@ -159,12 +160,6 @@ def _base_image() -> str:
         defaults = dict(a.split("=", 1) for a in _dockerfile("ARG") if "=" in a)
         image = defaults[match.group(1)]
     return image
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,7 +604,7 @@ def test_streamlit_serves_its_health_endpoint_with_this_config(tmp_path):
     (tmp_path / ".streamlit").mkdir()
     shutil.copy(STREAMLIT_CONFIG, tmp_path / ".streamlit" / "config.toml")
     (tmp_path / "app.py").write_text("import streamlit as st\nst.write('ok')\n")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HOME": str(tmp_path)}  # no ~/.streamlit of the developer's
     proc = subprocess.Popen(
         [streamlit, "run", "app.py", f"--server.port={port}", "--server.address=127.0.0.1"],

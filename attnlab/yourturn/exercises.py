@@ -343,7 +343,7 @@ STEP_MISTAKES = (
 
 _QKV_TILES = (("q", (16, 8), "float32"), ("k", (16, 8), "float32"), ("v", (16, 8), "float32"))
 STEP = Exercise(
-    name="online_softmax", page="pages/p10_fused_kernel.py", title="one step of the online softmax",
+    name="online_softmax", page="pages/p5b_fused_kernel.py", title="one step of the online softmax",
     task="Write the update of FlashAttention-2's inner loop (Algorithm 1, lines 8-10): given one block's scaled "
          "scores and the running max m, sum l and output o, return the new ones. The lab runs your step inside its "
          "tiled loop (T = S = 16, blocks of 4) and compares the output after every key block with the exact answer.",

@@ -7,7 +7,7 @@ from attnlab.yourturn import exercises, progress, share
 from tests.apptest_util import SMALL, button, codes, frames, open_page, texts
 from tests.yourturn_cases import MISTAKES
 
-P4, P6, P8, P10 = "pages/p4_naive_vs_fused.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py", "pages/p10_fused_kernel.py"
+P4, P6, P8, P10 = "pages/p4_naive_vs_fused.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py", "pages/p5b_fused_kernel.py"
 
 
 def write_and_check(at, name: str, code: str):

@@ -22,7 +22,7 @@ from tests.apptest_util import (
 )
 from tests.test_ring_results import with_fenced_ring
 
-PAGE = "pages/p11_across_gpus.py"
+PAGE = "pages/p10_across_gpus.py"
 MEASURED = ("p11_tab", "Measured on 2 × H200")
 MORE = ("p11_tab", "More GPUs, and live")
 SMOKE = Path(__file__).resolve().parents[1] / "ring_smoke_cpu_x2.json"

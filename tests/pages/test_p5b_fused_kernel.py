@@ -19,7 +19,7 @@ from tests.apptest_util import (
     texts,
 )
 
-PAGE = "pages/p10_fused_kernel.py"
+PAGE = "pages/p5b_fused_kernel.py"
 MASKED = {**CUSTOM, "window": "8,0", "kv_lengths": "40,30"}
 TABS = ["Step through", "Memory traffic", "The backward pass", "Masks that skip work", "The ladder"]
 STEP, TRAFFIC, BACKWARD, MASKS, LADDER = (("p10_tab", t) for t in TABS)
