@@ -23,9 +23,36 @@ def log(message: str) -> None:
     print(f"attnlab-entrypoint: {message}", file=sys.stderr, flush=True)
 
 
+# the oldest driver branch each CUDA major runs on (NVIDIA's CUDA toolkit release notes, table 3)
+MIN_DRIVER = {12: 525, 13: 580}
+
+
+def driver_problem(version_file: str = "/proc/driver/nvidia/version", cuda: str | None = None) -> str | None:
+    """A sentence when the node's NVIDIA driver is older than the image's CUDA needs (GKE installs the
+    driver the node pool asks for: deploy/terraform's gpu_driver_version), else None."""
+    import re
+
+    cuda = cuda if cuda is not None else os.environ.get("CUDA_VERSION", "")
+    try:
+        with open(version_file) as f:
+            found = re.search(r"Kernel Module\s+(\d+)\.", f.read())
+    except OSError:
+        return None  # no driver file: the JAX check below says what is missing
+    major = int(cuda.split(".")[0]) if cuda[:1].isdigit() else None
+    need = MIN_DRIVER.get(major) if major else None
+    if found and need and int(found.group(1)) < need:
+        return (f"the NVIDIA driver is {found.group(1)}, older than CUDA {cuda} needs ({need} or newer): give the "
+                "GPU node pool a newer driver (gpu_driver_version = \"LATEST\" in deploy/terraform/main.tf) or "
+                "build the image on an older CUDA")
+    return None
+
+
 def gpu_problem() -> str | None:
-    """None when JAX computes on a GPU, cuDNN's fused attention runs there and TransformerEngine (where
-    installed) imports; else a sentence saying what was found instead."""
+    """None when the driver is new enough for the image's CUDA, JAX computes on a GPU, cuDNN's fused attention
+    runs there and TransformerEngine (where installed) imports; else a sentence saying what was found instead."""
+    old = driver_problem()
+    if old:
+        return old
     try:
         import jax
         import jax.numpy as jnp
