@@ -20,10 +20,41 @@ GPUS=${GPUS:-1}
 TF=(terraform -chdir=deploy/terraform)
 step() { printf '\n== %s\n' "$*"; }
 
-[ -f deploy/terraform/terraform.tfvars ] || {
+TFVARS=deploy/terraform/terraform.tfvars
+[ -f "$TFVARS" ] || {
   echo "copy deploy/terraform/terraform.tfvars.example to terraform.tfvars and edit it first" >&2
   exit 2
 }
+tfvar() { sed -n "s/^$1 *= *\"\([^\"]*\)\".*/\1/p" "$TFVARS" | head -1; }
+
+step "0/5 Preflight: the APIs on, your roles, the GPU quota (nothing is created yet)"
+P=$(tfvar project_id)
+R=$(tfvar region)
+R=${R:-us-central1}
+GPU=$(tfvar gpu)
+GPU=${GPU:-l4}
+# the codelab's order: services first, so Terraform's first calls (IAM, Resource Manager) do not race them
+gcloud services enable serviceusage.googleapis.com cloudresourcemanager.googleapis.com iam.googleapis.com \
+  compute.googleapis.com container.googleapis.com --project="$P"
+ME=$(gcloud config get-value account 2>/dev/null)
+ROLES=$(gcloud projects get-iam-policy "$P" --flatten=bindings[].members \
+  --filter="bindings.members:$ME" --format='value(bindings.role)' 2>/dev/null || true)
+if ! grep -qx 'roles/owner' <<<"$ROLES"; then
+  for need in roles/editor roles/resourcemanager.projectIamAdmin roles/iap.admin; do
+    grep -qx "$need" <<<"$ROLES" || echo "MISSING ROLE for $ME: $need (or roles/owner); ask the project's owner" >&2
+  done
+fi
+METRIC=$(tr '[:lower:]' '[:upper:]' <<<"NVIDIA_${GPU}_GPUS")
+[ "$(tfvar gpu_spot)" = true ] && METRIC="PREEMPTIBLE_$METRIC"
+QUOTA=$(gcloud compute regions describe "$R" --project="$P" --flatten=quotas \
+  --filter="quotas.metric=$METRIC" --format='value(quotas.limit)' 2>/dev/null || true)
+ALL=$(gcloud compute project-info describe --project="$P" --flatten=quotas \
+  --filter="quotas.metric=GPUS_ALL_REGIONS" --format='value(quotas.limit)' 2>/dev/null || true)
+echo "GPU quota: $METRIC in $R = ${QUOTA:-unknown}; GPUs (all regions) = ${ALL:-unknown}; this class asks for $GPUS node(s)"
+if [ "${QUOTA%.*}" = 0 ] || [ "${ALL%.*}" = 0 ]; then
+  echo "NO GPU QUOTA: request it (IAM & Admin > Quotas: $METRIC in $R, and GPUs (all regions)) days before class" >&2
+  exit 2
+fi
 
 step "1/5 Infrastructure: cluster, GPU pool at 0 nodes (no GPU bills yet), repository, bucket, IP"
 "${TF[@]}" init -input=false
@@ -36,6 +67,8 @@ IMAGE_NAME=$(out image)
 ACCELERATOR=$(out gpu_accelerator)
 BUCKET=$(out build_bucket)
 IP=$(out static_ip)
+# the certificate starts only once DNS points here (up to an hour): say it now, not at the end
+echo "Static IP: $IP. Point a DNS A record for $DOMAIN at it NOW; the certificate waits for it."
 
 step "2/5 Image, with Cloud Build (15-30 min; still no GPU billing)"
 gcloud builds submit --project="$PROJECT" --config=deploy/cloudbuild.yaml \
@@ -85,9 +118,16 @@ kubectl -n attnlab rollout status deployment/attnlab --timeout=15m || {
 kubectl -n attnlab exec "$(kubectl -n attnlab get pod -l ray.io/group=gpu -o name | head -1)" -c ray-worker -- \
   nvidia-smi --query-gpu=name,driver_version --format=csv
 
-step "5/5 The door"
-echo "Point a DNS A record for $DOMAIN at $IP (if you have not yet)."
-echo "The certificate turns Active up to an hour after that:"
+step "5/5 The door: DNS, then the certificate (set up the day before class, never on the day)"
+if [ "${DNS_WAIT:-1}" != 0 ]; then  # DNS_WAIT=0 skips the wait
+  for i in $(seq 1 60); do
+    getent hosts "$DOMAIN" | grep -qw "$IP" && break
+    echo "waiting for $DOMAIN to resolve to $IP (minute $i of 60; set the A record at your DNS provider)"
+    sleep 60
+  done
+  getent hosts "$DOMAIN" | grep -qw "$IP" || echo "$DOMAIN does not resolve to $IP yet: the certificate cannot start" >&2
+fi
+echo "The certificate turns Active up to an hour after DNS resolves:"
 echo "  kubectl -n attnlab get managedcertificate attnlab-cert"
 echo "Then open https://$DOMAIN/ (learners sign in with a Google account of the class group)."
 echo "After class: scale the GPUs to zero (deploy/README.md, 'Class day'); to remove everything: bash deploy/teardown.sh"

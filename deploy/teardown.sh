@@ -46,9 +46,16 @@ else  # set up by hand (the guide's manual path)
   gcloud artifacts repositories delete attnlab --location="${REGION:-us-central1}" "${G[@]}" || true
 fi
 
-step "3/4 Cloud Build's default bucket, if a build ever created it"
-if gcloud storage buckets describe "gs://${PROJECT}_cloudbuild" "${G[@]}" >/dev/null 2>&1; then
-  gcloud storage rm --recursive "gs://${PROJECT}_cloudbuild" "${G[@]}"
+step "3/4 Cloud Build's default bucket: only if the lab made it (labelled attnlab=setup)"
+# setup.sh stages its source in the lab's own bucket (Terraform removes it), so a gs://PROJECT_cloudbuild
+# bucket is someone else's unless it carries the lab's label: never delete another tool's builds
+DEFAULT_BUCKET="gs://${PROJECT}_cloudbuild"
+if gcloud storage buckets describe "$DEFAULT_BUCKET" "${G[@]}" >/dev/null 2>&1; then
+  if [ "$(gcloud storage buckets describe "$DEFAULT_BUCKET" "${G[@]}" --format='value(labels.attnlab)')" = setup ]; then
+    gcloud storage rm --recursive "$DEFAULT_BUCKET" "${G[@]}"
+  else
+    echo "left alone: $DEFAULT_BUCKET is not labelled attnlab=setup, so the lab did not make it"
+  fi
 fi
 
 step "4/4 What still costs money in $PROJECT"

@@ -686,6 +686,27 @@ def test_entrypoint_refuses_to_start_when_a_gpu_is_required_and_jax_is_on_the_cp
     assert "LD_LIBRARY_PATH=" in line and "nvidia-smi" in line
 
 
+@pytest.mark.parametrize(("module", "cuda", "refused"), [
+    ("535.230.02", "13.0.1", True),   # GKE's older default branch under a CUDA 13 image
+    ("580.95.05", "13.0.1", False),
+    ("535.230.02", "12.8.0", False),
+    ("535.230.02", "", False),        # an image that does not say its CUDA: nothing to compare
+])
+def test_the_gate_says_when_the_driver_is_older_than_the_images_cuda(tmp_path, module, cuda, refused):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("entrypoint", ENTRYPOINT)
+    entrypoint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entrypoint)
+    version = tmp_path / "version"
+    version.write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {module}  Release Build\n")
+    said = entrypoint.driver_problem(str(version), cuda)
+    assert (said is not None) is refused
+    if refused:
+        assert f"the NVIDIA driver is {module.split('.')[0]}, older than CUDA {cuda} needs (580 or newer)" in said
+    assert entrypoint.driver_problem(str(tmp_path / "absent"), "13.0") is None
+
+
 def test_entrypoint_execs_the_server_command_when_no_gpu_is_required(tmp_path):
     for setting in (None, "0"):
         out = _run_entrypoint(tmp_path, setting, sys.executable, "-c", "import sys; print('started'); sys.exit(7)")
@@ -863,6 +884,20 @@ def test_gpu_pool_starts_at_zero_nodes_on_the_least_privilege_account():
     assert _tf_value(role) == "roles/container.defaultNodeServiceAccount"
 
 
+def test_a_fresh_project_enables_its_apis_before_any_account_or_binding_and_the_budget_has_a_quota_project():
+    (locals_block,) = _tf_blocks("locals")
+    apis = {_tf_value(a) for a in locals_block["apis"]}
+    assert {"iam.googleapis.com", "cloudresourcemanager.googleapis.com", "serviceusage.googleapis.com"} <= apis
+    resources = _tf_resources()
+    racing = [key for key, body in resources.items()
+              if key[0] in ("google_service_account", "google_project_iam_member", "google_storage_bucket_iam_member",
+                            "google_artifact_registry_repository_iam_member")
+              and "google_project_service.apis" not in str(body.get("depends_on", ""))]
+    assert not racing, f"made without waiting for the APIs: {racing}"
+    (provider,) = [body for b in _tf_blocks("provider") for name, body in b.items() if _tf_value(name) == "google"]
+    assert provider["user_project_override"] is True and "var.project_id" in str(provider["billing_project"])
+
+
 def test_terraform_gpu_choices_match_the_guide_and_the_deployment():
     (locals_block,) = _tf_blocks("locals")
     gpus = locals_block["gpus"]
@@ -917,6 +952,11 @@ case "$(basename "$0") $*" in
   *"output -raw zone"*) echo us-central1-a ;;
   *"output -raw cluster"*) echo attnlab ;;
   *"compute disks list"*) [ -n "${STUB_LEFT_DISK:-}" ] && echo pvc-0123 ;;
+  *"buckets describe"*"labels.attnlab"*) echo "${STUB_LABEL:-}" ;;
+  *"get-value account"*) echo teacher@example.edu ;;
+  *"get-iam-policy"*) echo roles/owner ;;
+  *"regions describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
+  *"project-info describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
 esac
 exit 0
 """
@@ -957,6 +997,45 @@ def test_teardown_deletes_in_order_and_ends_listing_what_still_bills(tmp_path):
     for thing in ("compute disks list", "compute addresses list", "compute forwarding-rules list",
                   "container clusters list"):
         assert any(thing in c for c in listed), thing
+
+
+@pytest.mark.parametrize(("label", "deleted"), [("", False), ("setup", True)])
+def test_teardown_deletes_cloud_builds_default_bucket_only_when_the_lab_made_it(tmp_path, label, deleted):
+    out, calls = _teardown_with_stubs(tmp_path, STUB_LABEL=label)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any("storage rm" in c and "_cloudbuild" in c for c in calls) is deleted
+    assert ("left alone: gs://my-project_cloudbuild" in out.stdout) is not deleted
+
+
+def _setup_with_stubs(tmp_path, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """setup.sh from a copy of deploy/ (with a tfvars of its own), every cloud tool a stub."""
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*"))
+    (tmp_path / "deploy" / "terraform" / "terraform.tfvars").write_text(
+        'project_id = "my-project"\nregion = "us-central1"\ngpu = "h100"\n')
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("gcloud", "kubectl", "terraform", "openssl", "getent"):
+        (bindir / tool).write_text(STUB)
+        (bindir / tool).chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path), "DOMAIN": "lab.example.edu",
+           "DNS_WAIT": "0", **extra_env}
+    out = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    return out, log.read_text().splitlines() if log.exists() else []
+
+
+def test_setup_enables_the_apis_and_checks_the_gpu_quota_before_terraform(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, STUB_QUOTA="0.0")
+    assert out.returncode == 2 and "NO GPU QUOTA" in out.stderr and "NVIDIA_H100_GPUS" in out.stderr
+    assert any("services enable" in c and "iam.googleapis.com" in c for c in calls)
+    assert not any(c.startswith("terraform") for c in calls)  # nothing created without a GPU to use
+
+
+def test_setup_says_the_static_ip_right_after_terraform_not_at_the_end(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path)
+    assert "Static IP:" in out.stdout and "Point a DNS A record" in out.stdout
+    assert out.stdout.index("Static IP:") < out.stdout.index("== 2/5")
 
 
 def test_teardown_fails_when_something_that_bills_is_left(tmp_path):

@@ -12,7 +12,13 @@ locals {
   }
   gpu = local.gpus[var.gpu]
 
+  # Enabled first, everything else depends on them (on a fresh project an IAM binding made while
+  # iam.googleapis.com is still turning on fails). setup.sh also enables them before Terraform runs,
+  # as the codelab does, so that the provider's own calls (serviceusage, cloudresourcemanager) work.
   apis = [
+    "serviceusage.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "iam.googleapis.com",
     "compute.googleapis.com",
     "container.googleapis.com",
     "artifactregistry.googleapis.com",
@@ -84,12 +90,14 @@ resource "google_compute_global_address" "ingress" {
 resource "google_service_account" "nodes" {
   account_id   = "${var.cluster_name}-nodes"
   display_name = "AttnLab GKE nodes"
+  depends_on   = [google_project_service.apis]
 }
 
 resource "google_project_iam_member" "nodes_default_role" {
-  project = var.project_id
-  role    = "roles/container.defaultNodeServiceAccount"
-  member  = google_service_account.nodes.member
+  project    = var.project_id
+  role       = "roles/container.defaultNodeServiceAccount"
+  member     = google_service_account.nodes.member
+  depends_on = [google_project_service.apis]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +134,7 @@ resource "google_artifact_registry_repository_iam_member" "nodes_pull" {
   repository = google_artifact_registry_repository.images.name
   role       = "roles/artifactregistry.reader"
   member     = google_service_account.nodes.member
+  depends_on = [google_project_service.apis]
 }
 
 resource "google_artifact_registry_repository_iam_member" "build_push" {
@@ -133,14 +142,16 @@ resource "google_artifact_registry_repository_iam_member" "build_push" {
   repository = google_artifact_registry_repository.images.name
   role       = "roles/artifactregistry.writer"
   member     = local.build_sa
+  depends_on = [google_project_service.apis]
 }
 
 resource "google_project_iam_member" "build_builder" {
   # checkov:skip=CKV_GCP_46:Deliberate: new projects run Cloud Build as the default compute account and may not grant it this role.
   # checkov:skip=CKV_GCP_49:roles/cloudbuild.builds.builder is the role Cloud Build documents for its build account.
-  project = var.project_id
-  role    = "roles/cloudbuild.builds.builder"
-  member  = local.build_sa
+  project    = var.project_id
+  role       = "roles/cloudbuild.builds.builder"
+  member     = local.build_sa
+  depends_on = [google_project_service.apis]
 }
 
 # Where `gcloud builds submit --gcs-source-staging-dir` uploads the source; terraform destroy
@@ -171,9 +182,10 @@ resource "google_storage_bucket" "build" {
 }
 
 resource "google_storage_bucket_iam_member" "build_source" {
-  bucket = google_storage_bucket.build.name
-  role   = "roles/storage.objectUser"
-  member = local.build_sa
+  bucket     = google_storage_bucket.build.name
+  role       = "roles/storage.objectUser"
+  member     = local.build_sa
+  depends_on = [google_project_service.apis]
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -344,6 +356,8 @@ resource "google_container_node_pool" "gpu" {
       type  = local.gpu.accelerator
       count = local.gpu.count
       gpu_driver_installation_config {
+        # deliberately LATEST: the image is CUDA 13, which needs driver branch 580 or newer, and GKE's
+        # DEFAULT may be older; the pods' gate (scripts/entrypoint.py --check) says so in one log line
         gpu_driver_version = "LATEST"
       }
     }
