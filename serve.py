@@ -129,10 +129,16 @@ class Harden:
 
 def harden_the_server() -> None:
     """Put `Harden` first in Streamlit's middleware stack (Streamlit >= 1.5x serves with Starlette)."""
+    from attnlab import iap
+
+    audience = iap.audience_from_env()  # behind IAP: every request must carry IAP's signed header
     try:
         from starlette.middleware import Middleware
         from streamlit.web.server.starlette import starlette_app
     except ImportError:
+        if audience:
+            sys.exit("serve.py: ATTNLAB_IAP_AUDIENCE is set but this Streamlit does not serve with Starlette: "
+                     "IAP's header could not be checked, so the server does not start")
         print("serve.py: this Streamlit does not serve with Starlette; headers not added", file=sys.stderr)
         return
     from streamlit import config
@@ -140,8 +146,13 @@ def harden_the_server() -> None:
     from attnlab.settings import settings
 
     own = starlette_app.create_streamlit_middleware
-    starlette_app.create_streamlit_middleware = lambda: [
-        Middleware(Harden, base=config.get_option("server.baseUrlPath") or "", metrics=settings().metrics), *own()]
+
+    def stack() -> list:
+        base = config.get_option("server.baseUrlPath") or ""
+        door = [Middleware(iap.RequireIap, audience=audience, base=base)] if audience else []
+        return [Middleware(Harden, base=base, metrics=settings().metrics), *door, *own()]
+
+    starlette_app.create_streamlit_middleware = stack
 
 
 def head_start() -> None:
