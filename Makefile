@@ -5,12 +5,16 @@
 # Python 3.11 on Linux x86_64 and is what gets installed. After editing requirements.txt:
 #   make lock   re-resolve the lock with uv (keeps existing pins where they still fit;
 #               UPGRADE=1 moves everything to the newest allowed versions)
+#   make lock-image   the GPU image's own lock, requirements-image.lock (Python 3.12, against the base image's
+#               accelerator stack in deploy/image-base.txt, none of which it pins; deploy/Dockerfile installs it)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
 
 UV_VERSION := 0.13.9
 LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
+IMAGE_LOCK_FLAGS := --python-version 3.12 --python-platform x86_64-unknown-linux-gnu
+IMAGE_BASE := $(shell grep -E '^[A-Za-z0-9]' deploy/image-base.txt | sed 's/==.*//')
 
 $(VENV)/.installed: requirements.lock
 	python3 -m venv $(VENV)
@@ -18,11 +22,17 @@ $(VENV)/.installed: requirements.lock
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-.PHONY: run test browser lint gpucheck load lock
+.PHONY: run test browser lint gpucheck load lock lock-image
 lock:
 	python3 -m venv $(VENV)/uv
 	$(VENV)/uv/bin/python -m pip install -q uv==$(UV_VERSION)
 	$(VENV)/uv/bin/uv pip compile requirements.txt $(LOCK_FLAGS) $(if $(UPGRADE),--upgrade) -o requirements.lock
+
+lock-image:
+	python3 -m venv $(VENV)/uv
+	$(VENV)/uv/bin/python -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/uv/bin/uv pip compile requirements-image.txt $(IMAGE_LOCK_FLAGS) -c deploy/image-base.txt \
+	  $(addprefix --no-emit-package ,$(IMAGE_BASE)) $(if $(UPGRADE),--upgrade) -o requirements-image.lock
 
 run: $(VENV)/.installed
 	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(PY) serve.py --server.port $(PORT)
