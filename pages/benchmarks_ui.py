@@ -10,7 +10,7 @@ import streamlit as st
 from attnlab import shipped
 from attnlab.backends import REGISTRY
 from attnlab.measure import cost, runs, timing
-from attnlab.studies import timing_demo
+from attnlab.studies import clocks, timing_demo
 from pages import charts, common, sections
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
@@ -137,7 +137,7 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
             lines(ship, field, y, f"H200: {common.label(y)} by {field}")
             dtypes_there = ", ".join(sorted(ship["dtype"].unique()))
             st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}; {dtypes_there} only (the shipped "
-                       "sweep measured no float32 cells).")
+                       f"sweep measured no float32 cells). Clock: {clocks.WARM}.")
     if not ship.empty:  # the page's width: one column per implementation
         st.markdown("**📦 The H200's sweep as the codelab prints it: ms per call (wall), one column per implementation**")
         common.table(ms_per_call(ship, field))
@@ -177,6 +177,7 @@ def long_context() -> None:
     for col, p in zip(st.columns(2), ["forward", "forward+backward"], strict=True):
         with col:
             lines(part[part["pass"] == p], "q_len", y, f"{p}, {'causal' if causal else 'full'}, H{head_dim}", dash=None)
+    st.caption(clocks.NOTE)
     sections.not_run(part, keys=("implementation", "pass", "q_len"))
     common.download(long, "h200_long_context", "Download the long-context table (CSV)")
     data = shipped.load() or {}
@@ -190,10 +191,13 @@ def long_context() -> None:
         other = ((shipped.load("h200_ladder") or {}).get("ceilings") or {}).get("matmul_bf16_tflops")
         if peak:
             st.caption(f"Datasheet ({peak.get('source')}): {peak.get('bf16_tflops')} bf16 TFLOP/s dense, "
-                       f"{peak.get('memory_tb_s')} TB/s. The measured ceilings are what bf16 attention can hope for (FP8 has twice the tensor-core peak)"
-                       + (f"; they were measured in this suite's run. Page 5b's roofline uses its own run's "
-                          f"measurement of the same matmul, {other:.0f} TFLOP/s: the two differ by run-to-run "
-                          "variation, not by method." if other else "."))
+                       f"{peak.get('memory_tb_s')} TB/s. The measured rates are yardsticks from two plain programs "
+                       "(one large matmul, timed warm; a copy that reads and writes every byte), not ceilings: a "
+                       "kernel that only reads can pass the copy's rate (page 8's cuDNN decode step does), nothing "
+                       "passes the datasheet's, and FP8 tensor cores have twice the bf16 peak. Page 5b's roofline "
+                       "draws both roofs and says why the measured one is lower"
+                       + (f"; it uses its own run's measurement of the same matmul, {other:.0f} TFLOP/s (run-to-run "
+                          "variation, not another method)." if other else "."))
     fid = shipped.frame("fidelity")
     if not fid.empty:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
@@ -204,3 +208,12 @@ def long_context() -> None:
             st.dataframe(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
                          column_config=FIDELITY)
         common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")
+    same = pd.DataFrame(clocks.one_kernel(data, shipped.load("h200_ladder")))
+    if not same.empty:
+        st.markdown(f"**One kernel, {len(same)} figures**: cuDNN's forward pass at {clocks.ANCHOR} in every shipped "
+                    "table, with how each was timed and the GPU's clock state")
+        common.text_table(same)
+        st.caption("Device time counts only the GPU's kernels; throughput time also counts the gaps between calls. "
+                   "The H200 lowers its clock under sustained load, and kernel time follows it: page 9 reads the "
+                   "clock and times both states; the other tables were timed warm (after a 0.2 s warm-up, clock not "
+                   "read), each in its own run, so their figures fall where that run's clock was.")

@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab.studies import fp8_study
+from attnlab.studies import clocks, fp8_study
 from pages import charts, codeblock, common, sections
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
@@ -108,7 +108,7 @@ def block(df: pd.DataFrame) -> None:
                  column_config={"ms": st.column_config.NumberColumn("time per call (ms)", format="%.4f", help=TIME_HELP),
                                 "rel_err_vs_bf16": st.column_config.NumberColumn("relative error vs bf16 block",
                                                                                  format="%.2e")})
-    st.caption(error_reading(good))
+    st.caption(error_reading(good) + f" Times: {clocks.WARM}.")
     if "top_kernels" in good:  # the evidence of where FP8 acts: long text, so a table of its own that wraps
         st.markdown("**The longest kernels of each recipe** (GPU time each): FP8 shows in the GEMMs' names")
         common.text_table(good[["recipe", "top_kernels"]].rename(columns={"top_kernels": "longest kernels"}))

@@ -12,8 +12,8 @@ import streamlit as st
 
 from attnlab.backends import tokamax as tokamax_backend
 from attnlab.math import flash
-from attnlab.studies import flash_traffic
-from pages import charts, common, sections
+from attnlab.studies import clocks, flash_traffic
+from pages import charts, common, roofline_ui, sections
 
 STATES = ["done", "current", "skipped", "to come"]
 STATE_COLORS = ["#4c78a8", "#f58518", "#d9d9d9", "#ffffff"]
@@ -133,36 +133,6 @@ def rung_chart(df: pd.DataFrame) -> alt.Chart:
             .properties(width=520))
 
 
-def roofline_chart(points: pd.DataFrame, roof: pd.DataFrame, ceilings: dict) -> alt.Chart:
-    decades = [10.0 ** e for e in range(6)]
-    x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity (FLOPs per byte, model)",
-              axis=alt.Axis(values=decades, format=",~g"))
-    y = alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="TFLOP/s", axis=alt.Axis(values=decades, format=",~g"))
-    line = alt.Chart(roof).mark_line(color="#555").encode(x=x, y=y)
-    dots = (alt.Chart(points.rename(columns={"achieved_tflops": "tflops"})).mark_point(size=120, filled=True)
-            .encode(x=x, y=y, color=common.impl_color(points), shape=alt.Shape("causal:N"),
-                    tooltip=common.tips("label", "causal", "model", alt.Tooltip("intensity:Q", format=".0f"),
-                             alt.Tooltip("tflops:Q", format=".0f"), alt.Tooltip("pct_of_attainable:Q", format=".0f"))))
-    return (line + dots).properties(
-        title=f"Roofline: ceilings measured in this ladder's run, {ceilings['copy_tb_s']:.2f} TB/s and "
-              f"{ceilings['matmul_bf16_tflops']:.0f} TFLOP/s (bf16 matmul)", height=360)
-
-
-def _piles_and_ridge(points: pd.DataFrame, ceilings: dict) -> None:
-    """Say which dots hide others (one marker drawn on top) and which rung sits where the roof turns."""
-    name = lambda r: f"{r['label']}{' (causal)' if r['causal'] else ''}"  # noqa: E731
-    piles = [f"{', '.join(name(r) for _, r in g.iterrows())} at {g['intensity'].iloc[0]:.0f} FLOPs/byte "
-             f"({g['achieved_tflops'].min():.0f}-{g['achieved_tflops'].max():.0f} TFLOP/s)"
-             for g in charts.piles(points, "intensity", "achieved_tflops")]
-    ridge = ceilings["matmul_bf16_tflops"] / ceilings["copy_tb_s"]
-    at = points[(points["intensity"] - ridge).abs() <= 0.1 * ridge]
-    st.caption(("Dots on top of one another (the same traffic model, TFLOP/s within a tenth): " + "; ".join(piles)
-                + ". " if piles else "")
-               + (f"The ridge, where the roof turns from bandwidth to compute, is at {ridge:.0f} FLOPs/byte: "
-                  + ", ".join(f"{name(r)} ({r['intensity']:.0f}, {r['achieved_tflops']:.0f} TFLOP/s)"
-                              for _, r in at.iterrows()) + (" sits there." if len(at) == 1 else " sit there.") if not at.empty else ""))
-
-
 def step_table(step) -> pd.DataFrame:
     """The running max m and sum l of each query row of the block, before and after this tile."""
     n = len(step.row_max_before)
@@ -183,7 +153,7 @@ def shipped_caption(found: dict) -> None:
     e = found["environment"]
     st.caption(f"📦 Measured on {e['device']} (compute capability {e['compute_capability']}), driver "
                f"{e.get('driver')}, jax {e['jax']}, cuDNN {e['cudnn']}, on {e['date']}, at {found.get('anchor')}. "
-               "Shipped with the lab, not measured on this machine.")
+               f"Shipped with the lab, not measured on this machine. TFLOP/s and ms: {clocks.WARM}.")
 
 
 def ncu_block(found: dict | None) -> None:
@@ -244,7 +214,7 @@ def ladder_block(found: dict | None) -> None:
         cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
         common.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
                           .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
-                                           "pct_of_measured_matmul": "% of the bf16 matmul measured there",
+                                           "pct_of_measured_matmul": "% of the bf16 matmul measured there (bf16 rungs)",
                                            "pct_of_datasheet": "% of datasheet peak (FP8 peak for FP8)"}))
         back = pd.DataFrame(ladder.rungs(found, "forward+backward"))
         if not back.empty and (back["status"] == "ok").any():
@@ -259,18 +229,7 @@ def ladder_block(found: dict | None) -> None:
             if not part.empty and (part["status"] != "ok").any():
                 common.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
                 sections.memory_note(part[part["status"] != "ok"])
-        points = pd.DataFrame(ladder.roofline(found["ladder"], found["ceilings"]))
-        if not points.empty:
-            charts.draw(st, roofline_chart, points, pd.DataFrame(ladder.roof(found["ceilings"])), found["ceilings"],
-                        width="stretch")
-            st.caption(f"x: FLOPs over the bytes the traffic model gives each rung (scores through memory for XLA and "
-                       f"plain JAX; the flash model, query blocks of {ladder.BLOCK_Q}, for fused kernels). The roof is "
-                       "min(matmul ceiling, copy bandwidth × intensity). A rung above its roof moves fewer bytes "
-                       "than its model counts: the flash model counts every K/V re-read from memory where the L2 "
-                       "cache serves many, and the scores model counts each of XLA's passes over the scores where "
-                       "XLA fuses some. The roof is the bf16 matmul's; FP8 tensor cores have twice its peak, so "
-                       "cuDNN FP8 can pass 100 % of it.")
-            _piles_and_ridge(points, found["ceilings"])
+        roofline_ui.block(found)
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)

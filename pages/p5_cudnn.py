@@ -7,6 +7,7 @@ from attnlab import backends
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from attnlab.studies import clocks
 from pages import codeblock, common, fused_ui, sections
 
 
@@ -128,7 +129,7 @@ if len(ref):
     common.text_table(mine[["implementation", "shape", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
                             "kernels", "tflops"]])
     st.caption("TFLOP/s here is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
-               "beside wall time; device time (CUPTI) counts only the kernels.")
+               "beside wall time; device time (CUPTI) counts only the kernels. " + clocks.NOTE)
     ok = mine[mine["status"] == "ok"].set_index("implementation")
     cu, xla = (ok.loc[n] if n in ok.index else None for n in ("sdpa_cudnn", "sdpa_xla"))
     if cu is not None and xla is not None and ok["device_ms"].notna().all() and cu["wall_ms"] >= 0.9 * xla["wall_ms"]:

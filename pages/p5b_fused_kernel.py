@@ -129,8 +129,8 @@ if tabs[4].open:
                 "adding one idea (its sentence is in the table). Saving memory alone does not make it fast: the "
                 "chunked and plain-JAX tilings hold O(T) memory yet run slower than XLA's fused O(T²) program; the "
                 "jump comes when the tiles stay on chip in one kernel (Triton), and again with Hopper's asynchronous "
-                "tensor-core instructions (Mosaic GPU, cuDNN) and FP8. The roofline places each rung against the "
-                "GPU's memory bandwidth and its tensor-core rate, both measured in the same run.")
+                "tensor-core instructions (Mosaic GPU, cuDNN) and FP8. The roofline places each rung against two roofs, "
+                "the datasheet's and the one measured in the same run, by the bytes it moves.")
         kernel_ui.ladder_block(found)
         st.subheader("The same loop, two ways")
         codeblock.code(kernel_ui.flash_update_source())

@@ -4,7 +4,7 @@ import streamlit as st
 
 from attnlab import device
 from attnlab.backends import fp8, get, te
-from attnlab.studies import fp8_study
+from attnlab.studies import clocks, fp8_study
 from pages import codeblock, common, fp8_ui, sections
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
@@ -61,7 +61,8 @@ else:
         df = None
     else:
         ends = df.sort_values("q_len")["shape"]
-        st.caption(f"The shipped sweep ran at its own shapes, not the sidebar's: {ends.iloc[0]} … {ends.iloc[-1]}.")
+        st.caption(f"The shipped sweep ran at its own shapes, not the sidebar's: {ends.iloc[0]} … {ends.iloc[-1]}. "
+                   f"Clock: {clocks.WARM}, unlike the FP8 study below, which reads it.")
 if df is not None:
     sections.sweep_chart(df, "q_len", "p9_te", first="device_ms")
     sections.results(df, ["q_len", "implementation", "wall_ms", "throughput_ms", "device_ms", "tflops",

@@ -148,8 +148,8 @@ def load_shipped() -> dict | None:
 
 
 def rungs(result: dict, passes: str = "forward") -> list[dict]:
-    """The ladder's rows of one pass with each rung's sentence and its TFLOP/s as a share of the measured
-    bf16 matmul ceiling and of the datasheet peak for its dtype (FP8 for cudnn_fp8, else bf16)."""
+    """The ladder's rows of one pass with each rung's sentence and its TFLOP/s as a share of the datasheet peak
+    for its dtype (FP8 for cudnn_fp8, else bf16) and, for bf16 rungs only, of the measured bf16 matmul ceiling."""
     from attnlab.backends import REGISTRY
 
     ceiling = (result.get("ceilings") or {}).get("matmul_bf16_tflops")
@@ -160,9 +160,10 @@ def rungs(result: dict, passes: str = "forward") -> list[dict]:
             continue
         best = r.get("device_tflops") or r.get("tflops")
         backend = REGISTRY.get(r["implementation"])
-        sheet = peak.get("fp8_tflops" if backend is not None and backend.fp8 else "bf16_tflops")
+        fp8 = backend is not None and backend.fp8  # an FP8 rung against the FP8 peak only, never bf16's matmul
+        sheet = peak.get("fp8_tflops" if fp8 else "bf16_tflops")
         out.append({**r, "best_tflops": best, "adds": backend.adds if backend else "",
-                    "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling else None,
+                    "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling and not fp8 else None,
                     "pct_of_datasheet": 100 * best / sheet if best and sheet else None,
                     "datasheet_peak": sheet})
     return sorted(out, key=lambda r: (r["causal"], r.get("rung", 0)))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from attnlab.studies import ladder
+from attnlab.studies import ladder, roofline
 from tests.apptest_util import (
     CUSTOM,
     _row,
@@ -121,13 +121,15 @@ def test_fake_ladder_chart_table_and_roofline(with_ladder):
     assert "Roofline" in spec and "best_tflops" in spec
     table = next(f for f in frames(at) if "what this rung adds" in f.columns)  # a wrapping st.table
     xla = table[(table["label"] == "sdpa_xla") & ~table["causal"].astype(bool)].iloc[0]
-    assert float(xla["TFLOP/s"]) == 100 and float(xla["% of the bf16 matmul measured there"]) == pytest.approx(12.5)
+    assert float(xla["TFLOP/s"]) == 100 and float(xla["% of the bf16 matmul measured there (bf16 rungs)"]) == pytest.approx(12.5)
     fp8 = table[table["label"] == "cudnn_fp8"].iloc[0]
     assert float(fp8["% of datasheet peak (FP8 peak for FP8)"]) == pytest.approx(35.0)  # 700 of the FP8 peak 2000
+    # an FP8 rung is never a share of the bf16 matmul (it read 87.5 %, on the H200 100.3 %)
+    assert fp8["% of the bf16 matmul measured there (bf16 rungs)"] == "—"  # an empty cell
     assert "tokamax_mosaic" not in set(table["label"])  # it did not run: in the reasons table instead
     assert "cudnn_fp8 ran forward only" in texts(at, "caption")  # no backward row and no reason row: said
     assert any("test reason" in str(v) for f in frames(at) for v in f.get("reason", []))
-    roof = next(d for d in chart_data(at) if "intensity" in d.columns and "model" in d.columns)
+    roof = next(d for d in chart_data(at) if "bytes" in d.columns and set(d["bytes"]) == {roofline.MODEL})
     assert set(roof["implementation"]) == set(ladder.LADDER) - {"tokamax_mosaic"}
     assert "Measured on NVIDIA H200" in texts(at, "caption")
     at = open_page(PAGE, tab=MASKS)
@@ -165,8 +167,32 @@ def test_the_nsight_table_wraps_its_long_kernel_names_and_reasons(with_ladder):
 
 def test_the_shipped_roofline_names_the_dots_that_hide_each_other_and_the_rung_at_its_ridge():
     words = texts(open_page(PAGE, tab=LADDER), "caption")  # the H200 ladder shipped with the lab
-    assert ("Dots on top of one another (the same traffic model, TFLOP/s within a tenth): SDPA, cuDNN fused (causal), "
+    assert ("Hollow dots on top of one another (the same traffic model, TFLOP/s within a tenth): SDPA, cuDNN fused (causal), "
             "tokamax, Pallas Mosaic GPU (causal) at 63 FLOPs/byte (573-581 TFLOP/s); SDPA, cuDNN fused, cuDNN FP8 "
             "(JAX internal) (causal), tokamax, Pallas Mosaic GPU at 126 FLOPs/byte (616-646 TFLOP/s).") in words
-    assert ("The ridge, where the roof turns from bandwidth to compute, is at 245 FLOPs/byte: cuDNN FP8 (JAX "
+    assert ("The measured roof turns from bandwidth to compute at 245 FLOPs/byte: cuDNN FP8 (JAX "
             "internal) (252, 827 TFLOP/s) sits there.") in words
+
+
+def test_the_shipped_roofline_places_counted_kernels_by_their_dram_bytes_under_two_labelled_roofs():
+    # the x-axis used only the traffic model (16 GiB for cuDNN), so cuDNN and Mosaic sat far above a single
+    # roof drawn at the copy's 3.37 TB/s; Nsight Compute counted about 0.5 GB for each
+    at = open_page(PAGE, tab=LADDER)
+    data = chart_data(at)
+    dots = next(d for d in data if "bytes" in d.columns and set(d["bytes"]) == {roofline.MEASURED})
+    counted = dots[dots["bytes"] == roofline.MEASURED].set_index("implementation")
+    assert set(counted.index) == {"sdpa_cudnn", "tokamax_mosaic"}
+    found = ladder.load_shipped()
+    c = found["ncu"]["sdpa_cudnn"]
+    flops = 4 * 4 * 16 * 8192 * 8192 * 128
+    assert counted.loc["sdpa_cudnn", "intensity"] == pytest.approx(flops / (c["read_bytes"] + c["write_bytes"]))
+    assert counted.loc["sdpa_cudnn", "tflops"] < found["ceilings"]["matmul_bf16_tflops"]  # under the roof
+    model = next(d for d in data if "bytes" in d.columns and set(d["bytes"]) == {roofline.MODEL})
+    assert model[model["implementation"] == "sdpa_cudnn"]["intensity"].min() < 130  # the model's point, beside it
+    roofs = next(d for d in data if "roof" in d.columns)
+    assert set(roofs["roof"]) == {"datasheet: 4.8 TB/s, 989.5 TFLOP/s (bf16)", "measured: 3.37 TB/s, 824 TFLOP/s"}
+    words = texts(at, "caption")
+    assert "Sdpa" not in words and "moved 33× fewer bytes than its model counts" in words
+    assert ("Why the solid roof (measured: 3.37 TB/s, 70 % of the datasheet's 4.8; 824 TFLOP/s, 83 % of its 989.5) "
+            "sits under the dashed one") in words
+    assert "reads K and V at up to 4.51 TB/s" in words  # page 8's decode step passes the copy's rate

@@ -17,7 +17,7 @@ from attnlab import admission, device, shipped
 from attnlab.backends import REGISTRY  # noqa: E402
 from attnlab.measure import timing
 from attnlab.shapes import AttentionShape  # noqa: E402
-from attnlab.studies import timing_demo  # noqa: E402
+from attnlab.studies import clocks, timing_demo  # noqa: E402
 from tests.apptest_util import SMALL, button, chart_data, charts, codes, frame_with, frames, open_page, texts  # noqa: E402
 
 P7 = "pages/p7_benchmarks.py"
@@ -285,3 +285,15 @@ def test_hostile_query_strings_give_messages_not_exceptions(params):
     assert at.error, "the URL's problem is stated"
     assert "computes nothing" in texts(at, "warning")
     assert not frames(at, "wall_ms")
+
+
+def test_one_kernels_shipped_tflops_are_set_side_by_side_each_with_its_clock_state():
+    # cuDNN at B4 T8192 N16 H128 read 586, ~613, 646 and 595/685 TFLOP/s on four pages, only page 9 saying why
+    at = open_page(P7, SMALL, tab=LONG)
+    same = next(f for f in frames(at, "clock") if "where" in f.columns)
+    assert list(same["TFLOP/s"].astype(float)) == [586.4, 564.2, 612.9, 645.5, 684.7, 594.8]
+    assert set(same["clock"]) == {clocks.WARM, clocks.BOOST, clocks.SUSTAINED}
+    words = texts(at, "caption")
+    assert clocks.NOTE in words
+    # the copy's 3.37 TB/s is no ceiling: page 8's decode step reads faster
+    assert "what bf16 attention can hope for" not in words and "yardsticks from two plain programs" in words

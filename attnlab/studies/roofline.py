@@ -1,0 +1,81 @@
+"""The roofline of the shipped ladder, with the bytes the GPU counted and the two roofs to read it by.
+
+`ladder.roofline` places each rung by the bytes its traffic model counts. A fused kernel's model counts
+every re-read of K and V as GPU-memory traffic, while the H200's L2 cache serves most of them, so those
+points sit above any roof. Here a rung whose kernel Nsight Compute measured (the `ncu` rows of the
+shipped ladder: DRAM bytes read and written) is placed again by those bytes, beside its model point; and
+the roof is drawn twice: the datasheet's (bandwidth and bf16 peak) and the one measured in the same run
+(a copy's rate and a large bf16 matmul's). Every figure comes from the shipped file or from these sums.
+"""
+
+from __future__ import annotations
+
+import math
+
+from attnlab.shapes import AttentionShape
+from attnlab.studies import ladder
+
+MEASURED, MODEL = "DRAM bytes counted (Nsight Compute)", "traffic model's bytes"
+
+
+def points(result: dict) -> list[dict]:
+    """Every forward rung by its model's bytes ('bytes' = MODEL), and, where Nsight Compute counted the
+    kernel at the same shape, once more by the DRAM bytes read + written ('bytes' = MEASURED)."""
+    model = ladder.roofline(result.get("ladder", []), result["ceilings"])
+    ncu = result.get("ncu") or {}
+    out = [{**p, "bytes": MODEL, "traffic_bytes": p["model_bytes"]} for p in model]
+    for p in model:
+        c = ncu.get(p["implementation"]) or {}
+        if "read_bytes" not in c or p["causal"]:  # counted once, at the anchor without a mask
+            continue
+        row = next(r for r in result["ladder"] if r["implementation"] == p["implementation"]
+                   and r.get("pass") == "forward" and not r["causal"])
+        if c.get("shape") and c["shape"] != row.get("shape"):
+            continue
+        shape = AttentionShape(**{k: row[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
+                                                       "dtype", "causal")})
+        flops = float(row.get("gflop") or shape.flops() / 1e9) * 1e9
+        dram = int(c["read_bytes"]) + int(c["write_bytes"])
+        out.append({**p, "bytes": MEASURED, "traffic_bytes": dram, "intensity": flops / dram,
+                    "model_over_measured": p["model_bytes"] / dram})
+    return out
+
+
+def roofs(result: dict, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> list[dict]:
+    """Two roofs as points: 'datasheet' (memory TB/s, bf16 TFLOP/s) and 'measured' (the copy's TB/s, the
+    matmul's TFLOP/s), each with its 'roof' label; min(compute, bandwidth × intensity) at log-spaced x."""
+    peak = (result.get("environment") or {}).get("peak") or {}
+    c = result["ceilings"]
+    pairs = [("measured", c["copy_tb_s"], c["matmul_bf16_tflops"])]
+    if peak.get("memory_tb_s") and peak.get("bf16_tflops"):
+        pairs.insert(0, ("datasheet", float(peak["memory_tb_s"]), float(peak["bf16_tflops"])))
+    step = (math.log10(hi) - math.log10(lo)) / (n - 1)
+    out = []
+    for name, tb_s, tflops in pairs:
+        xs = sorted([10 ** (math.log10(lo) + i * step) for i in range(n)] + [tflops / tb_s])
+        label = (f"{name}: {tb_s:.2f} TB/s, {tflops:.0f} TFLOP/s" if name == "measured" else
+                 f"{name}: {tb_s:g} TB/s, {tflops:g} TFLOP/s (bf16)")
+        out += [{"roof": label, "kind": name, "intensity": x, "tflops": min(tflops, tb_s * x),
+                 "tb_s": tb_s, "peak_tflops": tflops} for x in xs]
+    return out
+
+
+def shortfall(result: dict) -> dict:
+    """How far the measured ceilings sit below the datasheet's: {'copy_pct', 'matmul_pct', 'copy_tb_s',
+    'matmul_tflops', 'sheet_tb_s', 'sheet_tflops'}; empty without a datasheet peak."""
+    peak = (result.get("environment") or {}).get("peak") or {}
+    c = result.get("ceilings") or {}
+    if not (peak.get("memory_tb_s") and peak.get("bf16_tflops") and c):
+        return {}
+    return {"copy_tb_s": c["copy_tb_s"], "matmul_tflops": c["matmul_bf16_tflops"],
+            "sheet_tb_s": float(peak["memory_tb_s"]), "sheet_tflops": float(peak["bf16_tflops"]),
+            "copy_pct": 100 * c["copy_tb_s"] / float(peak["memory_tb_s"]),
+            "matmul_pct": 100 * c["matmul_bf16_tflops"] / float(peak["bf16_tflops"])}
+
+
+def fastest_read_tb_s(decode_rows: list[dict] | None, name: str = "sdpa_cudnn") -> float | None:
+    """The fastest K and V read of the shipped decode study (TB/s, `name`'s rows): a kernel that mostly reads,
+    against the copy, which reads and writes every byte."""
+    rates = [r["kv_read_gb_per_s"] for r in decode_rows or [] if r.get("implementation") == name
+             and r.get("status") == "ok" and r.get("kv_read_gb_per_s")]
+    return max(rates) / 1e3 if rates else None
