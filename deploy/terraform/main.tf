@@ -320,7 +320,10 @@ resource "google_container_node_pool" "ui" {
     disk_type       = "pd-balanced"
     labels          = { "attnlab/role" = "ui" }
     service_account = google_service_account.nodes.email
-    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+    gcfs_config {
+      enabled = true
+    }
+    oauth_scopes = ["https://www.googleapis.com/auth/cloud-platform"]
     workload_metadata_config {
       mode = "GKE_METADATA"
     }
@@ -331,14 +334,27 @@ resource "google_container_node_pool" "ui" {
   }
 }
 
-# The GPU pool starts EMPTY (0 nodes): nothing bills for a GPU until class day, when
-# `gcloud container clusters resize ... --node-pool=gpu-pool --num-nodes=1` brings one node up
-# (deploy/README.md, "Class day"). Terraform leaves the size alone afterwards.
+# The GPU pool starts EMPTY (0 nodes) and goes back to 0 by itself: the cluster autoscaler adds a node when a
+# device worker pod waits for a GPU (class day: the RayCluster's worker replicas are raised) and removes it
+# about 10 minutes after the last one has gone (after class: replicas back to 0, by hand or by the nightly
+# CronJob attnlab-gpus-off in deploy/k8s/scaledown.yaml). Nothing bills for a GPU between classes.
+# Getting a GPU at class time (deploy/README.md, "Getting a GPU"): the pool may span several zones of the
+# region (gpu_zones: the autoscaler takes whichever zone has one), may consume a reservation (gpu_reservation),
+# and a Spot pool (gpu_spot_fallback) is tried when no on-demand GPU is to be had: both pools carry the
+# compute class attnlab-gpu (deploy/k8s-cluster/computeclass.yaml), which says in which order to try them.
+# Image streaming (gcfs_config) starts a pod before the several-GB image has been pulled in full.
 resource "google_container_node_pool" "gpu" {
   name               = "gpu-pool"
   cluster            = google_container_cluster.attnlab.id
   location           = var.zone
+  node_locations     = length(var.gpu_zones) > 0 ? var.gpu_zones : null
   initial_node_count = 0
+
+  autoscaling {
+    total_min_node_count = 0
+    total_max_node_count = var.gpu_max_nodes
+    location_policy      = "ANY"
+  }
 
   management {
     auto_repair  = true
@@ -350,7 +366,13 @@ resource "google_container_node_pool" "gpu" {
     spot         = var.gpu_spot
     disk_size_gb = 200 # the NVIDIA JAX image is several GB
     disk_type    = "pd-balanced"
-    labels       = { "attnlab/gpu" = var.gpu }
+    labels       = { "attnlab/gpu" = var.gpu, "cloud.google.com/compute-class" = "attnlab-gpu" }
+
+    taint {
+      key    = "cloud.google.com/compute-class"
+      value  = "attnlab-gpu"
+      effect = "NO_SCHEDULE"
+    }
 
     guest_accelerator {
       type  = local.gpu.accelerator
@@ -360,6 +382,82 @@ resource "google_container_node_pool" "gpu" {
         # DEFAULT may be older; the pods' gate (scripts/entrypoint.py --check) says so in one log line
         gpu_driver_version = "LATEST"
       }
+    }
+
+    gcfs_config {
+      enabled = true
+    }
+
+    dynamic "reservation_affinity" {
+      for_each = var.gpu_reservation == "" ? [] : [var.gpu_reservation]
+      content {
+        consume_reservation_type = "SPECIFIC_RESERVATION"
+        key                      = "compute.googleapis.com/reservation-name"
+        values                   = [reservation_affinity.value]
+      }
+    }
+
+    service_account = google_service_account.nodes.email
+    oauth_scopes    = ["https://www.googleapis.com/auth/cloud-platform"]
+    workload_metadata_config {
+      mode = "GKE_METADATA"
+    }
+    shielded_instance_config {
+      enable_secure_boot          = true
+      enable_integrity_monitoring = true
+    }
+  }
+
+  lifecycle {
+    ignore_changes = [node_count, initial_node_count]
+  }
+}
+
+# The fallback: the same GPU as Spot VMs (much cheaper, reclaimable at any time; a reclaimed worker's page
+# says its request was lost, and Ray starts the worker again when a node comes back). Tried only when
+# gpu-pool cannot get a node (the compute class's second priority).
+resource "google_container_node_pool" "gpu_spot" {
+  count              = var.gpu_spot_fallback ? 1 : 0
+  name               = "gpu-spot-pool"
+  cluster            = google_container_cluster.attnlab.id
+  location           = var.zone
+  node_locations     = length(var.gpu_zones) > 0 ? var.gpu_zones : null
+  initial_node_count = 0
+
+  autoscaling {
+    total_min_node_count = 0
+    total_max_node_count = var.gpu_max_nodes
+    location_policy      = "ANY"
+  }
+
+  management {
+    auto_repair  = true
+    auto_upgrade = true
+  }
+
+  node_config {
+    machine_type = local.gpu.machine_type
+    spot         = true
+    disk_size_gb = 200
+    disk_type    = "pd-balanced"
+    labels       = { "attnlab/gpu" = var.gpu, "cloud.google.com/compute-class" = "attnlab-gpu" }
+
+    taint {
+      key    = "cloud.google.com/compute-class"
+      value  = "attnlab-gpu"
+      effect = "NO_SCHEDULE"
+    }
+
+    guest_accelerator {
+      type  = local.gpu.accelerator
+      count = local.gpu.count
+      gpu_driver_installation_config {
+        gpu_driver_version = "LATEST"
+      }
+    }
+
+    gcfs_config {
+      enabled = true
     }
 
     service_account = google_service_account.nodes.email
@@ -387,6 +485,24 @@ resource "google_iap_web_iam_member" "class" {
   project = var.project_id
   role    = "roles/iap.httpsResourceAccessor"
   member  = "group:${var.class_group}"
+}
+
+# How long an IAP sign-in lasts before IAP asks for it again (a reauthentication policy at the project's level,
+# DEFAULT: an organisation's own stricter policy still wins). A class's open websocket is not cut when it ends,
+# but the next page load or reconnect goes through Google's sign-in again (deploy/README.md, "IAP sessions").
+resource "google_iap_settings" "session" {
+  count = var.class_group != "" && var.iap_session_hours > 0 ? 1 : 0
+  name  = "projects/${data.google_project.this.number}/iap_web/compute"
+
+  access_settings {
+    reauth_settings {
+      method      = "LOGIN"
+      max_age     = "${var.iap_session_hours * 3600}s"
+      policy_type = "DEFAULT"
+    }
+  }
+
+  depends_on = [google_project_service.apis]
 }
 
 # The cheap alternative (deploy/k8s-campus): only the campus network gets in, no login.
@@ -424,7 +540,8 @@ resource "google_compute_security_policy" "campus" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# A budget alert (optional: needs the billing account ID and Billing Account Administrator).
+# A budget alert, on by default: deploy/setup.sh fills billing_account with the project's own billing account
+# when you may create budgets on it (Billing Account Costs Manager or Administrator), and says so when not.
 
 resource "google_billing_budget" "attnlab" {
   count           = var.billing_account == "" ? 0 : 1

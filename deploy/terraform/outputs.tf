@@ -42,3 +42,8 @@ output "region" {
   description = "Region of the image repository and build bucket."
   value       = var.region
 }
+
+output "project_number" {
+  description = "Project number: IAP's signed header names it in its audience (ATTNLAB_IAP_AUDIENCE)."
+  value       = data.google_project.this.number
+}

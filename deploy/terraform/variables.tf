@@ -77,3 +77,33 @@ variable "ui_nodes" {
   type        = number
   default     = 1
 }
+
+variable "gpu_zones" {
+  description = "Zones of the region the GPU pools may use, the cluster's zone first (e.g. [\"us-central1-a\", \"us-central1-b\", \"us-central1-c\"]): the autoscaler takes whichever has a GPU. Empty: the cluster's zone only."
+  type        = list(string)
+  default     = []
+}
+
+variable "gpu_max_nodes" {
+  description = "Most GPU nodes the autoscaler may add per pool (one device worker per GPU; an H200 node has 8)."
+  type        = number
+  default     = 4
+}
+
+variable "gpu_reservation" {
+  description = "Name of a Compute Engine reservation of your GPU machines in the cluster's zone (specific reservation) for gpu-pool to consume; empty: none."
+  type        = string
+  default     = ""
+}
+
+variable "gpu_spot_fallback" {
+  description = "Also create gpu-spot-pool, the same GPU as Spot VMs, tried only when gpu-pool gets no node (compute class attnlab-gpu)."
+  type        = bool
+  default     = true
+}
+
+variable "iap_session_hours" {
+  description = "Hours an IAP sign-in lasts before IAP asks again (at least a class's length); 0: IAP's own default."
+  type        = number
+  default     = 10
+}
