@@ -129,16 +129,17 @@ class Harden:
 
 def harden_the_server() -> None:
     """Put `Harden` first in Streamlit's middleware stack (Streamlit >= 1.5x serves with Starlette)."""
-    from attnlab import iap
+    from attnlab import iap, token_door
 
     audience = iap.audience_from_env()  # behind IAP: every request must carry IAP's signed header
+    token = token_door.token_from_env()  # the quick mode's door: a one-time token, then a cookie
     try:
         from starlette.middleware import Middleware
         from streamlit.web.server.starlette import starlette_app
     except ImportError:
-        if audience:
-            sys.exit("serve.py: ATTNLAB_IAP_AUDIENCE is set but this Streamlit does not serve with Starlette: "
-                     "IAP's header could not be checked, so the server does not start")
+        if audience or token:
+            sys.exit("serve.py: ATTNLAB_IAP_AUDIENCE or ATTNLAB_ACCESS_TOKEN is set but this Streamlit does not "
+                     "serve with Starlette: the door could not be checked, so the server does not start")
         print("serve.py: this Streamlit does not serve with Starlette; headers not added", file=sys.stderr)
         return
     from streamlit import config
@@ -150,6 +151,7 @@ def harden_the_server() -> None:
     def stack() -> list:
         base = config.get_option("server.baseUrlPath") or ""
         door = [Middleware(iap.RequireIap, audience=audience, base=base)] if audience else []
+        door += [Middleware(token_door.RequireToken, token=token, base=base)] if token else []
         return [Middleware(Harden, base=base, metrics=settings().metrics), *door, *own()]
 
     starlette_app.create_streamlit_middleware = stack
