@@ -34,20 +34,21 @@ class Peak:
     fp8_tflops: float | None  # dense FP8 tensor-core TFLOP/s, None where there is no FP8
     memory_tb_s: float  # HBM/GDDR bandwidth, TB/s
     source: str
+    memory_gb: float | None = None  # the GPU's memory as its datasheet states it (GB, 10⁹ bytes)
 
 
 # Dense figures are the datasheets' sparse figures halved where the datasheet lists only sparse.
 PEAKS: tuple[tuple[str, Peak], ...] = (
     # NVIDIA L4 Tensor Core GPU datasheet (2023): 242 bf16 / 120 tf32 / 485 fp8 TFLOP/s with sparsity, 30.3 fp32, 300 GB/s
-    (r"\bL4\b", Peak("L4", 121.0, 60.0, 30.3, 242.5, 0.300, "NVIDIA L4 datasheet")),
+    (r"\bL4\b", Peak("L4", 121.0, 60.0, 30.3, 242.5, 0.300, "NVIDIA L4 datasheet", 24)),
     # NVIDIA A100 datasheet (2021): 312 bf16 dense, 19.5 fp32, 2039 GB/s (80GB SXM), no FP8
-    (r"\bA100\b", Peak("A100 80GB SXM", 312.0, 156.0, 19.5, None, 2.039, "NVIDIA A100 datasheet")),
+    (r"\bA100\b", Peak("A100 80GB SXM", 312.0, 156.0, 19.5, None, 2.039, "NVIDIA A100 datasheet", 80)),
     # NVIDIA H100 datasheet (2023), PCIe: 1513 bf16 / 3026 fp8 sparse, 51 fp32, 2.0 TB/s
-    (r"\bH100\b.*PCIe", Peak("H100 PCIe", 756.5, 378.0, 51.0, 1513.0, 2.0, "NVIDIA H100 datasheet (PCIe)")),
+    (r"\bH100\b.*PCIe", Peak("H100 PCIe", 756.5, 378.0, 51.0, 1513.0, 2.0, "NVIDIA H100 datasheet (PCIe)", 80)),
     # NVIDIA H100 datasheet (2023), SXM: 1979 bf16 / 3958 fp8 sparse, 67 fp32, 3.35 TB/s
-    (r"\bH100\b", Peak("H100 SXM", 989.5, 494.7, 67.0, 1979.0, 3.35, "NVIDIA H100 datasheet (SXM)")),
+    (r"\bH100\b", Peak("H100 SXM", 989.5, 494.7, 67.0, 1979.0, 3.35, "NVIDIA H100 datasheet (SXM)", 80)),
     # NVIDIA H200 datasheet (2024), SXM: H100's compute, 141 GB HBM3e at 4.8 TB/s
-    (r"\bH200\b", Peak("H200 SXM", 989.5, 494.7, 67.0, 1979.0, 4.8, "NVIDIA H200 datasheet (SXM)")),
+    (r"\bH200\b", Peak("H200 SXM", 989.5, 494.7, 67.0, 1979.0, 4.8, "NVIDIA H200 datasheet (SXM)", 141)),
     # NVIDIA HGX B200 datasheet (2024), per GPU: 4.5 bf16 / 9 fp8 PFLOP/s sparse, ~75 fp32, 8 TB/s
     (r"\bB200\b", Peak("B200", 2250.0, 1100.0, 75.0, 4500.0, 8.0, "NVIDIA HGX B200 datasheet")),
 )

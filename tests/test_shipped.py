@@ -40,3 +40,19 @@ def test_percent_of_peak_follows_one_rule_an_fp8_kernel_against_the_fp8_peak():
     assert row["pct_of_peak"] == 100 * row["device_tflops"] / fp8_peak
     bf16 = df[(df["implementation"] == "sdpa_cudnn") & (df["status"] == "ok")].iloc[0]
     assert bf16["pct_of_peak"] == 100 * bf16["device_tflops"] / shipped.load()["environment"]["peak"]["bf16_tflops"]
+
+
+def test_every_shipped_refusal_reads_one_budget_rule_with_the_gpus_memory():
+    # the files named "cap of 52.43 GiB", "52.05", "51.68" and "budget of 83.68 GiB" for one H200, and refused
+    # naive and XLA at T = 16,384 with 129 against 193 GiB (an older estimate) though their scratch is the same
+    from attnlab.studies import ladder
+
+    rows = shipped.frame("long_context").to_dict("records") + ladder.load_shipped()["ladder"]
+    refused = [r for r in rows if r["status"] == "over the memory budget"]
+    assert len(refused) >= 20
+    rules = {r["reason"].split(", over ")[1] for r in refused}
+    assert rules == {"the lab's budget on this GPU, 83.88 GiB: 80 % of the 104.85 GiB JAX's allocator may use of "
+                     "the H200's 141 GB"}
+    at = {(r["implementation"], r["pass"]): r["reason"].split(" of GPU")[0] for r in refused
+          if r["shape"] == "B4 T16384 S16384 N16 K16 H128 bfloat16"}
+    assert at[("naive", "forward")] == at[("sdpa_xla", "forward")] == "needs about 196.00 GiB"

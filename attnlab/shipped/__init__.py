@@ -25,9 +25,12 @@ def available() -> list[str]:
 def load(name: str = "h200") -> dict | None:
     """The whole results dict, or None if no such file ships."""
     try:
-        return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text())
+        text = resources.files(__package__).joinpath(f"{name}.json").read_text()
     except FileNotFoundError:
         return None
+    from attnlab.shipped import refusals  # one memory rule for every refusal, whichever version wrote it
+
+    return refusals.relabel(json.loads(text))
 
 
 def label(name: str = "h200") -> str:
