@@ -15,10 +15,11 @@ from attnlab.math import flash
 from attnlab.studies import clocks, flash_traffic
 from pages import charts, common, roofline_ui, sections
 
-STATES = ["done", "current", "skipped", "to come"]
-STATE_COLORS = ["#4c78a8", "#f58518", "#d9d9d9", "#ffffff"]
+# skipped tiles are white and crossed (×) on both grids; partly masked tiles orange, never a pale tint
+STATES = ["done", "current", "to come", "skipped"]
+STATE_COLORS = ["#4c78a8", "#f58518", "#c6dbef", "#ffffff"]
 KINDS = ["full", "partial", "skipped"]
-KIND_COLORS = ["#4c78a8", "#9ecae9", "#d9d9d9"]
+KIND_COLORS = ["#4c78a8", "#f58518", "#ffffff"]
 
 
 def mask_controls(key: str, shape, kv_len: int) -> tuple[bool, tuple[int, int] | None, int | None]:
@@ -58,8 +59,12 @@ def tile_chart(df: pd.DataFrame, field: str, title: str, size: int = 260) -> alt
     domain, colors = (STATES, STATE_COLORS) if field == "state" else (KINDS, KIND_COLORS)
     base = alt.Chart(df, title=title).encode(x=alt.X("K block j:O"), y=alt.Y("Q block i:O"))
     rect = base.mark_rect(stroke="#555", strokeWidth=0.5).encode(
-        color=alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=colors), title=None),
+        color=alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=colors), title=None,
+                        legend=alt.Legend(symbolType="square", symbolStrokeColor="#555", symbolStrokeWidth=1)),
         tooltip=common.tips("Q block i", "K block j", "kind", "state", "step"))
+    if len(df) <= 1024:  # a cross on every skipped tile, so white never reads as 'not yet drawn'
+        rect += base.transform_filter("datum.kind == 'skipped'").mark_text(text="×", color="#888",
+                                                                          fontSize=max(8, min(16, 320 // len(df) ** 0.5)))
     if len(df) <= 64:
         rect += base.transform_filter("datum.current").mark_text(text="▶", fontSize=14)
     return rect.properties(width=size, height=size)

@@ -117,7 +117,6 @@ if len(fwd):
         st.caption("`cudnn_fp8` is cuDNN's attention with Q, K and V in 8-bit floats (FP8); page 9 introduces it.")
     fused_ui.growth(fwd, where="📦 On the H200 (shipped)")
     fused_ui.not_run(fwd)
-fused_ui.xla_at_scale()
 
 st.subheader("The backward pass")
 keep = memory.kept_for_backward(shape)

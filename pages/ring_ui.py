@@ -16,7 +16,10 @@ from pages import charts, common
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
-KIND_COLORS = ["#1f77b4", "#9ecae1", "#fdd0a2", "#eeeeee"]
+KIND_COLORS = ["#1f77b4", "#9ecae1", "#f58518", "#ffffff"]  # partly skipped orange; skipped white, outlined
+# the speed-up chart's variants: saturated, one hue each (the implementation palette's extra hues read pale)
+VARIANT_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                  "#bcbd22", "#7f7f7f", "#393b79", "#637939"]
 
 
 def grid_frame(schedule: list[dict]) -> pd.DataFrame:
@@ -34,8 +37,9 @@ def grid(df: pd.DataFrame, step: int) -> alt.Chart:
                                 y=alt.Y("step:O", title="step"))
     chosen = alt.datum.step == step  # the chosen step is outlined; the colours keep their meaning
     cells = base.mark_rect().encode(
-        color=alt.Color("compute:N", scale=alt.Scale(domain=KINDS, range=KIND_COLORS), title="computes"),
-        stroke=alt.condition(chosen, alt.value("#d62728"), alt.value("white")),
+        color=alt.Color("compute:N", scale=alt.Scale(domain=KINDS, range=KIND_COLORS), title="computes",
+                        legend=alt.Legend(symbolType="square", symbolStrokeColor="#555", symbolStrokeWidth=1)),
+        stroke=alt.condition(chosen, alt.value("#d62728"), alt.value("#bbb")),
         strokeWidth=alt.condition(chosen, alt.value(4), alt.value(2)),
         tooltip=common.tips("step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"))
     ink = alt.condition(alt.datum.compute == "full", alt.value("white"), alt.value("#222"))
@@ -80,11 +84,13 @@ def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
     """Speed-up (or efficiency) against T, one line per variant, one panel per mask; the rule is 'as fast as
     one GPU' (1×) or perfect scaling (efficiency 1)."""
     data = df.rename(columns={"variant": "implementation"})
-    line = (alt.Chart().mark_line(point=True)
+    names = list(dict.fromkeys(list(ring_results.VARIANTS.values()) + list(data["implementation"])))
+    color = alt.Color("implementation:N", title=None, scale=alt.Scale(domain=names, range=VARIANT_COLORS[:len(names)]))
+    line = (alt.Chart().mark_line(point=alt.OverlayMarkDef(filled=True, size=60), strokeWidth=2.5)
             .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format=",~g"),
                             title="sequence length T"),
                     y=alt.Y(f"{y}:Q", title="speed-up vs one GPU (×)" if y == "speedup" else "efficiency"),
-                    color=common.impl_color(data), tooltip=common.tips("T", "implementation", "ms", "one_device_ms", y)))
+                    color=color, tooltip=common.tips("T", "implementation", "ms", "one_device_ms", y)))
     rule = alt.Chart().mark_rule(strokeDash=[4, 4]).encode(y=alt.datum(1))
     return (alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
             .configure_legend(labelLimit=360, orient="bottom", columns=2))  # seven variants: two columns fit

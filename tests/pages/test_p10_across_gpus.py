@@ -154,3 +154,35 @@ def test_live_ring_on_several_gpus_matches_one_gpu():
     button(at, "btn_p11_live").click().run()
     assert not at.exception
     assert float(metric(at, "relative error vs one GPU")) < 2e-2
+
+
+def test_speed_up_lines_are_saturated_and_skipped_squares_differ_from_partly_skipped(ring_shipped):
+    # seven variants drew in the palette's pale extra hues; 'partly skipped' (#fdd0a2) and 'skipped' (#eeeeee)
+    # squares were two pale tints a newcomer could not tell apart
+    import json
+
+    from pages import ring_ui
+
+    specs = [json.loads(s) for s in charts(open_page(PAGE, tab=MEASURED))]
+    speed = next(s for s in specs if "speed-up vs one GPU" in json.dumps(s))
+    ranges = [e["scale"]["range"] for e in _encodings(speed, "color") if "range" in e.get("scale", {})]
+    assert ranges and all(c in ring_ui.VARIANT_COLORS for c in ranges[0])
+    assert '"strokeWidth": 2.5' in json.dumps(speed)
+    kinds = dict(zip(ring_ui.KINDS, ring_ui.KIND_COLORS, strict=True))
+    assert kinds["skipped"] == "#ffffff" and kinds["partly skipped"] == "#f58518"
+    grid = next(s for s in (json.loads(c) for c in charts(open_page(PAGE))) if "computes" in json.dumps(s))
+    assert '"symbolStrokeColor": "#555"' in json.dumps(grid)  # the white square has an outline in the legend
+
+
+def _encodings(spec, channel):
+    """Every `channel` encoding anywhere in a Vega-Lite spec (layers, facets)."""
+    found = []
+    if isinstance(spec, dict):
+        if channel in (spec.get("encoding") or {}):
+            found.append(spec["encoding"][channel])
+        for v in spec.values():
+            found += _encodings(v, channel)
+    elif isinstance(spec, list):
+        for v in spec:
+            found += _encodings(v, channel)
+    return found

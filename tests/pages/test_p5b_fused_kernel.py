@@ -196,3 +196,16 @@ def test_the_shipped_roofline_places_counted_kernels_by_their_dram_bytes_under_t
     assert ("Why the solid roof (measured: 3.37 TB/s, 70 % of the datasheet's 4.8; 824 TFLOP/s, 83 % of its 989.5) "
             "sits under the dashed one") in words
     assert "reads K and V at up to 4.51 TB/s" in words  # page 8's decode step passes the copy's rate
+
+
+def test_the_tile_grids_tell_partial_from_skipped_tiles():
+    # partial (#9ecae9) and skipped (#d9d9d9) were two pale squares; now orange against white, crossed and outlined
+    import json
+
+    from pages import kernel_ui
+
+    kinds = dict(zip(kernel_ui.KINDS, kernel_ui.KIND_COLORS, strict=True))
+    assert kinds == {"full": "#4c78a8", "partial": "#f58518", "skipped": "#ffffff"}
+    at = open_page(PAGE, {**CUSTOM, "causal": "true"}, tab=MASKS)
+    spec = next(s for s in charts(at) if "tiles of" in s)
+    assert '"symbolStrokeColor": "#555"' in spec and '"text": "\\u00d7"' in json.dumps(json.loads(spec))
