@@ -24,9 +24,9 @@ def roofline_chart(points: pd.DataFrame, roofs: pd.DataFrame) -> alt.Chart:
             domain=["datasheet", "measured"], range=[[6, 4], [1, 0]]), legend=None),
         tooltip=common.tips("roof"))
     ends = roofs.sort_values("intensity").groupby("kind", as_index=False).last()
-    names = alt.Chart(ends).mark_text(align="right", fontSize=11, color="#333").encode(
-        x=x, y=y, text="roof:N", yOffset=alt.YOffset("kind:N", scale=alt.Scale(domain=["datasheet", "measured"],
-                                                                                range=[-9, 11])))
+    names = alt.layer(*(alt.Chart(ends[ends["kind"] == k]).mark_text(align="right", dx=-4, dy=dy, fontSize=11,
+                                                                      color="#333").encode(x=x, y=y, text="roof:N")
+                        for k, dy in (("datasheet", -9), ("measured", 11))))
     data = points.rename(columns={"achieved_tflops": "tflops"})
     tips = common.tips("label", "causal", "bytes", alt.Tooltip("traffic_bytes:Q", format=",", title="bytes"),
                        alt.Tooltip("intensity:Q", format=",.0f"), alt.Tooltip("tflops:Q", format=".0f"))
