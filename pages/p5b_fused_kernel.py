@@ -102,8 +102,8 @@ if tabs[2].open:
 
 if tabs[3].open:
     with tabs[3]:
-        st.info("**What to look at:** a tile no query of its block may see is never loaded (grey); a partly hidden "
-                "tile is computed and masked inside. Skipped tiles are time saved, which is why a fused kernel's "
+        st.info("**What to look at:** a tile no query of its block may see is never loaded (white, crossed); a partly hidden "
+                "tile (orange) is computed and masked inside. Skipped tiles are time saved, which is why a fused kernel's "
                 "time falls with the window, while XLA computes every score and then masks it, so a mask only "
                 "adds work (on the H200, causal made it slower).")
         causal_m, window_m, length_m = kernel_ui.mask_controls("p10_masks", shape, shape.kv_len)
