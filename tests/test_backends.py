@@ -7,7 +7,7 @@ import pytest
 
 from attnlab import device
 from attnlab.backends import REGISTRY, get
-from attnlab.backends.base import Requirement
+from attnlab.backends.base import Requirement, abstract_inputs
 from attnlab.math import checks
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
@@ -97,11 +97,42 @@ def test_unknown_backend_name_is_a_clear_error():
 
 
 @pytest.mark.skipif(device.info().backend != "cpu", reason="a CPU backend limitation")
-def test_xla_sdpa_in_float16_on_cpu_is_refused_with_the_backends_own_words():
-    why = get("sdpa_xla").unmet(AttentionShape(dtype="float16"), device.info())
-    if why is None:
-        pytest.skip("this jaxlib's CPU backend takes float16 SDPA")
-    assert "refuses this shape" in why and "not supported" in why
+def test_xla_sdpa_in_float16_on_cpu_is_refused_by_its_rule_as_xla_refuses_it_when_lowered():
+    shape, info = AttentionShape(dtype="float16"), device.info()
+    if info.is_cuda:
+        pytest.skip("the rule is the CPU backend's")
+    why = get("sdpa_xla").unmet(shape, info)
+    assert why and "float16" in why and "CPU" in why
+    with pytest.raises(Exception, match="not supported"):  # the declared rule is XLA's own: lowering says the same
+        get("sdpa_xla").jit(shape).lower(*abstract_inputs(shape))
+
+
+def test_checking_a_shape_traces_without_waiting_for_the_device():
+    """A check traces to a jaxpr only: it never waits for a run holding the device (on the H200 checks that
+    lowered took turns with every run, and a class waited behind them)."""
+    import threading
+
+    from attnlab.admission import DEVICE
+    from attnlab.backends import base
+
+    shape = AttentionShape(batch=1, q_len=24, kv_len=40, heads=4, kv_heads=2, head_dim=8, causal=True)
+    base.trace_error.cache_clear()
+    held, release, answer = threading.Event(), threading.Event(), {}
+
+    def hold():
+        with DEVICE.use():
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    checker = threading.Thread(target=lambda: answer.update(why=get("naive").unmet(shape, device.info())))
+    checker.start()
+    checker.join(30)
+    release.set()
+    holder.join(10)
+    assert not checker.is_alive() and answer == {"why": None}
 
 
 def test_memory_estimates_grow_as_t_squared_when_materialised_and_as_t_when_streamed():
