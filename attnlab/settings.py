@@ -29,6 +29,8 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
     ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
     ATTNLAB_SAMPLE_TO         a folder: the server samples where its page threads spend time (benchmarks)
+    ATTNLAB_REQUEST_LOG       a file: every device worker appends one JSON line per request it serves (what, at
+                              which shape, how long, and whether it was computed, shared or a kept result)
     ATTNLAB_REQUIRE_GPU       1: the container's entrypoint refuses to start without a working GPU
     ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: let the
                               worker meet them, and die: the fault tests)
@@ -72,6 +74,7 @@ class Settings:
     allow_clear_cache: bool = False
     timing_log: str | None = None
     sample_to: str | None = None
+    request_log: str | None = None
     require_gpu: bool = False
     refuse_known_aborts: bool = True
     fault_injection: bool = False
@@ -113,6 +116,7 @@ class Settings:
             allow_clear_cache=_flag(env, "ATTNLAB_ALLOW_CLEAR_CACHE", False),
             timing_log=env.get("ATTNLAB_TIMING_LOG") or None,
             sample_to=env.get("ATTNLAB_SAMPLE_TO") or None,
+            request_log=env.get("ATTNLAB_REQUEST_LOG") or None,
             require_gpu=_flag(env, "ATTNLAB_REQUIRE_GPU", False),
             refuse_known_aborts=_flag(env, "ATTNLAB_REFUSE_KNOWN_ABORTS", True),
             fault_injection=_flag(env, "ATTNLAB_FAULT_INJECTION", False),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import json
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ import time
 from attnlab.admission import DEVICE, Budget
 from attnlab.service import entries
 from attnlab.service.request import Reply, Request
+from attnlab.settings import settings
 
 RECENT = 2048  # results kept
 KEEP_S = 12 * 3600.0
@@ -57,6 +59,7 @@ class DeviceWorker:
         self.served = self.kept_hits = 0
 
     def call(self, request: Request) -> Reply:
+        t0 = time.perf_counter()
         key = request.key
         with self._lock:
             self.served += 1
@@ -64,15 +67,19 @@ class DeviceWorker:
             if found is not None and time.monotonic() - found[0] < KEEP_S:
                 self._recent.move_to_end(key)
                 self.kept_hits += 1
+                self._log(request, "kept", t0)
                 return dataclasses.replace(found[1], cached=True, seconds=0.0)
             mine = key not in self._in_flight
             future = self._in_flight.setdefault(key, concurrent.futures.Future())
         if not mine:  # another thread computes this very request: its answer is ours
-            return future.result()
-        t0 = time.perf_counter()
+            try:
+                return future.result()
+            finally:
+                self._log(request, "shared", t0)
         try:
             reply = self._compute(request)
             reply = dataclasses.replace(reply, worker=self.name, seconds=time.perf_counter() - t0)
+            self._log(request, "computed", t0, reply.error)
             with self._lock:
                 if reply.kept and reply.error is None:
                     self._recent[key] = (time.monotonic(), reply)
@@ -86,6 +93,18 @@ class DeviceWorker:
         finally:
             with self._lock:
                 self._in_flight.pop(key, None)
+
+    def _log(self, request: Request, how: str, t0: float, error: BaseException | None = None) -> None:
+        """One JSON line per request served, when ATTNLAB_REQUEST_LOG names a file (benchmarks: where a class's
+        time went). Lines are short and appended whole, so workers and threads can share one file."""
+        path = settings().request_log
+        if not path:
+            return
+        line = {"t": time.time(), "worker": self.name, "fn": request.fn.split(":")[-1], "what": request.describe()[:160],
+                "how": how, "s": round(time.perf_counter() - t0, 4), "timed": request.timed,
+                "error": type(error).__name__ if error is not None else None}
+        with open(path, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
     @staticmethod
     def _compute(request: Request) -> Reply:
