@@ -35,7 +35,9 @@ class DeviceActor:
         from attnlab.studies import warm
 
         self.worker = DeviceWorker(name)
-        warm.worker_start()  # JAX, its device and tokamax, before the first request
+        # JAX's device and tokamax's import (seconds), in the background as the child worker does: Ray serves the
+        # actor once this returns, so a worker restarted after a crash answers its next request in seconds
+        threading.Thread(target=warm.worker_start, name="attnlab-worker-start", daemon=True).start()
 
     def call(self, request: Request) -> Reply:
         return self.worker.call(request)
