@@ -20,7 +20,9 @@ import re
 
 import pandas as pd
 
-from attnlab.measure import runs
+from attnlab import device
+from attnlab.backends import get
+from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape
 
 
@@ -93,7 +95,12 @@ def cache_table(shape: AttentionShape, context_len: int, layers: int) -> pd.Data
 # --------------------------------------------------------------------------------------------
 def output_checks(shape: AttentionShape, names: list[str]) -> pd.DataFrame:
     """Every variant of `shape` through each implementation: Q, K/V and output shapes, and the
-    output against the float64 reference (on a slice where the whole would be too big)."""
+    output against the float64 reference (on a slice where the whole would be too big).
+
+    Every variant's programs are compiled first, side by side (three variants' compiles at once, not one
+    variant's at a time: page 8 opens with this), then each variant takes its turn on the device."""
+    info = device.info()
+    compiled.compile_many([(n, v, False, False) for v in variants(shape) for n in names if get(n).unmet(v, info) is None])
     results, extra = [], []
     for v in variants(shape):
         for r in runs.run(v, names, accuracy=True):
