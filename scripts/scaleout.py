@@ -34,15 +34,15 @@ sys.path.insert(0, str(ROOT))
 SINGLE_CORE = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def burst_shapes(n: int):
+def burst_shapes(n: int, q_len: int = 384):
     from attnlab.shapes import AttentionShape
 
     # every learner's own shape, all of about the same cost (the lengths differ by a few positions)
-    return [AttentionShape(batch=2, q_len=384 + 4 * i, kv_len=384 + 4 * i, heads=8, kv_heads=8, head_dim=64)
+    return [AttentionShape(batch=2, q_len=q_len + 4 * i, kv_len=q_len + 4 * i, heads=8, kv_heads=8, head_dim=64)
             for i in range(n)]
 
 
-def one_count(workers: int, requests: int, names: tuple[str, ...]) -> dict:
+def one_count(workers: int, requests: int, names: tuple[str, ...], q_len: int = 384) -> dict:
     import ray
 
     from attnlab.measure import runs
@@ -57,7 +57,7 @@ def one_count(workers: int, requests: int, names: tuple[str, ...]) -> dict:
     time.sleep(1.0)
     client = RayWorkers("local", workers=workers, threads=16)
     assert client.wait_ready(300), "the device workers did not start"
-    shapes = burst_shapes(requests)
+    shapes = burst_shapes(requests, q_len)
 
     def press(shape):
         t0 = time.perf_counter()
@@ -73,7 +73,7 @@ def one_count(workers: int, requests: int, names: tuple[str, ...]) -> dict:
         spread[w] = spread.get(w, 0) + 1
     statuses = [s for _, _, ss in done for s in ss]
     busy = {i.name: round(i.busy_share, 3) for i in client.infos()}
-    return {"workers": workers, "requests": requests, "wall_s": wall, "runs_per_s": requests / wall,
+    return {"workers": workers, "requests": requests, "q_len": q_len, "wall_s": wall, "runs_per_s": requests / wall,
             "slowest_request_s": max(t for t, _, _ in done), "median_request_s": statistics.median(t for t, _, _ in done),
             "spread": spread, "not_ok": [s for s in statuses if s != "ok"], "device_held_share": busy}
 
@@ -83,6 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--names", nargs="+", default=["naive", "sdpa_xla"])
+    ap.add_argument("--q-len", type=int, default=384,
+                    help="the first learner's sequence length (each next one 4 longer): longer runs make the burst "
+                         "compute-bound (the device work splits over the workers), shorter ones compile-bound")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     import ray
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
           f"{ray.cluster_resources().get('GPU', 0):.0f} fake GPUs; {os.cpu_count()} cores here", flush=True)
     rows = []
     for w in a.workers:
-        r = one_count(w, a.requests, tuple(a.names))
+        r = one_count(w, a.requests, tuple(a.names), a.q_len)
         rows.append(r)
         print(json.dumps(r), flush=True)
     base = rows[0]["runs_per_s"] if rows and rows[0]["workers"] == 1 else None
