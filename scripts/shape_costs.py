@@ -5,8 +5,8 @@ then a trace), the compile, and one checked run. Seconds, measured in this proce
     python scripts/shape_costs.py                  # three small shapes a learner might type
     python scripts/shape_costs.py --json out.json
 
-Beside each trace (traced and lowered, as the app checks a shape), the same call traced to a jaxpr
-only (`jax.eval_shape`): its time, and whether it refuses the same shapes ('same' / 'DIFFERS').
+Beside each check (traced to a jaxpr, as the app checks a shape since 2026-12-02), the same call traced
+and lowered (as it checked before): its time, and whether it refuses the same shapes ('same' / 'DIFFERS').
 
 Why: a class of learners each on a shape of their own pays these for every shape, and the
 tracing part holds Python's GIL (the compile mostly does not), so it bounds how many new shapes
@@ -38,11 +38,11 @@ SHAPES = (
 )
 
 
-def jaxpr_error(backend, shape) -> str | None:
-    """Like trace_error, but to a jaxpr only (jax.eval_shape, nothing lowered): a fresh function each
-    time, so no trace is cached. Whether it refuses the same shapes as trace_error, and how much faster."""
+def lowered_error(backend, shape) -> str | None:
+    """Like trace_error, but traced and lowered (the check before 2026-12-02): a fresh function each time, so
+    no trace is cached. Whether it refuses the same shapes as trace_error, and how much slower it is."""
     try:
-        jax.eval_shape(lambda q, k, v: backend.fn(q, k, v, shape), *abstract_inputs(shape))
+        jax.jit(lambda q, k, v: backend.fn(q, k, v, shape)).lower(*abstract_inputs(shape))
     except Exception as e:
         return str(e)[:200]
     return None
@@ -66,14 +66,14 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             unmet_static = next((r.sentence() for r in backend.requirements(shape, info) if not r.met), None)
             t1 = time.perf_counter()
-            jaxpr_only = None if unmet_static else jaxpr_error(backend, shape)  # the trace alone, cold, not lowered
+            lowered = None if unmet_static else lowered_error(backend, shape)  # traced and lowered, cold
             t2 = time.perf_counter()
             traced = trace_error(backend, shape) if unmet_static is None else None
             t3 = time.perf_counter()
             row = {"shape": shape.describe(), "implementation": name, "requirements_s": t1 - t0,
-                   "trace_s": t3 - t2, "jaxpr_s": t2 - t1,
+                   "trace_s": t3 - t2, "lowered_s": t2 - t1,
                    "runs_here": unmet_static is None and traced is None,
-                   "why_not": unmet_static or traced or "", "why_not_jaxpr_only": jaxpr_only or ""}
+                   "why_not": unmet_static or traced or "", "why_not_lowered": lowered or ""}
             if row["runs_here"]:
                 t3 = time.perf_counter()
                 compiled.compile_backend(name, shape)
@@ -81,12 +81,12 @@ def main(argv=None) -> int:
                 r = runs.run(shape, [name])[0]
                 row.update(compile_s=t4 - t3, checked_run_s=time.perf_counter() - t4, status=r.status)
             rows.append(row)
-            print(f"{shape.describe():40} {name:22} trace {row['trace_s']:6.3f} s (jaxpr "
-                  f"{row['jaxpr_s']:6.3f} s, {'same' if bool(jaxpr_only) == bool(traced) else 'DIFFERS'})  compile "
+            print(f"{shape.describe():40} {name:22} trace {row['trace_s']:6.3f} s ("
+                  f"{row['lowered_s']:6.3f} s lowered, {'same' if bool(lowered) == bool(traced) else 'DIFFERS'})  compile "
                   f"{row.get('compile_s', 0):6.3f} s  run {row.get('checked_run_s', 0):6.3f} s  "
                   f"{row.get('status', row['why_not'][:60])}", flush=True)
-    total = {k: sum(r.get(k, 0.0) for r in rows) for k in ("trace_s", "compile_s", "checked_run_s")}
-    print(f"{device.info().backend}: {len(SHAPES)} shapes, totals: trace {total['trace_s']:.2f} s, compile "
+    total = {k: sum(r.get(k, 0.0) for r in rows) for k in ("trace_s", "lowered_s", "compile_s", "checked_run_s")}
+    print(f"{device.info().backend}: {len(SHAPES)} shapes, totals: trace {total['trace_s']:.2f} s (lowered: {total['lowered_s']:.2f} s), compile "
           f"{total['compile_s']:.2f} s, checked runs {total['checked_run_s']:.2f} s")
     timed = []
     if args.time:
