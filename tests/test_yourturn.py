@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.yourturn import allowlist, exercises, grade, progress, share
+from attnlab.yourturn import allowlist, exercises, grade, progress, sandbox, share
 from tests.yourturn_cases import MISTAKES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,3 +253,24 @@ def test_progress_counts_attempts_passes_and_mistakes_only():
     snap = progress.snapshot()["attention"]
     assert snap == {"attempts": 3, "passes": 1, "refused": 1, "mistakes": {"no scale": 1}}
     progress.reset()
+
+
+def test_a_check_traces_the_learners_code_at_full_float32_precision_and_a_timing_at_jaxs_default():
+    """On a GPU, float32 products run on TF32 tensor cores by default: their rounding alone failed the lab's own
+    solution at the large-logits case on the H200. A check measures the learner's math, so it traces with the
+    "highest" matmul precision; a timing keeps JAX's default, as the lab's backends are timed."""
+    import jax
+
+    ex = exercises.get("attention")
+    specs = [((1, 8, 2, 16), "float32")] * 3
+    modules = {p: jax.export.deserialize(sandbox.export(ex.solution, "attention", [(specs, {})], "cuda", precision=p)[0])
+               .mlir_module() for p in (None, "highest")}
+    assert "HIGHEST" in modules["highest"] and "HIGHEST" not in modules[None]
+    seen = []
+    real = sandbox.export
+    try:
+        sandbox.export = lambda *a, **kw: seen.append(kw.get("precision")) or real(*a, **kw)
+        assert grade.check("attention", ex.solution).passed
+    finally:
+        sandbox.export = real
+    assert seen == ["highest"]

@@ -103,7 +103,8 @@ def check(name: str, source: str) -> Verdict:
     if ex is exercises.STEP:
         return _check_step(ex, source)
     try:
-        blobs = sandbox.export(source, ex.entry, [(_specs(c), dict(c.numbers)) for c in ex.cases], platform())
+        blobs = sandbox.export(source, ex.entry, [(_specs(c), dict(c.numbers)) for c in ex.cases], platform(),
+                               precision="highest")
     except sandbox.Stopped as e:
         return Verdict(name, "stopped", str(e))
     results, wrong, outputs, scratch = [], [], [], None
@@ -219,7 +220,7 @@ def _check_step(ex, source: str) -> Verdict:
     B, H = exercises.STEP_BLOCK, ex.cases[0].arrays[0][1][1]
     specs = [((B,), "float32"), ((B,), "float32"), ((B, H), "float32"), ((B, B), "float32"), ((B, H), "float32")]
     try:
-        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], platform())
+        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], platform(), precision="highest")
         exe = _compile(blob, specs)
     except sandbox.Stopped as e:
         return Verdict(ex.name, "stopped", str(e))

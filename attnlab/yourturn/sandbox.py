@@ -37,9 +37,13 @@ class Stopped(RuntimeError):
 
 
 def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...], str]], dict]],
-           platform: str) -> list[bytes]:
+           platform: str, precision: str | None = None) -> list[bytes]:
     """The serialised program of `entry` at each case: (input (shape, dtype) list, Python numbers) -> bytes.
-    Raises Stopped with a sentence (a limit, or the code's own error while tracing)."""
+    Raises Stopped with a sentence (a limit, or the code's own error while tracing).
+
+    `precision`: JAX's default matmul precision while tracing ("highest" for a check: on a GPU float32 products
+    otherwise run on TF32 tensor cores, whose rounding alone fails a correct function at the check's large logits
+    on the H200; None, JAX's default, for a timing, as the lab's own backends are timed)."""
     from attnlab.yourturn import allowlist
 
     why = allowlist.refusal(source, entry)
@@ -49,7 +53,7 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")])),
            "HOME": os.environ.get("TMPDIR", "/tmp"), "PYTHONDONTWRITEBYTECODE": "1",
-           "XLA_FLAGS": "", "JAX_ENABLE_X64": "0"}
+           "XLA_FLAGS": "", "JAX_ENABLE_X64": "0", **({"JAX_DEFAULT_MATMUL_PRECISION": precision} if precision else {})}
     request = pickle.dumps((source, entry, cases, platform))
     start = time.monotonic()
     try:
