@@ -224,9 +224,19 @@ class Device:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def building(self):
+    def building(self, quiet: bool = False):
         """Lower or compile a program: side by side with other builders, never during a run. The
-        thread that holds the device builds what it needs; a build inside a build passes through."""
+        thread that holds the device builds what it needs; a build inside a build passes through.
+
+        quiet: a program compiled without autotuning (`compiled.check_options()`, on a GPU) launches nothing on
+        the device while XLA builds it, so it neither waits for runs nor holds them up. The turns are for the
+        compiles that do: XLA's autotuner runs candidate kernels, and a run's synchronisation beside them aborted
+        a process (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Without this, a class's many small checks took turns
+        with every run: on the H200 each of twenty learners had a request in flight all class long, a heatmap's
+        taking 3 s for a compile of a fraction of that (2026-12-02, ATTNLAB_REQUEST_LOG)."""
+        if quiet:
+            yield
+            return
         depth = getattr(self._local, "depth", 0)
         passing = depth or self._holder == threading.get_ident()
         if not passing:

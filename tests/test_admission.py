@@ -189,3 +189,45 @@ def test_a_builder_that_asks_for_the_device_is_told_instead_of_waiting_forever()
     with d.building(), pytest.raises(RuntimeError, match="cannot wait for the device"):
         with d.use():
             pass
+
+
+def test_a_quiet_build_neither_waits_for_a_run_nor_holds_one_up():
+    """A program compiled without autotuning launches nothing on the device: it compiles beside a run, and a
+    run does not wait for it (the turns are for compiles whose autotuner runs kernels)."""
+    dev = Device(Budget(1 << 40, 1 << 40, False))
+    held, release, done = threading.Event(), threading.Event(), []
+
+    def run():
+        with dev.use():
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=run)
+    t.start()
+    held.wait(10)
+    with dev.building(quiet=True):  # the device is held: a quiet build goes on
+        done.append("built")
+    release.set()
+    t.join(10)
+    with dev.building(quiet=True):  # and a run in its middle is not held up by it
+        with dev.use():
+            done.append("ran")
+    assert done == ["built", "ran"]
+
+
+def test_programs_compiled_without_autotuning_build_quietly_and_tuned_ones_take_turns():
+    seen = []
+    real = DEVICE.building
+
+    def spy(quiet=False):
+        seen.append(quiet)
+        return real(quiet)
+
+    DEVICE.building = spy
+    try:
+        compiled.compile_timed(lambda x: x * 5.0, [jax.ShapeDtypeStruct((3,), "float32")], "test", None)
+        compiled.compile_timed(lambda x: x * 7.0, [jax.ShapeDtypeStruct((3,), "float32")], "test",
+                               compiled.CHECK_OPTIONS)
+    finally:
+        DEVICE.building = real
+    assert seen[0] is False and seen[-1] is True

@@ -69,13 +69,14 @@ def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
 _LOWERING = threading.Lock()
 
 
-def lower(jitted, args):
+def lower(jitted, args, quiet: bool = False):
     """`jitted.lower(*args)`, one thread of this process at a time. Lowering is Python (it holds the
     GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
     side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
     while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
-    stays parallel. Never during a run on the device (admission.py says why)."""
-    with DEVICE.building(), _LOWERING:
+    stays parallel. Never during a run on the device (admission.py says why), unless `quiet` (a program
+    compiled without autotuning: `admission.Device.building`)."""
+    with DEVICE.building(quiet), _LOWERING:
         return jitted.lower(*args)
 
 

@@ -157,14 +157,15 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     XLA compiler options (`check_options()`). Never during a run on the device (admission.py says why).
     """
     t0 = time.perf_counter()
-    with DEVICE.building():  # from lowering to compiled, so a thread waited for is never itself waiting
-        compiled, seen, first = _lower_and_compile(fn, args, who, options)
+    quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
+    with DEVICE.building(quiet):  # from lowering to compiled, so a thread waited for is never itself waiting
+        compiled, seen, first = _lower_and_compile(fn, args, who, options, quiet)
     ms = (time.perf_counter() - t0) * 1e3
     return compiled, ms, (first or "an earlier call") if seen else None
 
 
-def _lower_and_compile(fn, args, who, options):
-    lowered = lower(jax.jit(fn), args)  # one thread at a time (backend.lower says why)
+def _lower_and_compile(fn, args, who, options, quiet=False):
+    lowered = lower(jax.jit(fn), args, quiet)  # one thread at a time (backend.lower says why)
     key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
     while True:
         with _LOCK:

@@ -231,12 +231,16 @@ def run(
     runnable = [n for n in runnable if n not in results]
     if runnable:
         dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
+        programs: dict = {}
         try:  # one turn on the device for every output and the reference; reading a program needs none
             with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
-                results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited))
+                results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited, programs))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
+        for n, exe in programs.items():  # what the compiler made, read after the turn: others' runs need not wait
+            if results[n].ok:
+                results[n] = dataclasses.replace(results[n], program=compiled.describe_compiled(exe))
         if timed:  # a turn of its own per implementation, so runs waiting behind a timing wait for one only
             for n in runnable:
                 if results[n].ok:
@@ -244,7 +248,7 @@ def run(
     return [results[n] for n in names]
 
 
-def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
+def _run_held(shape, names, accuracy, compile_, backward, seed, waited, programs: dict) -> dict:
     q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
     ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
     out = {}
@@ -258,7 +262,8 @@ def _run_held(shape, names, accuracy, compile_, backward, seed, waited) -> dict:
                 del y
             if compile_:
                 exe, ms, before = compiled.compile_backend(n, shape, backward)
-                parts.update(compile_ms=ms, compiled_before=before, program=compiled.describe_compiled(exe))
+                parts.update(compile_ms=ms, compiled_before=before)
+                programs[n] = exe  # described after the turn (run)
             out[n] = Result(shape, n, OK, "", backward, **parts)
         except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
             status, reason = failure(e)
