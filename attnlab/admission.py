@@ -13,8 +13,10 @@ one run against the whole budget (a run that could never fit is refused at once 
 not a sum over runs. Compiles are the slow part of a new shape and XLA does them without Python's
 lock, so several run side by side, but only between runs: on the H200 a process aborted when CUDA
 refused a running program's synchronisation while two other threads compiled
-(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). A thread that wants the device goes before builders that
-come after it, so a run is never starved by compiles; builders already in flight finish first.
+(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Runs and builds wait in one line, first come first served: a
+run goes before the builds that come after it and a build before the runs that come after it, so neither
+starves the other (on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting
+20 s); builders already in flight finish first, and builders next to each other in line go side by side.
 
 A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
 the budget gets `OverBudget`. Both are expected events a page shows as a message.
@@ -145,6 +147,7 @@ class Device:
         self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
         self._cond = threading.Condition()
         self._queue: deque[object] = deque()  # tickets of threads waiting for the device, in order
+        self._line: deque[object] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
         self._holder: int | None = None  # the thread that holds the device
         self._depth = 0
         self._builders = 0
@@ -190,18 +193,20 @@ class Device:
             raise OverBudget(why)
         start, ticket = time.perf_counter(), object()
         with self._cond:
-            if self._queue or self._holder is not None or self._builders:
+            if self._line or self._holder is not None or self._builders:
                 if len(self._queue) >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {len(self._queue)} runs are already waiting. Try again shortly.")
                 if on_wait:
                     on_wait(self.running + len(self._queue))
                 self.stats.waited += 1
             self._queue.append(ticket)
+            self._line.append(ticket)
             try:
-                ok = self._cond.wait_for(lambda: self._queue[0] is ticket and self._holder is None and not self._builders,
+                ok = self._cond.wait_for(lambda: self._line[0] is ticket and self._holder is None and not self._builders,
                                          timeout=self.timeout_s if timeout_s is None else timeout_s)
             finally:
                 self._queue.remove(ticket)
+                self._line.remove(ticket)
                 self._cond.notify_all()
             if not ok:
                 raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
@@ -241,8 +246,12 @@ class Device:
         passing = depth or self._holder == threading.get_ident()
         if not passing:
             with self._cond:
-                self._cond.wait_for(lambda: self._holder is None and not self._queue)
+                ticket = object()  # in line with the runs: one that came first goes first, and no run that comes
+                self._line.append(ticket)  # after this build goes before it (a class's runs starved tuned builds)
+                self._cond.wait_for(lambda: self._line[0] is ticket and self._holder is None)
+                self._line.popleft()
                 self._builders += 1
+                self._cond.notify_all()  # the builders in line behind it go side by side with it
         self._local.depth = depth + 1
         try:
             yield

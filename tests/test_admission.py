@@ -231,3 +231,35 @@ def test_programs_compiled_without_autotuning_build_quietly_and_tuned_ones_take_
     finally:
         DEVICE.building = real
     assert seen[0] is False and seen[-1] is True
+
+
+def test_a_build_goes_before_the_runs_that_come_after_it():
+    """One line for runs and builds: a build that waits behind a run is not passed by runs that arrive later (a
+    class's stream of runs kept tuned builds waiting, and so every timing)."""
+    d = _device()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with d.use():
+            holding.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    order = []
+
+    def a_build():
+        with d.building():
+            order.append("build")
+
+    def a_later_run():
+        with d.use():
+            order.append("later run")
+
+    build = _started(a_build)
+    time.sleep(0.1)  # the build waits first
+    later = _started(a_later_run)
+    time.sleep(0.1)
+    release.set()
+    assert build.wait(10) and later.wait(10)
+    assert order == ["build", "later run"]
