@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import threading
 import time
@@ -46,9 +45,10 @@ class Refused(Exception):
 
 
 def audience_from_env(env: Mapping[str, str] | None = None) -> str:
-    """The audience tokens must carry, or "" (no check)."""
-    env = os.environ if env is None else env
-    return env.get("ATTNLAB_IAP_AUDIENCE", "").strip()
+    """The audience tokens must carry, or "" (no check): ATTNLAB_IAP_AUDIENCE, read by attnlab/settings.py."""
+    from attnlab.settings import Settings, settings
+
+    return (settings() if env is None else Settings.from_env(env)).iap_audience
 
 
 def fetch_keys(url: str = KEYS_URL, timeout: float = 10.0) -> dict[str, str]:

@@ -35,6 +35,11 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: let the
                               worker meet them, and die: the fault tests)
     ATTNLAB_FAULT_INJECTION   1: the device worker also serves requests that abort it or hold it (tests only)
+    ATTNLAB_IAP_AUDIENCE      behind Identity-Aware Proxy: the audience IAP's signed header must carry
+                              (/projects/NUMBER/global/backendServices/ID, or its prefix); every request without a
+                              valid x-goog-iap-jwt-assertion is refused (attnlab/iap.py); unset: no check
+    ATTNLAB_ACCESS_TOKEN      the quick mode's door: a browser must bring ?token=<this> once (then a cookie);
+                              unset: no door (attnlab/token_door.py)
     ATTNLAB_INSTRUCTOR_TOKEN  a secret: the instructor's page (the class's progress, the GPU queue) is shown to a
                               browser that opened a link with ?instructor=<the secret>; unset: no such page
 """
@@ -79,6 +84,8 @@ class Settings:
     refuse_known_aborts: bool = True
     fault_injection: bool = False
     instructor_token: str = ""
+    iap_audience: str = ""
+    access_token: str = ""
     problems: tuple[str, ...] = ()  # values that could not be read, said once by whoever starts the server
 
     @classmethod
@@ -121,6 +128,8 @@ class Settings:
             refuse_known_aborts=_flag(env, "ATTNLAB_REFUSE_KNOWN_ABORTS", True),
             fault_injection=_flag(env, "ATTNLAB_FAULT_INJECTION", False),
             instructor_token=env.get("ATTNLAB_INSTRUCTOR_TOKEN", "").strip(),
+            iap_audience=env.get("ATTNLAB_IAP_AUDIENCE", "").strip(),
+            access_token=env.get("ATTNLAB_ACCESS_TOKEN", "").strip(),
             problems=tuple(problems),
         )
 

@@ -11,7 +11,6 @@ unencrypted, which is why the quick mode is for an hour's workshop and never for
 from __future__ import annotations
 
 import hmac
-import os
 from collections.abc import Mapping
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
@@ -21,8 +20,10 @@ OPEN_PATHS = ("_stcore/health",)
 
 
 def token_from_env(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("ATTNLAB_ACCESS_TOKEN", "").strip()
+    """The quick mode's token, or "" (no door): ATTNLAB_ACCESS_TOKEN, read by attnlab/settings.py."""
+    from attnlab.settings import Settings, settings
+
+    return (settings() if env is None else Settings.from_env(env)).access_token
 
 
 class RequireToken:
