@@ -31,7 +31,10 @@ def sdpa(implementation):
     return fn
 
 
-HEAD_DIM_RULE = "≤ 256 on Hopper and newer (compute capability 9.0+), ≤ 128 on Ampere and Ada (8.x); a multiple of 8"
+# JAX 0.10/0.11's check, per GPU family (fused_attention_stablehlo.check_is_flash_attention); JAX up to 0.6 allowed
+# 256 on Hopper alone and only with cuDNN 9.5 or newer, and Blackwell Ultra (10.3) needs cuDNN 9.11 or newer
+HEAD_DIM_RULE = ("≤ 128 on Ampere and Ada (compute capability 8.x); ≤ 256 on Hopper (9.0) and Blackwell (10.x, 12.x), "
+                 "cuDNN 9.11+ on Blackwell Ultra (10.3); a multiple of 8")
 
 
 def cudnn_max_head_dim(device) -> tuple[int, str]:
