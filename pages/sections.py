@@ -111,12 +111,11 @@ def memory_note(bad: pd.DataFrame) -> None:
     reasons = " ".join(bad["reason"].astype(str))
     if not ({runs.OVER_BUDGET, runs.OOM} & set(bad["status"]) or "cap of" in reasons or "budget of" in reasons):
         return
-    st.caption("Two kinds of memory failure. A refusal (over a cap or budget) is the lab's own estimate of the "
-               "bytes, made before anything runs, against the memory budget of the run that made the table: a "
-               "share of the memory free when that run started, so tables from different runs name different "
-               "caps. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on the GPU. A "
-               "shipped reason is as its run wrote it, with the estimate of the lab's version of then (today's "
-               "counts three T × S float32 buffers for naive and XLA alike).")
+    st.caption("Two kinds of memory failure. A refusal is the lab's estimate of the bytes, made before anything "
+               "runs, against one budget: 80 % of the GPU memory free when the device worker starts (on a CPU, "
+               "half of the memory available; each reason names its budget). Shipped refusals are restated by "
+               "today's rule. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on "
+               "the GPU.")
 
 
 def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:

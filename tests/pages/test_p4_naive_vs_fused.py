@@ -174,3 +174,11 @@ def test_whether_two_programs_are_one_is_kept_by_the_device_worker_for_every_ui_
     st.cache_data.clear()  # as another UI process: nothing of this one in its memory
     monkeypatch.setattr(compiled, "compile_backend", lambda *a, **k: pytest.fail("compiled again"))
     assert fused_ui.same_program(shape, "naive", "sdpa_auto") == first
+
+
+def test_the_memory_caption_names_one_budget_and_todays_rule_for_shipped_refusals():
+    # the shipped H200 tables refuse T = 16,384 by today's one rule (attnlab/shipped/refusals.py): no "different caps"
+    words = texts(open_page(PAGE), "caption")
+    assert "80 % of the GPU memory free when the device worker starts" in words
+    assert "Shipped refusals are restated by today's rule" in words
+    assert "different caps" not in words and "as its run wrote it" not in words
