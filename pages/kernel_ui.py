@@ -162,13 +162,15 @@ def shipped_caption(found: dict) -> None:
 
 
 def ncu_block(found: dict | None) -> None:
-    st.markdown("**DRAM bytes counted by the GPU (Nsight Compute)**")
+    from attnlab.studies import ladder
+
+    # its own shape, not the sidebar's: said in the heading, beside the model's table at the sidebar's shape
+    st.markdown(f"**DRAM bytes counted by an H200 (Nsight Compute) at {ladder.ANCHOR.describe()}**")
     ncu = (found or {}).get("ncu") or {}
     if not found or not ncu:
         st.info(NOT_MEASURED + " Until then, the model above is all there is.")
         return
     from attnlab import kernels
-    from attnlab.studies import ladder
 
     rows = [{"implementation": n, "kernel": kernels.describe(c["kernel"]) if c.get("kernel") else None, "read": common.fmt_bytes(c.get("read_bytes")),
              "written": common.fmt_bytes(c.get("write_bytes")),

@@ -209,3 +209,9 @@ def test_the_tile_grids_tell_partial_from_skipped_tiles():
     at = open_page(PAGE, {**CUSTOM, "causal": "true"}, tab=MASKS)
     spec = next(s for s in charts(at) if "tiles of" in s)
     assert '"symbolStrokeColor": "#555"' in spec and '"text": "\\u00d7"' in json.dumps(json.loads(spec))
+
+
+def test_the_nsight_table_names_its_gpu_and_shape_not_the_sidebars():
+    # under the model's table at the sidebar's shape, the counted bytes (16 GiB "model's total") read as this shape's
+    at = open_page(PAGE, CUSTOM, tab=TRAFFIC)
+    assert f"DRAM bytes counted by an H200 (Nsight Compute) at {ladder.ANCHOR.describe()}" in texts(at, "markdown")
