@@ -128,14 +128,15 @@ if len(ref):
     st.markdown("**📦 Shipped from the H200: the codelab's shape in bfloat16, cuDNN against XLA**")
     common.text_table(mine[["implementation", "shape", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
                             "kernels", "tflops"]])
-    st.caption("TFLOP/s here is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
+    st.caption("TFLOP/s in this table is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
                "beside wall time; device time (CUPTI) counts only the kernels. " + clocks.NOTE)
     ok = mine[mine["status"] == "ok"].set_index("implementation")
     cu, xla = (ok.loc[n] if n in ok.index else None for n in ("sdpa_cudnn", "sdpa_xla"))
     if cu is not None and xla is not None and ok["device_ms"].notna().all() and cu["wall_ms"] >= 0.9 * xla["wall_ms"]:
         # said only when the walls hide the kernel's lead, as they did on the H200 at this shape
-        st.info(f"At a shape this small the GPU works for microseconds: cuDNN's {int(cu['kernel_count'])} kernel(s) "
+        n_cu = int(cu["kernel_count"])
+        st.info(f"At a shape this small the GPU works for microseconds: cuDNN's {'one kernel' if n_cu == 1 else f'{n_cu} kernels'} "
                 f"took {cu['device_ms'] * 1e3:.1f} µs against XLA's {xla['device_ms'] * 1e3:.1f} µs in "
-                f"{int(xla['kernel_count'])} kernels, but each call's wall time ({cu['wall_ms']:.3f} and "
+                f"{int(xla['kernel_count'])} kernels, but each call's wall time (cuDNN {cu['wall_ms']:.3f} ms, XLA "
                 f"{xla['wall_ms']:.3f} ms) is mostly Python and the launch, so the walls tie or even favour XLA. "
                 "Where the work is large, the kernel is what counts: page 7's *Long context on an H200*.")

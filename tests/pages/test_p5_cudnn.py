@@ -1,5 +1,7 @@
 """Page 5 · cuDNN, on the CPU backend (GPU-only checks marked `gpu`)."""
 
+import re
+
 import jax
 import pytest
 
@@ -81,6 +83,10 @@ def test_the_shipped_row_explains_why_cudnn_wins_in_device_time_but_not_in_wall_
     at = open_page(PAGE)
     said = texts(at, "info")
     assert "the GPU works for microseconds" in said and "Long context on an H200" in said
+    # one kernel in words, not "1 kernel(s)"; each wall time named by its implementation
+    assert "cuDNN's one kernel took" in said and "kernel(s)" not in said
+    assert re.search(r"wall time \(cuDNN 0\.\d{3} ms, XLA 0\.\d{3} ms\)", said)
+    assert "TFLOP/s in this table is" in texts(at, "caption")
 
 
 def test_the_wall_time_explanation_is_not_given_when_cudnn_wins_in_wall_time_too(monkeypatch):
