@@ -13,6 +13,9 @@ from attnlab.measure import cost, runs, timing
 from attnlab.studies import clocks, timing_demo
 from pages import charts, common, sections
 
+# clocks.NOTE points other pages to "page 7's *Long context* tab"; on page 7 itself it says this page, by the tab's name
+CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context* tab", "this page's *Long context on an H200* tab")
+
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
 HERE = {"compile": _text("compile", width="medium", help="the first call's trace + XLA compile; a program compiled "
                          "before (by another implementation or page) is a cache lookup and says so, naming whose "
@@ -177,7 +180,7 @@ def long_context() -> None:
     for col, p in zip(st.columns(2), ["forward", "forward+backward"], strict=True):
         with col:
             lines(part[part["pass"] == p], "q_len", y, f"{p}, {'causal' if causal else 'full'}, H{head_dim}", dash=None)
-    st.caption(clocks.NOTE)
+    st.caption(CLOCK_NOTE)
     sections.not_run(part, keys=("implementation", "pass", "q_len"))
     common.download(long, "h200_long_context", "Download the long-context table (CSV)")
     data = shipped.load() or {}

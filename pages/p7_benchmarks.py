@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnlab.measure import timing
-from attnlab.studies import clocks, timing_demo
+from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
 from pages import codeblock, common, sections
 
@@ -71,7 +71,7 @@ if here.open:
                                                          "throughput_ms", "device_ms", "kernel_count", "tflops",
                                                          "device_tflops", "pct_of_peak"]])
                 ui.bars(ref, "H200: ")
-                st.caption(clocks.NOTE)
+                st.caption(ui.CLOCK_NOTE)
                 sections.not_run(ref, keys=("implementation", "dtype"))
                 common.download(ref, "h200_default", "Download the H200 table (CSV)")
 

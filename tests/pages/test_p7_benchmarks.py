@@ -300,3 +300,11 @@ def test_one_kernels_shipped_tflops_are_set_side_by_side_each_with_its_clock_sta
     assert clocks.NOTE in words
     # the copy's 3.37 TB/s is no ceiling: page 8's decode step reads faster
     assert "what bf16 attention can hope for" not in words and "yardsticks from two plain programs" in words
+
+
+def test_the_clock_note_on_page_7_points_to_this_pages_tab_by_its_name():
+    # "page 7's *Long context* tab" read on page 7 itself, under a tab called "Long context on an H200"
+    for tab in (None, LONG):
+        words = texts(open_page(P7, SMALL, tab=tab), "caption")
+        assert "timed warm, with the clock not read" in words
+        assert "page 7's" not in words and "this page's *Long context on an H200* tab" in words
