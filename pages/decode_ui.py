@@ -92,7 +92,7 @@ def measured_on_h200(kv_len: int) -> None:
         "GB/s of K and V": s["kv_read_gb_per_s"].round(0),
         "of which layout copies": [f"{c * 1e3:,.1f} µs" if c else None for c in s["layout_copy_ms"]],
     }))
-    st.caption(f"At kv_len = {at:,}" + (" (the cache length above)." if at == kv_len else
+    st.caption(f"At kv_len = {at:,}" + (" (the cache length chosen under *One decode step*)." if at == kv_len else
                                          f" (the study's longest; it has {', '.join(f'{n:,}' for n in lengths)}).")
                + " K and V read: the bytes a step must read at least, 2·B·S·K·H·itemsize; GB/s is those bytes over "
                  "the device time, so a program that moves more (a copy) shows fewer GB/s.")

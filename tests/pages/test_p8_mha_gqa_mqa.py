@@ -151,7 +151,9 @@ def test_the_h200_decode_study_shows_who_turns_fewer_kv_bytes_into_less_time():
     assert table.loc[("sdpa_cudnn", "GQA"), "of which layout copies"] == "—"
     assert table.loc[("sdpa_xla", "GQA"), "of which layout copies"].endswith("µs")
     words = texts(at, "info", "caption")
-    assert "At kv_len = 4,096 (the cache length above)" in words and "Measured on NVIDIA H200" in words
+    # the length is the number input under "One decode step", two sections up: "above" read as the chart just above
+    assert "At kv_len = 4,096 (the cache length chosen under *One decode step*)" in words
+    assert "Measured on NVIDIA H200" in words
     assert "cuDNN reads K and V in place at" in words and "XLA copies K and V" in words
     assert any('"facet"' in spec and "kv_read_gb_per_s" in spec for spec in charts(at))
     at.selectbox(key="p8_h200_base").set_value("the lab's default shape").run()
