@@ -69,8 +69,9 @@ if more.open:
         info = common.device_info()
         gpus = info.device_count if info.backend == "gpu" else 0
         if gpus < 2:
-            st.info(f"The device worker has {gpus or 'no'} GPU{'' if gpus == 1 else 's'} ({info.device_count} "
-                    f"{info.backend.upper()} device(s)), so the ring cannot run here: the model and "
+            n = info.device_count
+            st.info(f"The device worker has {gpus or 'no'} GPU{'' if gpus == 1 else 's'} ({n} "
+                    f"{info.backend.upper()} device{'' if n == 1 else 's'}), so the ring cannot run here: the model and "
                     "the shipped H200 measurements of the other tabs (where they ship) stand in. On a host with "
                     "several GPUs a button here runs your shape on the ring.")
         else:

@@ -2,6 +2,7 @@
 measurements (timeline, speed-up, scaling) or why they are absent, and the live ring only on several GPUs."""
 
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -141,6 +142,8 @@ def test_with_shipped_ring_results_the_timeline_speedup_and_scaling_charts_rende
 def test_no_live_ring_on_a_cpu_and_the_page_says_why():
     at = open_page(PAGE, tab=MORE)
     assert "so the ring cannot run here" in texts(at)
+    assert "device(s)" not in texts(at)  # "(1 CPU device(s))": the count in words, singular or plural
+    assert re.search(r"\(\d+ CPU devices?\)", texts(at))
     assert not [b for b in at.button if b.key == "btn_p11_live"]
 
 
