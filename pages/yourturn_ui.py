@@ -148,4 +148,4 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
                           "scratch"])
     if common.device_info().backend != "gpu":
         st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
-                   "page 7's shipped table; the kernels' lead shows at long sequences (page 7, Long context).")
+                   "page 7's shipped table; the kernels' lead shows at long sequences (page 7's *Long context on an H200* tab).")

@@ -74,6 +74,8 @@ def test_a_passing_function_is_timed_at_the_learners_shape_beside_naive():
     assert not at.exception
     table = next(f for f in frames(at, "implementation") if "yours" in set(f["implementation"]))
     assert {"yours", "naive"} <= set(table["implementation"])
+    # the tab by the name it has on page 7 (was "page 7, Long context")
+    assert "page 7's *Long context on an H200* tab" in texts(at, "caption")
 
 
 def test_the_instructor_page_is_listed_only_with_the_token_and_shows_counts():
