@@ -74,7 +74,8 @@ if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape):
     sections.queue_notice()
     rows = sections.guarded(common.frame, shape, tuple(timed), timed=True, accuracy=False, what="Timing")
     if rows is not None:
-        sections.results(rows, ["implementation", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels"])
+        gpu_cols = ["device_ms", "kernel_count", "kernels"] if info.backend == "gpu" else []  # CUPTI's: blank on a CPU
+        sections.results(rows, ["implementation", "wall_ms", "throughput_ms", *gpu_cols])
         common.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
 
 st.subheader("Memory: who keeps the T × S scores")

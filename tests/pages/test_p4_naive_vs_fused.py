@@ -80,6 +80,7 @@ def test_timing_button_reports_wall_time_and_offers_only_what_runs():
     if not on_gpu:
         assert "sdpa_cudnn" not in set(timed["implementation"])
         assert "need an NVIDIA GPU" in texts(at)
+        assert "kernels" not in timed.columns  # no empty "kernels (GPU time each)" column on a CPU
 
 
 def test_compiled_memory_slopes_are_measured_and_every_line_explained():
