@@ -147,6 +147,8 @@ def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
     assert not at.exception
     spec += "".join(charts(at))
     assert "compiled scratch (temp) bytes" in spec and "forward+backward scratch (temp) bytes" in spec
+    # where and at what shape the backward bytes were compiled: here, at the sidebar's shape (not the H200's)
+    assert "Compiled on this machine (CPU) at B1 T64 S64 N2 K2 H16 float32, T = S varied." in texts(at, "caption")
     temp += [d for d in chart_data(at) if "temp_bytes" in d.columns]
     assert len(temp) == 2 and {"naive", "flash_jax"} <= set(temp[1]["implementation"])
     naive = temp[1][temp[1]["implementation"] == "naive"].sort_values("q_len")["temp_bytes"].tolist()
