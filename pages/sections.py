@@ -84,7 +84,8 @@ def queue_notice() -> None:
     except WorkerLost:
         return
     if info.running or info.waiting:
-        st.info(f"{info.running} run(s) on the device, {info.waiting} waiting (as of the last 30 s): this one takes "
+        st.info(f"{info.running} run{'' if info.running == 1 else 's'} on the device, {info.waiting} waiting "
+                "(as of the last 30 s): this one takes "
                 "its turn. One run uses the device at a time, so every timing has it to itself (briefer while "
                 "others wait; the table says so).")
 

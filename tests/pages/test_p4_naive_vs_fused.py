@@ -183,3 +183,17 @@ def test_the_memory_caption_names_one_budget_and_todays_rule_for_shipped_refusal
     assert "80 % of the GPU memory free when the device worker starts" in words
     assert "Shipped refusals are restated by today's rule" in words
     assert "different caps" not in words and "as its run wrote it" not in words
+
+
+def test_the_queue_notice_counts_runs_in_words(monkeypatch):
+    # "1 run(s) on the device": one run, or several runs
+    import dataclasses
+
+    from pages import common
+
+    real = common.worker_info
+    monkeypatch.setattr(common, "worker_info", lambda: dataclasses.replace(real(), running=1, waiting=2))
+    at = open_page(PAGE, CUSTOM)
+    button(at, "btn_p4_time").click().run()
+    said = texts(at, "info")
+    assert "1 run on the device, 2 waiting (as of the last 30 s)" in said and "run(s)" not in said
