@@ -60,8 +60,8 @@ if tabs[0].open:
             right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
         common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
         charts.draw(st, kernel_ui.error_chart, walk, n, width="stretch")
-        st.caption("Each query block starts at 0 and converges on its own; after its last tile the difference is "
-                   "rounding (float32 against float64).")
+        st.caption("Each query block's partial output starts at 0, so its line starts high (the exact output's size), "
+                   "and falls on its own; after its last tile the difference is rounding (float32 against float64).")
         codeblock.code(kernel_ui.flash_update_source())
         st.caption("attnlab/math/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
                    + kernel_ui.LINES_NOTE)

@@ -95,6 +95,9 @@ def test_step_through_last_step_reaches_the_exact_output():
     assert tiles["current"].sum() == 1 and tiles.loc[tiles["current"], "step"].item() == 16
     table = next(f for f in frames(at) if "rescale exp(m_old − m_new)" in f.columns)
     assert len(table) == 4 and (table["rescale exp(m_old − m_new)"] <= 1).all()
+    # the chart is the error, which starts high: "starts at 0" read as the line's start
+    words = texts(at, "caption")
+    assert "partial output starts at 0, so its line starts high" in words and "block starts at 0 and" not in words
 
 
 def test_step_through_first_step_is_far_and_slider_shrinks_with_bigger_blocks():
