@@ -23,6 +23,7 @@ import time
 
 import pandas as pd
 
+from attnlab.masks import MASK_TYPES, Mask
 from attnlab.shapes import AttentionShape
 
 
@@ -31,20 +32,27 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     for f in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim"):
         p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=int, default=getattr(d, f))
     p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--window", type=int, nargs=2, metavar=("LEFT", "RIGHT"), help="sliding window: keys i-LEFT..i+RIGHT")
-    p.add_argument("--kv-lengths", dest="kv_lengths", type=int, nargs="+", help="real keys per sequence (padding)")
+    for t in MASK_TYPES:  # --causal, --window LEFT RIGHT, --kv-lengths N [N ...]
+        flag, kind = f"--{t.key.replace('_', '-')}", dict(dest=t.key, help=t.help)
+        if t.count == 0:
+            p.add_argument(flag, action="store_true", **kind)
+        else:
+            p.add_argument(flag, type=int, nargs=t.count or "+", metavar=t.metavar, **kind)
 
 
 def _shape(a) -> AttentionShape:
-    window = tuple(a.window) if a.window else None
     shape = AttentionShape(**{f: getattr(a, f) for f in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
-                                                          "dtype", "causal")}, window=window,
-                           kv_lengths=tuple(a.kv_lengths or ()))
+                                                          "dtype")},
+                           mask=Mask.of(**{t.key: _tuple(getattr(a, t.key)) for t in MASK_TYPES}))
     problems = shape.validate()
     if problems:
         raise SystemExit("invalid shape:\n  " + "\n  ".join(problems))
     return shape
+
+
+def _tuple(value):
+    """argparse's list of numbers as the shape keeps them (a tuple); a flag or nothing as it is."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _writable(*paths: str | None) -> None:

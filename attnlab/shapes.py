@@ -23,6 +23,9 @@ from collections.abc import Mapping
 import ml_dtypes  # NumPy has no bfloat16 of its own; JAX brings it through ml_dtypes
 import numpy as np
 
+from attnlab import masks
+from attnlab.masks import Mask
+
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype("float32"),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -40,12 +43,15 @@ FIELD_MAX = {
     "head_dim": 1024,
 }
 INT_FIELDS = ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim")
+MASK_KEYS = tuple(t.key for t in masks.MASK_TYPES)
+PARAM_KEYS = (*INT_FIELDS, "dtype", *MASK_KEYS)  # what a URL may say about a shape
 GIB = 1024**3
+NO_MASK = Mask()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class AttentionShape:
-    """One attention problem. Defaults are the codelab's: B4 T128 N8 H64, float32, not causal."""
+    """One attention problem. Defaults are the codelab's: B4 T128 N8 H64, float32, no mask."""
 
     batch: int = 4
     q_len: int = 128
@@ -54,24 +60,39 @@ class AttentionShape:
     kv_heads: int = 8
     head_dim: int = 64
     dtype: str = "float32"
-    causal: bool = False
-    window: tuple[int, int] | None = None  # (left, right): query i sees keys i-left .. i+right
-    kv_lengths: tuple[int, ...] = ()  # real keys per sequence (padding); one value for all, or one per batch
+    mask: Mask = NO_MASK  # which (query, key) pairs are visible (attnlab.masks)
 
-    # --- masks ---------------------------------------------------------------------------------
+    def __init__(self, batch: int = 4, q_len: int = 128, kv_len: int = 128, heads: int = 8, kv_heads: int = 8,
+                 head_dim: int = 64, dtype: str = "float32", mask: Mask = NO_MASK, **mask_types):
+        """`mask_types` set one mask type each by its key, on top of `mask`, as a URL does:
+        AttentionShape(causal=True, window=(16, 0), kv_lengths=(100,)) (the lab's types: `masks.MASK_TYPES`)."""
+        for name, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len), ("heads", heads),
+                            ("kv_heads", kv_heads), ("head_dim", head_dim), ("dtype", dtype)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "mask", mask.replace(**mask_types))
+
+    # --- masks: shorthands for the mask's types, as jax.nn.dot_product_attention names them ------
+    @property
+    def causal(self) -> bool:
+        return self.mask.get("causal")
+
+    @property
+    def window(self) -> tuple[int, int] | None:  # (left, right): query i sees keys i-left .. i+right
+        return self.mask.get("window")
+
+    @property
+    def kv_lengths(self) -> tuple[int, ...]:  # real keys per sequence (padding); one value for all, or one per batch
+        return self.mask.get("kv_lengths")
+
     @property
     def masked(self) -> bool:
-        return self.causal or self.window is not None or bool(self.kv_lengths)
+        return bool(self.mask)
 
     def kv_lengths_per_batch(self) -> tuple[int, ...] | None:
         """kv_lengths with one value per batch element, or None when there is no padding."""
         if not self.kv_lengths:
             return None
         return self.kv_lengths * self.batch if len(self.kv_lengths) == 1 else self.kv_lengths
-
-    def mask_args(self) -> dict:
-        """The masks as keyword arguments of `attention.attention` and the flash code."""
-        return dict(causal=self.causal, window=self.window, kv_lengths=self.kv_lengths_per_batch())
 
     # --- sizes -------------------------------------------------------------------------------
     @property
@@ -114,26 +135,15 @@ class AttentionShape:
         has five matmuls to the forward's two; FlashAttention-2's benchmark convention, arXiv:2307.08691).
         """
         f = 4.0 * self.batch * self.heads * self.q_len * self.kv_len * self.head_dim
-        if self.window is not None or self.kv_lengths:
-            f *= self.visible_fraction()  # a window or padding: count the (query, key) pairs computed
-        elif self.causal:
-            f /= 2
+        if self.mask.features == ("causal",):
+            f /= 2  # the convention's half, not the (T + 1) / 2T pairs a causal mask lets through
+        elif self.mask:
+            f *= self.visible_fraction()  # a window, padding...: count the (query, key) pairs computed
         return f * 3.5 if backward else f
 
     def visible_fraction(self) -> float:
-        """The fraction of (query, key) pairs the masks let through (1.0 with no mask), counted row by row."""
-        i = np.arange(self.q_len)
-        lo = np.zeros_like(i)
-        hi = np.full_like(i, self.kv_len - 1)
-        if self.causal:
-            hi = np.minimum(hi, i)
-        if self.window is not None:
-            lo = np.maximum(lo, i - self.window[0])
-            hi = np.minimum(hi, i + self.window[1])
-        total = 0
-        for n in self.kv_lengths_per_batch() or (self.kv_len,) * self.batch:
-            total += np.clip(np.minimum(hi, n - 1) - lo + 1, 0, None).sum()
-        return float(total) / (self.batch * self.q_len * self.kv_len)
+        """The fraction of (query, key) pairs the mask lets through (1.0 with no mask), counted row by row."""
+        return self.mask.visible_fraction(self.q_len, self.kv_len, self.batch)
 
     def score_bytes(self) -> int:
         """Bytes of the float32 (B, N, T, S) scores: what naive attention and XLA's path hold, each time."""
@@ -144,7 +154,7 @@ class AttentionShape:
         """Every problem with this shape as a sentence a learner can act on; [] when it is valid.
 
         Only the shape itself is checked here; whether a run of it fits in memory depends on the
-        implementation and the device, and is decided by `attnlab.admission`.
+        implementation and the device, and is decided by the device worker (`attnlab.admission`).
         """
         problems: list[str] = []
         for name in INT_FIELDS:
@@ -157,37 +167,26 @@ class AttentionShape:
                 problems.append(f"{name} ({value}) is above the lab's limit of {FIELD_MAX[name]:,}.")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r}).")
-        if not isinstance(self.causal, (bool, np.bool_)):
-            problems.append(f"causal must be true or false (got {self.causal!r}).")
         if problems:
             return problems
         if self.kv_heads > self.heads:
             problems.append(f"kv_heads ({self.kv_heads}) cannot exceed heads ({self.heads}).")
         elif self.heads % self.kv_heads:
             problems.append(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}).")
-        if self.window is not None:
-            if (len(self.window) != 2 or any(isinstance(w, bool) or not isinstance(w, (int, np.integer))
-                                             or not 0 <= w <= FIELD_MAX["kv_len"] for w in self.window)):
-                problems.append(f"window must be two whole numbers (left, right) from 0 to "
-                                f"{FIELD_MAX['kv_len']:,} (got {self.window!r}).")
-        if self.kv_lengths:
-            if len(self.kv_lengths) not in (1, self.batch):
-                problems.append(f"kv_lengths needs one value, or one per sequence of the batch ({self.batch}); "
-                                f"got {len(self.kv_lengths)}.")
-            elif any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self.kv_len
-                     for n in self.kv_lengths):
-                problems.append(f"each of kv_lengths must be a whole number from 0 to kv_len ({self.kv_len}).")
+        problems += self.mask.problems(self.batch, self.kv_len)
         return problems
 
     def describe(self) -> str:
         """Short label such as 'B4 T128 S128 N8 K8 H64 float32'."""
         s = f"B{self.batch} T{self.q_len} S{self.kv_len} N{self.heads} K{self.kv_heads} H{self.head_dim} {self.dtype}"
-        s += " causal" if self.causal else ""
-        if self.window is not None:
-            s += f" window{self.window[0]},{self.window[1]}"
-        if self.kv_lengths:
-            s += f" kv_lengths{','.join(map(str, self.kv_lengths))}"
-        return s
+        return f"{s} {self.mask.describe()}" if self.mask else s
+
+    def columns(self) -> dict:
+        """The shape as a result row's columns: the sizes, dtype, and one column per mask type (a flag's True or
+        False, else its URL text such as '256,0', or None)."""
+        texts = self.mask.to_query_params()
+        return {**{k: getattr(self, k) for k in (*INT_FIELDS, "dtype")},
+                **{t.key: t.key in texts if t.count == 0 else texts.get(t.key) for t in masks.MASK_TYPES}}
 
     def replace(self, **changes) -> AttentionShape:
         return dataclasses.replace(self, **changes)
@@ -197,17 +196,10 @@ class AttentionShape:
         """Only the fields that differ from the defaults, as strings, for a shareable URL."""
         default = AttentionShape()
         out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value == getattr(default, f.name):
-                continue
-            if isinstance(value, bool):
-                out[f.name] = str(value).lower()
-            elif isinstance(value, tuple):
-                out[f.name] = ",".join(map(str, value))
-            else:
-                out[f.name] = str(value)
-        return out
+        for name in (*INT_FIELDS, "dtype"):
+            if getattr(self, name) != getattr(default, name):
+                out[name] = str(getattr(self, name))
+        return {**out, **self.mask.to_query_params()}
 
     @classmethod
     def from_query_params(
@@ -260,28 +252,11 @@ def _parse(params: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
             problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {_quote(raw)}).")
         else:
             values["dtype"] = raw
-    if "causal" in params:
-        raw = _first(params["causal"]).strip().lower()
-        if raw in ("true", "1", "yes", "on"):
-            values["causal"] = True
-        elif raw in ("false", "0", "no", "off", ""):
-            values["causal"] = False
-        else:
-            problems.append(f"causal must be true or false (got {_quote(raw)}).")
-    for name, count in (("window", 2), ("kv_lengths", None)):
-        if name not in params:
-            continue
-        raw = _first(params[name]).strip().lower()
-        if raw in ("", "none", "off"):
-            values[name] = None if name == "window" else ()
-        elif not re.fullmatch(r"[0-9]{1,9}(\s*,\s*[0-9]{1,9}){0,63}", raw):
-            problems.append(f"{name} must be whole numbers separated by commas (got {_quote(raw)}).")
-        else:
-            numbers = tuple(int(x) for x in raw.split(","))
-            if count and len(numbers) != count:
-                problems.append(f"{name} needs {count} numbers, left and right (got {_quote(raw)}).")
-            else:
-                values[name] = numbers
+    for t in masks.MASK_TYPES:
+        if t.key in params:
+            value, problem = t.parse(_first(params[t.key]).strip().lower())
+            problems += [problem] if problem else []
+            values.update({} if problem else {t.key: value})
     return values, problems
 
 
@@ -292,10 +267,7 @@ def _first(value: object) -> str:
     return str(value)[:512]
 
 
-def _quote(raw: str) -> str:
-    """Show a learner's bad input back to them, shortened and with control characters removed."""
-    clean = "".join(ch if ch.isprintable() else "?" for ch in raw)
-    return repr(clean[:24] + ("…" if len(clean) > 24 else ""))
+_quote = masks.quote
 
 
 def format_bytes(n: float) -> str:

@@ -6,7 +6,6 @@ lives here (the shape sidebar is pages/sidebar.py; page sections are pages/secti
 from __future__ import annotations
 
 import colorsys
-import dataclasses
 import functools
 import math
 
@@ -18,7 +17,7 @@ from attnlab import backends, device, service
 from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.service.request import Request
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import PARAM_KEYS, AttentionShape
 
 # --------------------------------------------------------------------------------------------
 # the device service: pages never touch a GPU; they ask the device worker and keep its answers
@@ -210,7 +209,7 @@ def table(data, *, column_config: dict | None = None, hide_index: bool = True, w
     st.dataframe(data, hide_index=hide_index, width=width, column_config={**config, **(column_config or {})}, **kwargs)
 
 
-SHAPE_FIELDS = {f.name for f in dataclasses.fields(AttentionShape)}
+SHAPE_FIELDS = set(PARAM_KEYS)
 
 
 def text_table(df: pd.DataFrame) -> None:

@@ -7,16 +7,15 @@ value passes `AttentionShape.from_query_params` (the one parser for URL text and
 
 from __future__ import annotations
 
-import dataclasses
-
 import streamlit as st
 
 from attnlab import presets
 from attnlab.backends.base import streamed_bytes
-from attnlab.shapes import FIELD_MAX, INT_FIELDS, AttentionShape
+from attnlab.masks import MASK_TYPES
+from attnlab.shapes import FIELD_MAX, INT_FIELDS, PARAM_KEYS, AttentionShape
 from pages.common import device_info, literal, worker_info
 
-SHAPE_KEYS = [f.name for f in dataclasses.fields(AttentionShape)]
+SHAPE_KEYS = list(PARAM_KEYS)
 LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "heads": "heads (N)",
           "kv_heads": "kv_heads (K)", "head_dim": "head_dim (H)"}
 
@@ -25,19 +24,22 @@ def _url_shape_params() -> dict[str, str]:
     return {k: v for k, v in st.query_params.to_dict().items() if k in SHAPE_KEYS}
 
 
-MASK_KEYS = ("window", "kv_lengths")  # text widgets: "" for none, else numbers separated by commas
+TEXT_MASKS = [t for t in MASK_TYPES if t.count != 0]  # text widgets: "" for none, else numbers separated by commas
+FLAG_MASKS = [t for t in MASK_TYPES if t.count == 0]  # toggles
 
 
-def _widget_value(key: str, value):
-    if key in MASK_KEYS:
-        return ",".join(map(str, value)) if value else ""
-    return value
+def _widget_values(shape: AttentionShape) -> dict:
+    values = {k: getattr(shape, k) for k in (*INT_FIELDS, "dtype")}
+    for t in MASK_TYPES:
+        value = shape.mask.get(t.key)
+        values[t.key] = value if t.count == 0 else ",".join(map(str, value)) if value else ""
+    return values
 
 
 def _seed_widgets(shape: AttentionShape) -> None:
-    st.session_state["shape_values"] = {k: _widget_value(k, getattr(shape, k)) for k in SHAPE_KEYS}
-    for k in SHAPE_KEYS:
-        st.session_state[f"shape_{k}"] = _widget_value(k, getattr(shape, k))
+    st.session_state["shape_values"] = _widget_values(shape)
+    for k, v in _widget_values(shape).items():
+        st.session_state[f"shape_{k}"] = v
 
 
 def _reset() -> None:
@@ -105,14 +107,13 @@ def shape_sidebar() -> AttentionShape | None:
         (c1 if i % 2 == 0 else c2).number_input(
             LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed)
     sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
-    sb.toggle("causal", key="shape_causal", on_change=_widgets_changed)
-    with sb.expander("More masks", expanded=bool(ss.get("shape_window") or ss.get("shape_kv_lengths"))):
-        st.text_input("sliding window: left, right", key="shape_window", on_change=_widgets_changed,
-                      placeholder="e.g. 256,0", help="Query i sees keys i-left .. i+right "
-                      "(jax.nn.dot_product_attention's local_window_size). Empty: no window.")
-        st.text_input("padding: real keys per sequence", key="shape_kv_lengths", on_change=_widgets_changed,
-                      placeholder="e.g. 100 or 100,64", help="One number for every sequence, or one per sequence "
-                      "of the batch (key_value_seq_lengths). Empty: no padding.")
+    for t in FLAG_MASKS:
+        sb.toggle(t.key, key=f"shape_{t.key}", on_change=_widgets_changed)
+    with sb.expander("More masks", expanded=any(ss.get(f"shape_{t.key}") for t in TEXT_MASKS)):
+        for t in TEXT_MASKS:
+            label, placeholder, help_text = t.widget
+            st.text_input(label, key=f"shape_{t.key}", on_change=_widgets_changed, placeholder=placeholder,
+                          help=help_text)
     sb.button("Reset to the codelab's shape", use_container_width=True, key="shape_reset", on_click=_reset)
 
     if ss.get("shape_url_problems"):

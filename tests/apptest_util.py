@@ -143,7 +143,7 @@ def _row(impl: str, q_len: int = 128, batch: int = 4, pass_: str = "forward", ca
          head_dim: int = 64, heads: int = 8, dtype: str = "bfloat16", ok: bool = True) -> dict:
     shape = AttentionShape(batch=batch, q_len=q_len, kv_len=q_len, heads=heads, kv_heads=heads, head_dim=head_dim,
                            dtype=dtype, causal=causal)
-    row = {"implementation": impl, "label": impl, "pass": pass_, **shape.__dict__, "shape": shape.describe(),
+    row = {"implementation": impl, "label": impl, "pass": pass_, **shape.columns(), "shape": shape.describe(),
            "status": "ok" if ok else "unsupported", "reason": "" if ok else "test reason: does not fit"}
     if ok:
         row.update(compile_ms=100.0, wall_ms=0.05, wall_ms_iqr=0.001, throughput_ms=0.02, device_ms=0.01,

@@ -64,7 +64,7 @@ def test_roofline_math():
     ceilings = {"matmul_bf16_tflops": 700.0, "copy_tb_s": 4.0}
     shape = ladder.ANCHOR
     row = {"implementation": "sdpa_cudnn", "label": "cuDNN", "status": "ok", "pass": "forward", "tflops": 600.0,
-           "device_tflops": None, "gflop": shape.flops() / 1e9, **shape.__dict__}
+           "device_tflops": None, "gflop": shape.flops() / 1e9, **shape.columns()}
     naive_row = {**row, "implementation": "sdpa_xla", "tflops": 100.0}
     skipped = {**row, "status": "cannot run here"}
     fused, xla = ladder.roofline([row, naive_row, skipped], ceilings)

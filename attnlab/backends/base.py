@@ -1,9 +1,9 @@
 """What a backend is: a function, what it needs to run (as data), and what it holds in memory.
 
 Each backend in `attnlab.backends` is one `Backend`: a function ``(q, k, v, shape) -> out`` with
-Q (B, T, N, H) and K, V (B, S, K, H) that honours the shape's masks and grouped KV heads, its
-requirements as a list of `Requirement` rows (what is needed, what is here, met or not), and an
-estimate of the device bytes one call holds. Pages render the requirement rows as checklists;
+Q (B, T, N, H) and K, V (B, S, K, H) that honours the shape's mask and grouped KV heads, the mask types
+it takes (`masks`: any other it refuses), its requirements as a list of `Requirement` rows (what is
+needed, what is here, met or not), and an estimate of the device bytes one call holds. Pages render the requirement rows as checklists;
 `Backend.unmet` gives the first one that fails, with the backend's own error where it raises.
 """
 
@@ -18,6 +18,7 @@ import jax
 
 from attnlab.admission import DEVICE
 from attnlab.device import DeviceInfo
+from attnlab.masks import MaskType
 from attnlab.shapes import AttentionShape
 
 
@@ -37,11 +38,16 @@ class Backend:
     name: str
     label: str
     fn: Callable  # (q, k, v, shape) -> out
-    requirements: Callable[[AttentionShape, DeviceInfo], list[Requirement]]
+    needs: Callable[[AttentionShape, DeviceInfo], list[Requirement]]  # its own requirements, masks aside
+    masks: tuple[type[MaskType], ...]  # the mask types `fn` honours (attnlab.masks); any other is refused
     device_bytes: Callable[[AttentionShape], int]  # what one forward call holds on the device
     description: str
     adds: str = ""  # what this rung of the ladder adds over the one below it, in a sentence
     fp8: bool = False  # computes in FP8 on the tensor cores: its TFLOP/s are a share of the FP8 peak
+
+    def requirements(self, shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:
+        """Every requirement of this backend at `shape` on `device`, the mask types it takes last."""
+        return [*self.needs(shape, device), masks_taken(shape, self.masks)]
 
     def unmet(self, shape: AttentionShape, device: DeviceInfo) -> str | None:
         """None when this backend can run `shape` here; else why not, in a sentence."""
@@ -132,12 +138,11 @@ def head_dim_rule(shape: AttentionShape, max_h: int, multiple: int) -> Requireme
     return Requirement("head_dim", f"≤ {max_h} and a multiple of {multiple}", str(shape.head_dim), ok)
 
 
-def masks_taken(shape: AttentionShape, window: bool, padding: bool) -> Requirement:
-    """Which masks the backend takes besides causal (every backend here takes causal)."""
-    takes = ["causal"] + (["sliding window"] if window else []) + (["padding"] if padding else [])
-    asked = [m for m, on in (("sliding window", shape.window is not None), ("padding", bool(shape.kv_lengths))) if on]
-    return Requirement("masks", ", ".join(takes), ", ".join(asked) or "no window or padding",
-                       all(m in takes for m in asked))
+def masks_taken(shape: AttentionShape, taken: tuple[type[MaskType], ...]) -> Requirement:
+    """Which mask types a backend takes, against those the shape's mask asks for."""
+    asked = shape.mask.features
+    return Requirement("masks", ", ".join(t.feature for t in taken) or "none", ", ".join(asked) or "no mask",
+                       all(f in {t.feature for t in taken} for f in asked))
 
 
 def anywhere(shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:

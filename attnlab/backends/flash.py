@@ -1,6 +1,7 @@
 """The flash algorithm in plain JAX (attnlab.math.flash): tiles and the online softmax, run by XLA's loops."""
 
 from attnlab.backends.base import Backend, anywhere, io_bytes
+from attnlab.masks import MASK_TYPES
 from attnlab.math import flash
 
 BLOCK_Q = BLOCK_K = 512  # the tile; on a GPU a fused kernel keeps one such tile on chip
@@ -18,9 +19,10 @@ def device_bytes(shape):
 FLASH = Backend(
     name="flash_jax",
     label="Flash, plain JAX",
-    fn=lambda q, k, v, shape: flash.flash_attention(q, k, v, **shape.mask_args(), block_q=min(BLOCK_Q, shape.q_len),
+    fn=lambda q, k, v, shape: flash.flash_attention(q, k, v, mask=shape.mask, block_q=min(BLOCK_Q, shape.q_len),
                                                     block_k=min(BLOCK_K, shape.kv_len)),
-    requirements=anywhere,
+    needs=anywhere,
+    masks=MASK_TYPES,  # every type the lab has: attnlab.math follows the shape's Mask itself
     device_bytes=device_bytes,
     description="FlashAttention-2's Algorithm 1 in jax.numpy (attnlab.math.flash): K/V walked in tiles with an online "
                 "softmax; the T×S scores never exist. XLA runs the loops, one kernel launch per tile.",

@@ -26,9 +26,8 @@ class KnownAbort:
     seen: str  # where and how it was seen
 
     def applies(self, name: str, shape: AttentionShape, device: DeviceInfo) -> bool:
-        masked = shape.causal or shape.window is not None or bool(shape.kv_lengths)
         return (name in self.backends and device.backend == self.backend and shape.dtype == self.dtype
-                and shape.head_dim == self.head_dim and masked == self.masked)
+                and shape.head_dim == self.head_dim and shape.masked == self.masked)
 
 
 KNOWN = (

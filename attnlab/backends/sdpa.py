@@ -18,6 +18,7 @@ from attnlab.backends.base import (
     streamed_bytes,
 )
 from attnlab.device import FUSED_ATTENTION_MIN_CC
+from attnlab.masks import Causal, Padding, Window
 
 
 def sdpa(implementation):
@@ -71,7 +72,8 @@ AUTO = Backend(
     name="sdpa_auto",
     label="SDPA, implementation=None",
     fn=sdpa(None),
-    requirements=xla_requirements("sdpa_auto"),
+    needs=xla_requirements("sdpa_auto"),
+    masks=(Causal, Window, Padding),
     device_bytes=materialised_bytes(3),
     description="jax.nn.dot_product_attention with no implementation named: JAX picks (today: XLA).",
     adds="JAX chooses the program; today that is XLA's, not cuDNN's.",
@@ -80,7 +82,8 @@ XLA = Backend(
     name="sdpa_xla",
     label="SDPA, XLA",
     fn=sdpa("xla"),
-    requirements=xla_requirements("sdpa_xla"),
+    needs=xla_requirements("sdpa_xla"),
+    masks=(Causal, Window, Padding),
     device_bytes=materialised_bytes(3),
     description="jax.nn.dot_product_attention(implementation='xla'): XLA's fusions; the T×S scores are materialised.",
     adds="XLA fuses the element-wise steps, but still writes the T×S scores to memory.",
@@ -89,7 +92,8 @@ CUDNN = Backend(
     name="sdpa_cudnn",
     label="SDPA, cuDNN fused",
     fn=sdpa("cudnn"),
-    requirements=cudnn_requirements,
+    needs=cudnn_requirements,
+    masks=(Causal, Window, Padding),
     device_bytes=streamed_bytes,
     description="jax.nn.dot_product_attention(implementation='cudnn'): one cuDNN flash-attention kernel.",
     adds="One hand-written Hopper kernel: tiles on chip, asynchronous tensor-core instructions (wgmma), TMA copies (the Tensor Memory Accelerator: hardware that moves whole tiles between GPU memory and on-chip memory).",

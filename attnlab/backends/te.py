@@ -24,10 +24,10 @@ from attnlab.backends.base import (
     cuda_gpu,
     dtype_in,
     head_dim_rule,
-    masks_taken,
     streamed_bytes,
 )
 from attnlab.device import FUSED_ATTENTION_MIN_CC
+from attnlab.masks import Causal
 from attnlab.shapes import AttentionShape
 
 
@@ -158,15 +158,15 @@ def requirements(shape, device):
     error = import_error()
     return [*cuda_gpu(device, FUSED_ATTENTION_MIN_CC),
             Requirement("TransformerEngine", "transformer_engine.jax importable", error or "imports", error is None),
-            dtype_in(shape, ("bfloat16", "float16")), head_dim_rule(shape, 256, 8),
-            masks_taken(shape, window=False, padding=False)]
+            dtype_in(shape, ("bfloat16", "float16")), head_dim_rule(shape, 256, 8)]
 
 
 TE_DPA = Backend(
     name="te_dpa",
     label="TransformerEngine DPA",
     fn=te_attention,
-    requirements=requirements,
+    needs=requirements,
+    masks=(Causal,),
     device_bytes=streamed_bytes,
     description="transformer_engine.jax.flax.DotProductAttention: TE's fused attention (cuDNN underneath).",
     adds="The same cuDNN kernel behind NVIDIA's training library, with FP8 around it in the dense layers.",

@@ -18,7 +18,8 @@ import importlib.util
 import inspect
 import textwrap
 
-from attnlab.backends.base import Backend, Requirement, masks_taken, streamed_bytes
+from attnlab.backends.base import Backend, Requirement, streamed_bytes
+from attnlab.masks import Causal, Padding, Window
 
 IMPLEMENTATIONS = ("mosaic", "triton", "xla_chunked")
 
@@ -216,7 +217,7 @@ def excerpt_lines(implementation: str) -> list[tuple[int, str, str | None]]:
 def _entry(implementation: str, label: str, adds: str) -> Backend:
     def needs(shape, device):
         rows = requirements(implementation, device, shape.dtype, shape.head_dim)
-        return [Requirement(*r) for r in rows] + [masks_taken(shape, window=True, padding=True)]
+        return [Requirement(*r) for r in rows]
 
     return Backend(
         name=f"tokamax_{implementation}",
@@ -224,7 +225,8 @@ def _entry(implementation: str, label: str, adds: str) -> Backend:
         fn=lambda q, k, v, shape: tokamax_attention(
             q, k, v, causal=shape.causal, implementation=implementation, window=shape.window,
             kv_lengths=shape.kv_lengths_per_batch()),
-        requirements=needs,
+        needs=needs,
+        masks=(Causal, Window, Padding),
         device_bytes=streamed_bytes,
         description=f"tokamax.dot_product_attention(implementation='{implementation}') (openxla/tokamax).",
         adds=adds,

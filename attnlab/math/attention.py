@@ -20,7 +20,7 @@ import math
 
 import jax.numpy as jnp
 
-from attnlab import masks
+from attnlab.masks import Mask
 
 
 def split_heads(q, kv_heads: int):
@@ -75,22 +75,25 @@ def attend(w, v, xp=jnp):
     return o.reshape(B, T, N, H)  # (B, T, N, H)
 
 
-def weights(q, k, *, causal=False, window=None, kv_lengths=None, scaled=True, xp=jnp):
-    """softmax(Q·Kᵀ/sqrt(H)) under the masks: (B, N, T, S), each row sums to 1 (or 0 if it sees nothing)."""
-    T, S = q.shape[1], k.shape[1]
+def weights(q, k, *, causal=False, window=None, kv_lengths=None, mask: Mask | None = None, scaled=True, xp=jnp):
+    """softmax(Q·Kᵀ/sqrt(H)) under the mask: (B, N, T, S), each row sums to 1 (or 0 if it sees nothing).
+
+    The mask is `mask` (a shape's), else the one jax.nn's arguments causal, window and kv_lengths make."""
+    B, T, S = q.shape[0], q.shape[1], k.shape[1]
+    mask = Mask.of(causal=causal, window=window, kv_lengths=kv_lengths) if mask is None else mask
     s = scores(q, k, xp)
     if scaled:
         s = scale(s, q.shape[-1])
-    return softmax(s, masks.allowed(T, S, causal=causal, window=window, kv_lengths=kv_lengths, xp=xp), xp)
+    return softmax(s, mask.matrix(T, S, B, xp=xp), xp)
 
 
-def attention(q, k, v, *, causal=False, window=None, kv_lengths=None, xp=jnp):
-    """The four stages: (B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H).
+def attention(q, k, v, *, causal=False, window=None, kv_lengths=None, mask: Mask | None = None, xp=jnp):
+    """The four stages: (B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H), under `mask` or jax.nn's mask arguments.
 
     With `xp=jnp` this is the lab's naive attention: it materialises the (B, N, T, S) scores and
     weights in float32, which is what a fused kernel avoids. With `xp=numpy` on float64 inputs it
     is the float64 reference.
     """
-    w = weights(q, k, causal=causal, window=window, kv_lengths=kv_lengths, xp=xp)
+    w = weights(q, k, causal=causal, window=window, kv_lengths=kv_lengths, mask=mask, xp=xp)
     out = attend(w, v, xp)
     return out.astype(q.dtype) if xp is jnp else out

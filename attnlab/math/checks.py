@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import masks
 from attnlab.math import attention
 from attnlab.shapes import AttentionShape, format_bytes
 
@@ -164,9 +163,7 @@ def float64_reference(shape: AttentionShape, q, k, v, max_bytes: int | None = No
     q64 = _to_host(q, s.batch, rows, heads)  # (b, t, n, H)
     k64 = _to_host(k, s.batch, every_key, kv_heads)  # (b, S, kv, H)
     v64 = _to_host(v, s.batch, every_key, kv_heads)
-    lengths = shape.kv_lengths_per_batch()
-    allowed = masks.allowed(shape.q_len, shape.kv_len, causal=shape.causal, window=shape.window,
-                            kv_lengths=None if lengths is None else lengths[: s.batch], rows=rows, xp=np)
+    allowed = shape.mask.matrix(shape.q_len, shape.kv_len, s.batch, rows=rows, xp=np)  # the slice's sequences
     w = attention.softmax(attention.scale(attention.scores(q64, k64, np), shape.head_dim), allowed, np)
     defined = np.ones((s.batch, len(rows), 1, 1), bool)
     if allowed is not None:  # (t, S) or (b, 1, t, S) -> (b, t, 1, 1)

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from attnlab.masks import Mask
 from attnlab.masks import visible as allowed
 from attnlab.math import attention
 
@@ -34,10 +35,12 @@ def _pad_to(x: Array, length: int, axis: int) -> Array:
 
 
 def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | None = None,
-                    kv_lengths=None, block_q: int = 64, block_k: int = 64, return_lse: bool = False):
+                    kv_lengths=None, mask: Mask | None = None, block_q: int = 64, block_k: int = 64,
+                    return_lse: bool = False):
     """softmax(Q·Kᵀ/sqrt(H))·V by FlashAttention-2's Algorithm 1 (Dao 2023, arXiv:2307.08691).
 
-    q (B, T, N, H); k, v (B, S, K, H) with N a multiple of K; kv_lengths (B,) or None.
+    q (B, T, N, H); k, v (B, S, K, H) with N a multiple of K; the mask is `mask` (a shape's), else the one
+    jax.nn's arguments causal, window and kv_lengths (B,) make.
     Returns O (B, T, N, H) in q's dtype and, with return_lse, L = m + log(l) (B, N, T) in float32
     (-inf for a query that may see no key; its output is 0, as in jax.nn.dot_product_attention).
     T and S need not be multiples of the block sizes: the inputs are padded and the padding masked.
@@ -49,8 +52,8 @@ def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | 
     G = N // K  # query heads that share one K/V head
     Tr, Tc = math.ceil(T / block_q), math.ceil(S / block_k)  # number of Q blocks, number of K/V blocks
     scale = 1.0 / math.sqrt(H)
-    kv_length = jnp.full((B,), S) if kv_lengths is None else jnp.asarray(kv_lengths)
-    kv_length = kv_length[:, None, None, None, None]  # (B, 1, 1, 1, 1) against tiles (B, K, G, Br, Bc)
+    mask = Mask.of(causal=causal, window=window, kv_lengths=kv_lengths) if mask is None else mask
+    mask = mask.sequence(np.arange(B)[:, None, None, None, None])  # each sequence's, against tiles (B, K, G, Br, Bc)
 
     # Split the sequences into blocks, block index first so that the loops walk over it.
     q_blocks = _pad_to(q, Tr * block_q, 1).reshape(B, Tr, block_q, K, G, H).transpose(1, 0, 3, 4, 2, 5)
@@ -66,13 +69,13 @@ def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | 
             O_i, l_i, m_i = carry
             K_j, V_j = k_blocks[j], v_blocks[j]  # (B, K, Bc, H)
             k_index = (j * block_k + jnp.arange(block_k))[None, :]  # (1, Bc)
-            mask = allowed(q_index, k_index, causal=causal, window=window, kv_length=kv_length)
-            mask = mask & (k_index < S)  # (B, 1, 1, Br, Bc): the block padding past S is no key
+            seen = mask.visible(q_index, k_index)
+            seen = (k_index < S) if seen is None else seen & (k_index < S)  # the block padding past S is no key
 
             def update(carry):
                 O_i, l_i, m_i = carry
                 S_ij = jnp.einsum("bkgqh,bksh->bkgqs", Q_i, K_j, preferred_element_type=jnp.float32)  # line 8
-                S_ij = jnp.where(mask, S_ij * scale, -jnp.inf)  # (B, K, G, Br, Bc): scaled, masked
+                S_ij = jnp.where(seen, S_ij * scale, -jnp.inf)  # (B, K, G, Br, Bc): scaled, masked
                 # m is a shift for numerical safety only: the output does not depend on it.
                 m_new = lax.stop_gradient(jnp.maximum(m_i, S_ij.max(axis=-1)))  # line 9
                 m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)  # a row with no key yet: no shift
@@ -86,7 +89,7 @@ def flash_attention(q, k, v, *, causal: bool = False, window: tuple[int, int] | 
                 return O_new, l_new, m_new
 
             # A tile that no query of the block may see is skipped, as fused kernels skip it.
-            return lax.cond(jnp.any(mask), update, lambda c: c, carry), None
+            return lax.cond(jnp.any(seen), update, lambda c: c, carry), None
 
         O_i = jnp.zeros((B, K, G, block_q, H), jnp.float32)  # line 5: O_i = 0, l_i = 0, m_i = -inf
         l_i = jnp.zeros((B, K, G, block_q), jnp.float32)

@@ -31,7 +31,7 @@ from attnlab.backends.base import error_text
 from attnlab.math import checks
 from attnlab.measure import compiled, cost, timing
 from attnlab.settings import settings
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import PARAM_KEYS, AttentionShape
 
 OK, INVALID, UNSUPPORTED, OVER_BUDGET, TOO_SLOW, OOM, BUSY, ERROR = (
     "ok", "invalid shape", "cannot run here", "over the memory budget", "too slow here", "out of memory", "GPU busy",
@@ -75,7 +75,7 @@ class Result:
             "implementation": self.implementation,
             "label": REGISTRY[self.implementation].label if self.implementation in REGISTRY else self.implementation,
             "pass": "forward+backward" if self.backward else "forward", "shape": s.describe(),
-            **{f.name: getattr(s, f.name) for f in dataclasses.fields(s)},
+            **s.columns(),
             "status": self.status, "reason": self.reason,
             "output_shape": str(self.output_shape) if self.output_shape else None, "output_dtype": self.output_dtype,
             "max_abs_error": a.max_abs_error if a else None, "relative_error": a.relative_error if a else None,
@@ -93,10 +93,7 @@ class Result:
             "custom_calls": ", ".join(p.custom_calls) if p else None,
             "repeats": t.repeats if t else None, "queue_wait_s": t.queue_wait_s if t else None,
         }
-        row["window"] = ",".join(map(str, s.window)) if s.window else None
-        row["kv_lengths"] = ",".join(map(str, s.kv_lengths)) if s.kv_lengths else None
         return row
-
 
 COLUMNS = list(Result(AttentionShape(), "naive", OK).row())
 
@@ -298,7 +295,7 @@ def sweep(base: AttentionShape, field: str, values: Iterable, names: Sequence[st
     """One Result per (value, implementation), yielded as each value is done, so a UI can show progress.
 
     Sweeping q_len on a shape with q_len == kv_len moves both (a sequence-length sweep)."""
-    if field not in {f.name for f in dataclasses.fields(AttentionShape)}:
+    if field not in PARAM_KEYS:
         raise ValueError(f"cannot sweep over {field!r}: not a field of AttentionShape")
     for value in values:
         shape = base.replace(**{field: value})

@@ -177,7 +177,7 @@ import jax
 from attnlab.measure import runs
 from attnlab.backends import get
 from attnlab.shapes import AttentionShape
-shape = AttentionShape(**{shape!r})
+shape, _ = AttentionShape.from_query_params({shape!r})
 q, k, v = runs.make_inputs(shape)
 f = get({name!r}).jit(shape)
 for _ in range(2):
@@ -211,8 +211,7 @@ def ncu_dram_bytes(shape: AttentionShape, name: str, kernel_regex: str | None = 
     if not (os.path.exists(ncu) or shutil.which(ncu)):
         return None, f"Nsight Compute is not installed here ({ncu} not found)"
     regex = kernel_regex or NCU_KERNEL.get(name, "attention|fmha|flash")
-    fields = {k: v for k, v in shape.__dict__.items()}
-    script = _SCRIPT.format(shape=fields, name=name)
+    script = _SCRIPT.format(shape=shape.to_query_params(), name=name)  # the shape as its link writes it
     cmd = [ncu, "--clock-control", "none", "-k", f"regex:{regex}", "--launch-count", "1", "--csv",
            "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum", sys.executable, "-c", script]
     try:

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from attnlab import masks
 from attnlab.backends.base import abstract_inputs
 from attnlab.backends.naive import NAIVE
+from attnlab.masks import Mask
 from attnlab.math import attention
 from attnlab.measure import compiled, runs
 from attnlab.shapes import AttentionShape
@@ -34,17 +34,17 @@ def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> di
 
     scaled=False drops the 1/sqrt(H) of stage 2, to show what it is for.
     """
-    program = _stages.ahead(*abstract_inputs(shape), scaled=scaled, **shape.mask_args())  # before the device
+    program = _stages.ahead(*abstract_inputs(shape), scaled=scaled, mask=shape.mask)  # before the device
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, v):
         return {name: np.asarray(x) for name, x in program(q, k, v).items()}
 
 
-@compiled.for_check(static_argnames=("scaled", "causal", "window", "kv_lengths"))
-def _stages(q, k, v, *, scaled: bool, causal: bool, window, kv_lengths) -> dict:
+@compiled.for_check(static_argnames=("scaled", "mask"))
+def _stages(q, k, v, *, scaled: bool, mask: Mask) -> dict:
     """four_stages' arithmetic, compiled once per shape (op by op, every new shape compiles a dozen)."""
     s = attention.scores(q, k)  # 1. (B, N, T, S)
     logits = attention.scale(s, q.shape[-1]) if scaled else s  # 2.
-    allowed = masks.allowed(q.shape[1], k.shape[1], causal=causal, window=window, kv_lengths=kv_lengths)
+    allowed = mask.matrix(q.shape[1], k.shape[1], q.shape[0])
     w = attention.softmax(logits, allowed)  # 3.
     out = attention.attend(w, v)  # 4. (B, T, N, H)
     shown = logits[0, 0] if allowed is None else jnp.where(jnp.broadcast_to(allowed, s.shape)[0, 0], logits[0, 0],
@@ -108,14 +108,14 @@ def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 
 def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
     """The weights (B, N, T, S) of `shape` under its masks, as float32 NumPy (for small shapes)."""
-    program = _weights.ahead(*abstract_inputs(shape)[:2], **shape.mask_args())  # compiled before the device
+    program = _weights.ahead(*abstract_inputs(shape)[:2], mask=shape.mask)  # compiled before the device
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, _):
         return np.asarray(program(q, k), np.float32)
 
 
 # compiled once per shape (op by op, each new shape would compile a dozen small programs)
 # shown, never timed: compiled without autotuning on a GPU, before the device is asked for (compiled.ForCheck)
-_weights = compiled.for_check(attention.weights, static_argnames=("causal", "window", "kv_lengths", "scaled"))
+_weights = compiled.for_check(attention.weights, static_argnames=("mask", "scaled"))
 
 
 @compiled.for_check
@@ -137,11 +137,8 @@ def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:
 
     A heatmap greys out exactly these cells, rather than guessing masked ones from a weight of 0.
     """
-    lengths = shape.kv_lengths_per_batch()
-    m = masks.allowed(shape.q_len, shape.kv_len, causal=shape.causal, window=shape.window,
-                      kv_lengths=None if lengths is None else lengths[batch_index: batch_index + 1], xp=np)
-    full = np.ones((shape.q_len, shape.kv_len), bool)
-    return full if m is None else np.broadcast_to(m, (1, 1, shape.q_len, shape.kv_len))[0, 0].copy()
+    m = shape.mask.sequence(batch_index).matrix(shape.q_len, shape.kv_len, xp=np)
+    return np.ones((shape.q_len, shape.kv_len), bool) if m is None else np.broadcast_to(m, (shape.q_len, shape.kv_len)).copy()
 
 
 def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
