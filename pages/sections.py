@@ -115,8 +115,8 @@ def memory_note(bad: pd.DataFrame) -> None:
     st.caption("Two kinds of memory failure. A refusal is the lab's estimate of the bytes, made before anything "
                "runs, against one budget: 80 % of the GPU memory free when the device worker starts (on a CPU, "
                "half of the memory available; each reason names its budget). Shipped refusals are restated by "
-               "today's rule. *Out of memory* passed that estimate, and then XLA could not allocate a buffer on "
-               "the GPU.")
+               "today's rule. *Out of memory* passed the estimate the lab made when it ran (a shipped one, an older "
+               "version's), and then XLA could not allocate a buffer on the GPU.")
 
 
 def shipped_frame(table: str, *, caption: bool = True) -> pd.DataFrame:
