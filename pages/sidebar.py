@@ -77,7 +77,7 @@ def _preset_selectbox(sb) -> None:
     sb.selectbox("model preset", [CUSTOM, *presets.BY_NAME], key="shape_preset", on_change=_apply_preset,
                  help="Sets heads, kv_heads and head_dim to a published model's; the rest of the shape stays.")
     if chosen:
-        sb.caption(f"{chosen.describe()}. Source: {chosen.source}." + (f" {chosen.note}." if chosen.note else ""))
+        sb.caption(f"{chosen.describe()}. Source: {chosen.source}." + (f" {chosen.name}: {chosen.note}." if chosen.note else ""))
 
 
 def shape_sidebar() -> AttentionShape | None:

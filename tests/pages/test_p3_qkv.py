@@ -41,3 +41,12 @@ def test_big_arrays_are_made_only_on_a_click():
     assert not frames(at, "devices()")  # nothing allocated on page load
     button(at, "btn_p3_placement").click().run()
     assert not at.exception and frames(at, "devices()")
+
+
+def test_a_presets_note_is_a_sentence_of_its_own():
+    # "Source: google/gemma-2-9b config.json (Hugging Face). alternate layers attend ...": a sentence in lower case
+    at = open_page(PAGE)
+    at.selectbox(key="shape_preset").set_value("Gemma 2 9B").run()
+    assert not at.exception
+    said = " ".join(str(c.value) for c in at.sidebar.caption)
+    assert "(Hugging Face). Gemma 2 9B: alternate layers attend within a 4,096-token sliding window" in said
