@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from attnlab.measure import runs
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import NO_MASK, AttentionShape
 from attnlab.studies import flash_traffic
 
 ANCHOR = AttentionShape(batch=4, q_len=8192, kv_len=8192, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
@@ -63,7 +63,7 @@ EXPECTED_MASKS_MS = {"sdpa_cudnn": (3.13, 1.70, 0.55, 0.27, 0.88), "sdpa_xla": (
 def masks(shape: AttentionShape, windows: Sequence[int] = (1024, 256), padding: int = 2048
           ) -> list[tuple[str, AttentionShape]]:
     """(label, shape) for: no mask, causal, causal + each window (left w, right 0), padding to `padding` keys."""
-    base = shape.replace(causal=False, window=None, kv_lengths=())
+    base = shape.replace(mask=NO_MASK)
     out = [("no mask", base), ("causal", base.replace(causal=True))]
     out += [(f"causal + window {w}", base.replace(causal=True, window=(int(w), 0))) for w in windows]
     real = min(int(padding), shape.kv_len)

@@ -24,8 +24,9 @@ def unmet(shape: AttentionShape, devices: int, *, layout: str = "zigzag") -> str
     """Why the ring cannot run `shape` on `devices` devices here, or None."""
     if devices > jax.device_count():
         return f"{devices} devices asked for, but jax sees {jax.device_count()}"
-    if shape.window or shape.kv_lengths:
-        return "the ring here takes no sliding window or padding: clear *More masks* in the sidebar"
+    refused = [f for f in shape.mask.features if f != "causal"]  # the ring's blocks take a causal mask only
+    if refused:
+        return f"the ring here takes no {' or '.join(refused)}: clear *More masks* in the sidebar"
     if shape.causal and shape.q_len != shape.kv_len:
         return f"causal ring attention here needs q_len ({shape.q_len}) = kv_len ({shape.kv_len})"
     chunks = 2 * devices if shape.causal and layout == "zigzag" else devices

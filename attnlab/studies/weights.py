@@ -18,7 +18,7 @@ from attnlab.backends.naive import NAIVE
 from attnlab.masks import Mask
 from attnlab.math import attention
 from attnlab.measure import compiled, runs
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import NO_MASK, AttentionShape
 
 EXAMPLE_LEN = 6  # page 1's example: T = S = 6 positions, small enough to read every number
 
@@ -149,7 +149,7 @@ def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     is causal against no mask at all: a sliding window or padding on `shape` is left out, so that
     "keys seen" counts exactly what the causal mask alone lets through.
     """
-    full_shape = shape.replace(causal=False, window=None, kv_lengths=())
+    full_shape = shape.replace(mask=NO_MASK)
     program = _change_by_causal.ahead(*abstract_inputs(full_shape))  # compiled before the device
     with runs.inputs(full_shape, seed, device_bytes=2 * NAIVE.device_bytes(full_shape)) as (q, k, v):
         diff = np.asarray(program(q, k, v))

@@ -14,7 +14,7 @@ import dataclasses
 
 from attnlab import admission, device
 from attnlab.measure import compiled, runs, timing
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import NO_MASK, AttentionShape
 from attnlab.yourturn import exercises, grade, sandbox
 
 TIMED = ("attention", "gqa", "decode")  # whose function computes attention's output (its FLOPs, its rows)
@@ -22,7 +22,7 @@ TIMED = ("attention", "gqa", "decode")  # whose function computes attention's ou
 
 def shape_for(name: str, shape: AttentionShape) -> AttentionShape:
     """The shape the exercise's function takes, from the page's: MHA wants K = N, a decode step one query."""
-    s = shape.replace(causal=False, window=None, kv_lengths=())
+    s = shape.replace(mask=NO_MASK)
     if name == "attention":
         return s.replace(kv_heads=s.heads)
     if name == "decode":
