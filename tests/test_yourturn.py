@@ -3,6 +3,7 @@ hostile corpus is refused or stopped by its limit with a sentence, with nothing 
 
 from __future__ import annotations
 
+import ast
 import os
 import socket
 import subprocess
@@ -274,3 +275,21 @@ def test_a_check_traces_the_learners_code_at_full_float32_precision_and_a_timing
     finally:
         sandbox.export = real
     assert seen == ["highest"]
+
+
+@pytest.mark.parametrize("name", list(exercises.EXERCISES))
+def test_the_solution_still_passes_with_the_skeletons_docstring_kept(name):
+    """A learner fills in the skeleton's body and keeps its docstring, which runs past the 64 letters text may have."""
+    ex = exercises.get(name)
+    doc = next((n for n in ast.walk(ast.parse(ex.skeleton)) if isinstance(n, ast.FunctionDef)), None)
+    docstring = ast.get_docstring(doc) if doc else None
+    if not docstring:
+        pytest.skip("this skeleton has no docstring")
+    head, _, body = ex.solution.partition("\n")
+    kept = f'{head}\n    """{docstring}"""\n{body}'
+    assert allowlist.refusal(kept, ex.entry) is None
+    assert grade.check(name, kept).passed
+
+
+def test_an_untouched_skeleton_is_told_to_replace_the_dots():
+    assert "replace the `...`" in (allowlist.refusal("def attention(q, k, v):\n    ...\n", "attention") or "")

@@ -32,6 +32,7 @@ MAX_RANGE = 64  # for i in range(n): n at most this (a constant)
 MAX_LOOP_NESTING = 2
 MAX_CONSTANT = 1 << 20  # ints and floats larger than this in the source are refused
 MAX_STRING = 64  # einsum subscripts and dtype names
+MAX_DOCSTRING = 4000  # a docstring (a lone text line) is never evaluated into anything: the skeletons' run longer
 MAX_POW = 8  # x ** c with |c| at most this, c a constant
 
 # what each namespace the code may use exposes (also the only attributes its runtime object has)
@@ -152,9 +153,14 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Expr(self, node):
-        if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        value = getattr(node.value, "value", None) if isinstance(node.value, ast.Constant) else None
+        if value is Ellipsis:
+            self.refuse(node, "replace the `...` with your code")
+        elif not isinstance(value, str):
             self.refuse(node, "a line that computes something must assign it to a name or return it")
-        self.generic_visit(node)
+        elif len(value) > MAX_DOCSTRING:
+            self.refuse(node, f"a docstring here is at most {MAX_DOCSTRING:,} letters")
+        # a docstring: a lone text line that nothing reads (the skeletons' own run past MAX_STRING)
 
     def visit_Assign(self, node):
         for t in node.targets:

@@ -268,6 +268,9 @@ WINDOW_MISTAKES = (
     Mistake("filled with 0", "Masked scores are set to 0 instead of −∞, so they keep some weight.",
             lambda q, k, left, right: jax.nn.softmax(jnp.where(_window_mask(q, k, left, right), _scores(q, k), 0.0),
                                                      axis=-1)),
+    Mistake("no scale", "The scores are not divided by √d before the softmax.",
+            lambda q, k, left, right: _masked_softmax(_scores(q, k) * math.sqrt(q.shape[-1]),
+                                                      _window_mask(q, k, left, right))),
 )
 
 CAUSAL = Exercise(

@@ -62,6 +62,16 @@ MISTAKES = {
     mask = (j >= i - left) & (j <= i + right)
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
 ''',
+    ("window", "no scale"): '''def window_weights(q, k, left, right):
+    T, S = q.shape[1], k.shape[1]
+    scores = jnp.einsum("btnh,bsnh->bnts", q, k)
+    i, j = jnp.arange(T)[:, None], jnp.arange(S)[None, :]
+    mask = (j >= i - left) & (j <= i + right)
+    m = jnp.where(mask, scores, -jnp.inf).max(axis=-1, keepdims=True)
+    e = jnp.where(mask, jnp.exp(scores - jnp.where(jnp.isfinite(m), m, 0.0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return e / jnp.where(total > 0, total, 1.0)
+''',
     ("online_softmax", "o not rescaled"): '''def update(m, l, o, s, v):
     m_new = jnp.maximum(m, s.max(axis=-1))
     m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
