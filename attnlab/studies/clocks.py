@@ -15,7 +15,7 @@ SUSTAINED = "sustained (after 1.5 s of calls; clock read)"
 WARM = "warm, clock not read (after a 0.2 s warm-up)"
 NOTE = ("TFLOP/s shipped from the H200 were timed warm, with the clock not read: after a 0.2 s warm-up, "
         "somewhere between the boost clock and the sustained one, and not the same in every run. Page 9 reads "
-        "the clock and gives both states; page 7's *Long context* tab sets one kernel's figures side by side.")
+        "the clock and gives both states; page 7's *Long context on an H200* tab sets one kernel's figures side by side.")
 ANCHOR = "B4 T8192 S8192 N16 K16 H128 bfloat16"
 
 
