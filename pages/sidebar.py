@@ -29,11 +29,7 @@ FLAG_MASKS = [t for t in MASK_TYPES if t.count == 0]  # toggles
 
 
 def _widget_values(shape: AttentionShape) -> dict:
-    values = {k: getattr(shape, k) for k in (*INT_FIELDS, "dtype")}
-    for t in MASK_TYPES:
-        value = shape.mask.get(t.key)
-        values[t.key] = value if t.count == 0 else ",".join(map(str, value)) if value else ""
-    return values
+    return {k: "" if v is None else v for k, v in shape.columns().items()}  # a mask's text box: "" for none
 
 
 def _seed_widgets(shape: AttentionShape) -> None:
