@@ -75,7 +75,8 @@ def attend(w, v, xp=jnp):
     return o.reshape(B, T, N, H)  # (B, T, N, H)
 
 
-def weights(q, k, *, causal=False, window=None, kv_lengths=None, mask: Mask | None = None, scaled=True, xp=jnp):
+def weights(q, k, *, mask: Mask | None = None, scaled=True, xp=jnp,
+            causal=False, window=None, kv_lengths=None):
     """softmax(Q·Kᵀ/sqrt(H)) under the mask: (B, N, T, S), each row sums to 1 (or 0 if it sees nothing).
 
     The mask is `mask` (a shape's), else the one jax.nn's arguments causal, window and kv_lengths make."""
@@ -87,7 +88,8 @@ def weights(q, k, *, causal=False, window=None, kv_lengths=None, mask: Mask | No
     return softmax(s, mask.matrix(T, S, B, xp=xp), xp)
 
 
-def attention(q, k, v, *, causal=False, window=None, kv_lengths=None, mask: Mask | None = None, xp=jnp):
+def attention(q, k, v, *, mask: Mask | None = None, xp=jnp,
+              causal=False, window=None, kv_lengths=None):
     """The four stages: (B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H), under `mask` or jax.nn's mask arguments.
 
     With `xp=jnp` this is the lab's naive attention: it materialises the (B, N, T, S) scores and
