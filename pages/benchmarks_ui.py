@@ -13,8 +13,8 @@ from attnlab.measure import cost, runs, timing
 from attnlab.studies import clocks, timing_demo
 from pages import charts, common, sections
 
-# clocks.NOTE points other pages to "page 7's *Long context* tab"; on page 7 itself it says this page, by the tab's name
-CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context* tab", "this page's *Long context on an H200* tab")
+# clocks.NOTE points other pages to "page 7's *Long context on an H200* tab"; on page 7 itself it says this page
+CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context on an H200* tab", "this page's *Long context on an H200* tab")
 
 _num, _text = st.column_config.NumberColumn, st.column_config.TextColumn
 HERE = {"compile": _text("compile", width="medium", help="the first call's trace + XLA compile; a program compiled "

@@ -5,6 +5,7 @@ front of Streamlit, and by a real `python serve.py` started with ATTNLAB_IAP_AUD
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import urllib.error
 import urllib.request
@@ -60,18 +61,18 @@ def test_a_token_iap_signed_for_this_backend_is_accepted():
     assert iap.verify(_token(), PREFIX, _keys())["aud"] == AUDIENCE  # any backend service of the project
 
 
-@pytest.mark.parametrize(("token", "why"), [
-    ("", "no x-goog-iap-jwt-assertion header"),
-    ("not-a-jwt", "not a JWT"),
-    (_token(signer=OTHER_SIGNER), "does not verify"),
-    (_token(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200), "does not verify"),
-    (_token(iss="https://accounts.google.com"), "issuer"),
-    (_token(aud="/projects/999/global/backendServices/4242"), "is for"),
-    (jwt.encode(SIGNER, {"iss": iap.ISSUER, "aud": AUDIENCE}, header={"alg": "RS256"}).decode(), "not ES256"),
+@pytest.mark.parametrize(("token", "why"), [  # made when the test runs: a token made at collection expires in a long suite
+    (lambda: "", "no x-goog-iap-jwt-assertion header"),
+    (lambda: "not-a-jwt", "not a JWT"),
+    (lambda: _token(signer=OTHER_SIGNER), "does not verify"),
+    (lambda: _token(exp=int(time.time()) - 3600, iat=int(time.time()) - 7200), "does not verify"),
+    (lambda: _token(iss="https://accounts.google.com"), "issuer"),
+    (lambda: _token(aud="/projects/999/global/backendServices/4242"), "is for"),
+    (lambda: jwt.encode(SIGNER, {"iss": iap.ISSUER, "aud": AUDIENCE}, header={"alg": "RS256"}).decode(), "not ES256"),
 ])
 def test_a_request_without_a_valid_assertion_is_refused(token, why):
     with pytest.raises(iap.Refused, match=why):
-        iap.verify(token, AUDIENCE, _keys())
+        iap.verify(token(), AUDIENCE, _keys())
 
 
 def test_a_prefix_audience_admits_only_this_projects_backends():
@@ -118,7 +119,8 @@ def _call(scope: dict) -> tuple[list[dict], bool]:
         sent.append(message)
 
     middleware = iap.RequireIap(app, audience=AUDIENCE, base="", keys=_keys())
-    asyncio.run(middleware(scope, receive, send))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own: Playwright may run one in this thread
+        pool.submit(asyncio.run, middleware(scope, receive, send)).result()
     return sent, bool(reached)
 
 

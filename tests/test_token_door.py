@@ -4,6 +4,7 @@ with neither is refused, by the middleware and by a real `python serve.py` with 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import urllib.error
 import urllib.request
 
@@ -30,7 +31,8 @@ def _call(kind: str = "http", path: str = "/", query: str = "", cookie: str | No
 
     headers = [(b"cookie", cookie.encode())] if cookie is not None else []
     scope = {"type": kind, "path": path, "query_string": query.encode(), "headers": headers, "method": "GET"}
-    asyncio.run(token_door.RequireToken(app, token=TOKEN)(scope, receive, send))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own: Playwright may run one in this thread
+        pool.submit(asyncio.run, token_door.RequireToken(app, token=TOKEN)(scope, receive, send)).result()
     return sent, bool(reached)
 
 
