@@ -31,6 +31,8 @@ import time
 import urllib.request
 from collections.abc import Callable, Mapping
 
+from attnlab import doors
+
 HEADER = b"x-goog-iap-jwt-assertion"
 ISSUER = "https://cloud.google.com/iap"
 KEYS_URL = "https://www.gstatic.com/iap/verify/public_key"  # {key id: PEM public key}
@@ -156,11 +158,5 @@ class RequireIap:
 
     @staticmethod
     async def refuse(scope, send) -> None:
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})  # before accept: the server answers 403
-            return
-        body = b"This lab is served through Identity-Aware Proxy; this request did not come through it.\n"
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await doors.refuse(scope, send, b"This lab is served through Identity-Aware Proxy; this request did not "
+                                        b"come through it.\n")

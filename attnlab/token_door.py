@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
 
+from attnlab import doors
+
 COOKIE = "attnlab_token"
 OPEN_PATHS = ("_stcore/health",)
 
@@ -60,11 +62,4 @@ class RequireToken:
                 await send(message)
 
             return await self.app(scope, receive, with_cookie)
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        body = b"Open the address with its token (?token=...), as the instructor gave it.\n"
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await doors.refuse(scope, send, b"Open the address with its token (?token=...), as the instructor gave it.\n")

@@ -4,8 +4,6 @@ front of Streamlit, and by a real `python serve.py` started with ATTNLAB_IAP_AUD
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from google.auth import crypt, jwt  # noqa: E402
 
 from attnlab import iap  # noqa: E402
+from tests import asgi_util  # noqa: E402
 
 PROJECT_NUMBER = "123456789012"
 AUDIENCE = f"/projects/{PROJECT_NUMBER}/global/backendServices/4242"
@@ -105,23 +104,7 @@ def test_no_audience_means_no_check():
 
 def _call(scope: dict) -> tuple[list[dict], bool]:
     """Run RequireIap on one request; (what it sent, whether the app behind it was reached)."""
-    reached, sent = [], []
-
-    async def app(scope, receive, send):
-        reached.append(scope["path"])
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"the lab"})
-
-    async def receive():
-        return {"type": "http.request", "body": b""}
-
-    async def send(message):
-        sent.append(message)
-
-    middleware = iap.RequireIap(app, audience=AUDIENCE, base="", keys=_keys())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own: Playwright may run one in this thread
-        pool.submit(asyncio.run, middleware(scope, receive, send)).result()
-    return sent, bool(reached)
+    return asgi_util.call(lambda app: iap.RequireIap(app, audience=AUDIENCE, base="", keys=_keys()), scope)
 
 
 def _scope(kind: str = "http", path: str = "/", token: str | None = None) -> dict:

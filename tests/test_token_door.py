@@ -3,37 +3,21 @@ with neither is refused, by the middleware and by a real `python serve.py` with 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import urllib.error
 import urllib.request
 
 import pytest
 
 from attnlab import token_door
+from tests import asgi_util
 
 TOKEN = "s3cret-token"
 
 
 def _call(kind: str = "http", path: str = "/", query: str = "", cookie: str | None = None):
-    reached, sent = [], []
-
-    async def app(scope, receive, send):
-        reached.append(scope["path"])
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"the lab"})
-
-    async def receive():
-        return {"type": "http.request", "body": b""}
-
-    async def send(message):
-        sent.append(message)
-
     headers = [(b"cookie", cookie.encode())] if cookie is not None else []
     scope = {"type": kind, "path": path, "query_string": query.encode(), "headers": headers, "method": "GET"}
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own: Playwright may run one in this thread
-        pool.submit(asyncio.run, token_door.RequireToken(app, token=TOKEN)(scope, receive, send)).result()
-    return sent, bool(reached)
+    return asgi_util.call(lambda app: token_door.RequireToken(app, token=TOKEN), scope)
 
 
 def test_the_token_opens_the_lab_once_and_the_cookie_thereafter():
