@@ -13,10 +13,12 @@ one run against the whole budget (a run that could never fit is refused at once 
 not a sum over runs. Compiles are the slow part of a new shape and XLA does them without Python's
 lock, so several run side by side, but only between runs: on the H200 a process aborted when CUDA
 refused a running program's synchronisation while two other threads compiled
-(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Runs and builds wait in one line, first come first served: a
-run goes before the builds that come after it and a build before the runs that come after it, so neither
-starves the other (on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting
-20 s); builders already in flight finish first, and builders next to each other in line go side by side.
+(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Runs and builds wait in one line, phase-fair (the
+readers-writer lock of that name, with builds as readers): when a build reaches the head of the line,
+every build in line goes, side by side; when a run does, it goes alone once the builds in flight are
+done. So a run waits for at most one build phase per run ahead of it, and a build for at most one run
+(on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting 20 s when builds
+waited for an empty queue; in a plain first-come line, builds between runs went in as many phases).
 
 A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
 the budget gets `OverBudget`. Both are expected events a page shows as a message.
@@ -140,14 +142,22 @@ class Stats:
     since: float = dataclasses.field(default_factory=time.monotonic)
 
 
+@dataclasses.dataclass(eq=False)
+class _Ticket:
+    """A place in the device's line: a run's or a build's."""
+
+    build: bool
+    thread: int
+    admitted: bool = False
+
+
 class Device:
-    """One run at a time on this process's device, first come first served; builds between runs."""
+    """One run at a time on this process's device, runs in order of arrival; builds between runs, side by side."""
 
     def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0):
         self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
         self._cond = threading.Condition()
-        self._queue: deque[object] = deque()  # tickets of threads waiting for the device, in order
-        self._line: deque[object] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
+        self._line: deque[_Ticket] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
         self._holder: int | None = None  # the thread that holds the device
         self._depth = 0
         self._builders = 0
@@ -168,7 +178,23 @@ class Device:
     @property
     def waiting(self) -> int:
         """Runs waiting for the device."""
-        return len(self._queue)
+        return sum(not t.build for t in self._line)
+
+    def _admit(self) -> None:
+        """Let in whoever's turn it is (called with the lock held, whenever the device or the line changes)."""
+        if self._holder is not None or not self._line:
+            return
+        if self._line[0].build:  # a build phase: every build in line goes, side by side
+            for t in [t for t in self._line if t.build]:
+                self._line.remove(t)
+                t.admitted = True
+                self._builders += 1
+        elif not self._builders:  # a run goes alone, once the builds in flight are done
+            t = self._line.popleft()
+            t.admitted, self._holder = True, t.thread
+        else:
+            return
+        self._cond.notify_all()
 
     def check(self, device_bytes: int, host_bytes: int = 0) -> str | None:
         return self.budget.check(device_bytes, host_bytes)
@@ -191,27 +217,22 @@ class Device:
         why = self.check(device_bytes, host_bytes)
         if why:
             raise OverBudget(why)
-        start, ticket = time.perf_counter(), object()
+        start, ticket = time.perf_counter(), _Ticket(build=False, thread=me)
         with self._cond:
             if self._line or self._holder is not None or self._builders:
-                if len(self._queue) >= self.max_waiting:
-                    raise DeviceBusy(f"The GPU is busy: {len(self._queue)} runs are already waiting. Try again shortly.")
+                if self.waiting >= self.max_waiting:
+                    raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
                 if on_wait:
-                    on_wait(self.running + len(self._queue))
+                    on_wait(self.running + self.waiting)
                 self.stats.waited += 1
-            self._queue.append(ticket)
             self._line.append(ticket)
-            try:
-                ok = self._cond.wait_for(lambda: self._line[0] is ticket and self._holder is None and not self._builders,
-                                         timeout=self.timeout_s if timeout_s is None else timeout_s)
-            finally:
-                self._queue.remove(ticket)
+            self._admit()
+            if not self._cond.wait_for(lambda: ticket.admitted, timeout=self.timeout_s if timeout_s is None else timeout_s):
                 self._line.remove(ticket)
-                self._cond.notify_all()
-            if not ok:
+                self._admit()
                 raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
                                  "Try again shortly.")
-            self._holder, self._depth = me, 1
+            self._depth = 1
             waited = time.perf_counter() - start
             s = self.stats
             s.admitted += 1
@@ -226,7 +247,7 @@ class Device:
             with self._cond:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
-                self._cond.notify_all()
+                self._admit()
 
     @contextlib.contextmanager
     def building(self, quiet: bool = False):
@@ -246,12 +267,10 @@ class Device:
         passing = depth or self._holder == threading.get_ident()
         if not passing:
             with self._cond:
-                ticket = object()  # in line with the runs: one that came first goes first, and no run that comes
-                self._line.append(ticket)  # after this build goes before it (a class's runs starved tuned builds)
-                self._cond.wait_for(lambda: self._line[0] is ticket and self._holder is None)
-                self._line.popleft()
-                self._builders += 1
-                self._cond.notify_all()  # the builders in line behind it go side by side with it
+                ticket = _Ticket(build=True, thread=threading.get_ident())  # in line with the runs (`_admit`)
+                self._line.append(ticket)
+                self._admit()
+                self._cond.wait_for(lambda: ticket.admitted)
         self._local.depth = depth + 1
         try:
             yield
@@ -260,7 +279,7 @@ class Device:
             if not passing:
                 with self._cond:
                     self._builders -= 1
-                    self._cond.notify_all()
+                    self._admit()
 
 
 DEVICE = Device()

@@ -56,6 +56,10 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     df = programs(shape, names)
     common.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
                .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
+    if common.device_info().backend == "gpu":
+        st.caption("Compiled as a check is, without XLA's autotuning (which would run candidate matmul kernels on the "
+                   "GPU and keep the fastest): whether attention becomes cuDNN's kernel or XLA's fusions is decided "
+                   "before that; a timed program is autotuned, and its matmul kernels and their workspace can differ.")
     rows = df.set_index("implementation")
     auto, cudnn = rows.loc["sdpa_auto"], rows.loc["sdpa_cudnn"]
     if auto["status"] == runs.OK:

@@ -13,8 +13,12 @@ SDPA timed, checked against float64, compiled: `runs.run(..., timed=True)` throu
 Reported per count: the burst's wall time, runs per second, the speed-up over one worker, the slowest
 request, and how the requests spread over the workers. The device work of one worker is one run at a
 time by design, so one worker's runs queue; two and four workers take them side by side.
-This needs at least 4 + 1 free cores to show four workers' worth (the H200 machine has 16; a 2-core
-machine can only show two).
+
+Each GPU of a class comes with a host of its own (a GKE GPU node: its own cores for compiles and the
+float64 reference), so each worker is pinned to `--cores-per-worker` cores of its own (default 3: every
+thread of the actor's process, and its compile pool and BLAS sized to match); 0 lets every count share all
+the machine's cores, which measures one host's CPUs rather than added GPUs. Four pinned workers need
+4 × 3 + 1 cores (the H200 machine has 16; a 2-core machine can only show two unpinned).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def burst_shapes(n: int, q_len: int = 384):
             for i in range(n)]
 
 
-def one_count(workers: int, requests: int, names: tuple[str, ...], q_len: int = 384) -> dict:
+def one_count(workers: int, requests: int, names: tuple[str, ...], q_len: int = 384, cores_per_worker: int = 0) -> dict:
     import ray
 
     from attnlab.measure import runs
@@ -57,6 +61,16 @@ def one_count(workers: int, requests: int, names: tuple[str, ...], q_len: int = 
     time.sleep(1.0)
     client = RayWorkers("local", workers=workers, threads=16)
     assert client.wait_ready(300), "the device workers did not start"
+    pinned = {}
+    if cores_per_worker:
+        for i, info in enumerate(sorted(client.infos(), key=lambda x: x.name)):
+            cores = set(range(1 + i * cores_per_worker, 1 + (i + 1) * cores_per_worker))  # core 0: the driver, Ray
+            for tid in os.listdir(f"/proc/{info.pid}/task"):  # every thread: later ones inherit their creator's
+                try:
+                    os.sched_setaffinity(int(tid), cores)
+                except OSError:
+                    pass
+            pinned[info.name] = sorted(cores)
     shapes = burst_shapes(requests, q_len)
 
     def press(shape):
@@ -75,7 +89,8 @@ def one_count(workers: int, requests: int, names: tuple[str, ...], q_len: int = 
     busy = {i.name: round(i.busy_share, 3) for i in client.infos()}
     return {"workers": workers, "requests": requests, "q_len": q_len, "wall_s": wall, "runs_per_s": requests / wall,
             "slowest_request_s": max(t for t, _, _ in done), "median_request_s": statistics.median(t for t, _, _ in done),
-            "spread": spread, "not_ok": [s for s in statuses if s != "ok"], "device_held_share": busy}
+            "spread": spread, "not_ok": [s for s in statuses if s != "ok"], "device_held_share": busy,
+            "cores": pinned or "shared"}
 
 
 def main(argv=None) -> int:
@@ -86,21 +101,29 @@ def main(argv=None) -> int:
     ap.add_argument("--q-len", type=int, default=384,
                     help="the first learner's sequence length (each next one 4 longer): longer runs make the burst "
                          "compute-bound (the device work splits over the workers), shorter ones compile-bound")
+    ap.add_argument("--cores-per-worker", type=int, default=3,
+                    help="cores pinned to each worker, as each GPU node brings its own (0: every count shares all)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.cores_per_worker and 1 + max(a.workers) * a.cores_per_worker > (os.cpu_count() or 1):
+        ap.error(f"{max(a.workers)} workers × {a.cores_per_worker} cores + 1 is more than this machine's "
+                 f"{os.cpu_count()} cores: lower --cores-per-worker, or 0 to share them")
     import ray
 
     from attnlab.service.ray_workers import NAMESPACE
 
     env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": SINGLE_CORE, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
            "ATTNLAB_WARM": "0"}
+    if a.cores_per_worker:  # a worker's compile pool and BLAS threads fit the cores it is pinned to
+        env.update({k: str(a.cores_per_worker) for k in ("ATTNLAB_COMPILE_THREADS", "OMP_NUM_THREADS",
+                                                          "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, logging_level="warning",
              num_gpus=max(a.workers), runtime_env={"env_vars": env})
     print(f"local Ray cluster: {ray.cluster_resources().get('CPU', 0):.0f} CPUs, "
           f"{ray.cluster_resources().get('GPU', 0):.0f} fake GPUs; {os.cpu_count()} cores here", flush=True)
     rows = []
     for w in a.workers:
-        r = one_count(w, a.requests, tuple(a.names), a.q_len)
+        r = one_count(w, a.requests, tuple(a.names), a.q_len, a.cores_per_worker)
         rows.append(r)
         print(json.dumps(r), flush=True)
     base = rows[0]["runs_per_s"] if rows and rows[0]["workers"] == 1 else None

@@ -56,6 +56,10 @@ def main(argv=None) -> int:
                     help="then time naive, sdpa_xla and sdpa_cudnn at the codelab's shape and a long one (wall, "
                          "device): with and without XLA's autotuning (XLA_FLAGS=--xla_gpu_autotune_level=0) "
                          "this shows what the compile time saved costs the kernels")
+    ap.add_argument("--tuning", action="store_true",
+                    help="then, at small and long shapes: each of naive and the SDPA paths compiled without and with "
+                         "XLA's autotuning (seconds, and whether the programs differ: kernels, fusions, scratch bytes), "
+                         "and what one timing costs the device (the default, the brief one a queue gets, CUPTI alone)")
     args = ap.parse_args(argv)
     info = device.info()
     rows = []
@@ -100,9 +104,57 @@ def main(argv=None) -> int:
                 print(f"timed {shape.describe():40} {r.implementation:12} {r.status:11} wall "
                       f"{t.wall_ms if t else float('nan'):8.4f} ms  device "
                       f"{(t.device_ms if t and t.device_ms is not None else float('nan')):8.4f} ms", flush=True)
+    tuning = tuning_costs() if args.tuning else []
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "totals": total, "timed": timed}, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "totals": total, "timed": timed, "tuning": tuning}, indent=1))
     return 0
+
+
+TUNING_SHAPES = (
+    AttentionShape(),  # the codelab's
+    AttentionShape(batch=2, q_len=72, kv_len=72, heads=8, kv_heads=8, head_dim=64, dtype="bfloat16"),
+    AttentionShape(batch=1, q_len=1024, kv_len=1024, heads=8, kv_heads=8, head_dim=64, dtype="bfloat16"),
+    AttentionShape(batch=4, q_len=4096, kv_len=4096, heads=8, kv_heads=8, head_dim=64, dtype="float32"),
+)
+
+
+def tuning_costs() -> list[dict]:
+    """Untuned (compiled.CHECK_OPTIONS) against tuned compiles, and a timing's cost to the device, per row."""
+    from attnlab.admission import DEVICE
+    from attnlab.measure import timing
+
+    out = []
+    for shape in TUNING_SHAPES:
+        for name in ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn"):
+            if REGISTRY[name].unmet(shape, device.info()):
+                continue
+            row = {"shape": shape.describe(), "implementation": name}
+            for tuned in (False, True):  # untuned first: compile_backend would hand back a tuned program
+                t0 = time.perf_counter()
+                exe = compiled.compile_backend(name, shape, False, tuned)[0]
+                info = compiled.describe_compiled(exe)
+                kind = "tuned" if tuned else "untuned"
+                row.update({f"{kind}_compile_s": time.perf_counter() - t0, f"{kind}_temp_bytes": info.temp_bytes,
+                            f"{kind}_what": compiled.which_kernel(info), f"{kind}_calls": list(info.custom_calls)})
+            args = runs.make_inputs(shape)
+            for label, kw in (("default", {"budget_s": 0.5}), ("brief", {"budget_s": 0.2, "repeats": 10, "warmup_s": 0.05})):
+                with DEVICE.use():
+                    t0 = time.perf_counter()
+                    t = timing.time_compiled(exe, args, **kw)
+                    row[f"timing_{label}_s"] = time.perf_counter() - t0
+                row[f"timing_{label}_device_ms"] = t.device_ms
+                row[f"timing_{label}_kernels"] = [k for k, _ in t.kernels]
+            t0 = time.perf_counter()
+            timing.kernel_times(exe, args)
+            row["cupti_s"] = time.perf_counter() - t0
+            out.append(row)
+            print(f"{shape.describe():40} {name:11} compile untuned {row['untuned_compile_s']:5.2f} s tuned "
+                  f"{row['tuned_compile_s']:5.2f} s  temp {row['untuned_temp_bytes']} / {row['tuned_temp_bytes']}  "
+                  f"same kernels: {row['untuned_what'] == row['tuned_what']}  timing {row['timing_default_s']:.2f} / "
+                  f"brief {row['timing_brief_s']:.2f} s, CUPTI {row['cupti_s']:.3f} s", flush=True)
+            if row["untuned_what"] != row["tuned_what"]:
+                print(f"    untuned: {row['untuned_what']}\n    tuned:   {row['tuned_what']}")
+    return out
 
 
 if __name__ == "__main__":

@@ -263,3 +263,63 @@ def test_a_build_goes_before_the_runs_that_come_after_it():
     release.set()
     assert build.wait(10) and later.wait(10)
     assert order == ["build", "later run"]
+
+
+def test_builds_in_line_go_together_past_the_runs_between_them():
+    """Phase-fair: when a build reaches the head of the line, every build waiting goes side by side, so builds
+    between a class's runs cost one build phase, not one each; the run between them waits for that phase."""
+    d = _device()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with d.use():
+            holding.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    order, inside, peak, lock = [], [0], [0], threading.Lock()
+
+    def a_build(name):
+        with d.building():
+            with lock:
+                order.append(name)
+                inside[0] += 1
+                peak[0] = max(peak[0], inside[0])
+            time.sleep(0.2)
+            with lock:
+                inside[0] -= 1
+
+    def a_run():
+        with d.use():
+            order.append("run")
+
+    first = _started(lambda: a_build("first build"))
+    time.sleep(0.1)
+    run = _started(a_run)
+    time.sleep(0.1)
+    second = _started(lambda: a_build("second build"))
+    time.sleep(0.1)
+    assert d.waiting == 1
+    release.set()
+    assert first.wait(10) and run.wait(10) and second.wait(10)
+    assert order[-1] == "run" and peak[0] == 2, order
+
+
+def test_a_run_that_gives_up_waiting_leaves_the_line_to_the_next():
+    d = _device()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with d.use():
+            holding.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    with pytest.raises(DeviceBusy, match="without getting it"):
+        with d.use(timeout_s=0.1):
+            pass
+    built = _started(lambda: d.building().__enter__())
+    release.set()
+    assert built.wait(10) and d.waiting == 0

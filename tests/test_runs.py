@@ -144,7 +144,7 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
         assert abs(q.mean()) < 0.05 and abs(q.std() - 1) < 0.05
 
 
-def test_a_program_only_checked_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):
+def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):
     from attnlab.measure import compiled
 
     asked, real = [], compiled.compile_timed
@@ -157,3 +157,7 @@ def test_a_program_only_checked_compiles_without_autotuning_and_a_timed_one_with
     asked.clear()
     assert runs.run(shape, ["naive"], accuracy=True, timed=True, budget_s=0.01, repeats=2)[0].ok
     assert asked and all(opts is None for _, opts in asked)  # timed: the tuned program, also checked
+    asked.clear()  # described, not timed (pages 4 and 5 on opening): untuned, so it takes no turn on the device
+    described = runs.run(shape.replace(q_len=46, kv_len=46), ["naive"], accuracy=True, program=True)[0]
+    assert described.ok and described.program is not None
+    assert asked == [("naive", compiled.CHECK_OPTIONS)]

@@ -63,13 +63,14 @@ def describe_compiled(compiled) -> CompiledInfo:
                         fusions, library)
 
 
-def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tuned: bool = True):
+def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tuned: bool | None = True):
     """compile_timed for a backend at a shape; kept (lru), so a page that asks again pays nothing.
 
-    tuned=False: a program only run to check its output (`CHECK_OPTIONS`), never timed; the tuned
-    program is used instead when this process has compiled it already (either is correct)."""
-    if not tuned and (name, shape, backward) in _TUNED:
-        tuned = True
+    tuned=None: a program only run to check its output or described, never timed: compiled without
+    autotuning (`CHECK_OPTIONS`), or the tuned program when this process has compiled it already
+    (either is correct). tuned=False: exactly the untuned program (two programs compared)."""
+    if tuned is None:
+        tuned = (name, shape, backward) in _TUNED
     out = _compile_backend(name, shape, backward, tuned)
     if tuned:
         if len(_TUNED) > 4096:  # only a hint: forgetting costs a compile, never a wrong answer
@@ -96,10 +97,12 @@ def _compile_backend(name: str, shape: AttentionShape, backward: bool, tuned: bo
 
 
 # On a GPU XLA tries several kernels for each matrix product of a new program and keeps the fastest
-# (autotuning: about half of a new shape's compile time on the H200). A program that is only run to
-# check its output or draw a heatmap does not need the fastest kernel, only a correct one: it is
-# compiled without autotuning. Everything that is timed, or whose compiled program a page describes,
-# is compiled with it, as JAX does by default.
+# (autotuning: about half of a new shape's compile time on the H200). Its candidates run on the device,
+# so a tuned compile takes a turn there (admission.py), and in a class every run waits for it. A program
+# that is only run to check its output, draw a heatmap or be described (which kernels, how much scratch)
+# does not need the fastest kernel, only a correct one: it is compiled without autotuning. Only what is
+# timed is compiled with it, as JAX does by default. Whether attention becomes cuDNN's kernel or XLA's
+# fusions is decided before autotuning (`scripts/shape_costs.py --tuning` compares both programs).
 CHECK_OPTIONS = {"xla_gpu_autotune_level": 0}
 
 

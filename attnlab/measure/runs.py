@@ -216,12 +216,11 @@ def run(
             runnable.append(n)
     # compile before asking for the device: a compile holds no device memory, and a turn held through
     # seconds of compiling would make every run behind it wait (a convoy). Side by side, since XLA
-    # compiles without Python's lock and a new shape has several programs. A program only checked
-    # against float64 compiles without autotuning (compiled.CHECK_OPTIONS); one also timed or described
-    # is compiled once, tuned, and checked too
-    tuned = timed or program
+    # compiles without Python's lock and a new shape has several programs. Only a program that is timed
+    # is autotuned (compiled.CHECK_OPTIONS says why); it is compiled once, and checked and described too
+    tuned = True if timed else None  # None: untuned, or the tuned program if this process has it
     jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
-    jobs += [(n, shape, backward, True) for n in runnable if tuned]
+    jobs += [(n, shape, backward, tuned) for n in runnable if timed or program]
     for (n, *_), error in compiled.compile_many(jobs).items():
         if error is not None and n not in results:  # a backend that fails to compile is a row
             results[n] = Result(shape, n, *failure(error), backward)
@@ -231,7 +230,8 @@ def run(
         programs: dict = {}
         try:  # one turn on the device for every output and the reference; reading a program needs none
             with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
-                results.update(_run_held(shape, runnable, accuracy, timed or program, backward, seed, waited, programs))
+                results.update(_run_held(shape, runnable, accuracy, timed or program, tuned, backward, seed, waited,
+                                         programs))
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
@@ -245,20 +245,20 @@ def run(
     return [results[n] for n in names]
 
 
-def _run_held(shape, names, accuracy, compile_, backward, seed, waited, programs: dict) -> dict:
+def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict) -> dict:
     q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
     ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
     out = {}
     for n in names:
         parts: dict = {"queue_wait_s": waited}
         try:
-            if accuracy and not backward:  # tuned when timed or described: the program a timing uses, compiled once
-                y = compiled.compile_backend(n, shape, False, compile_)[0](q, k, v)
+            if accuracy and not backward:  # tuned when timed: the program the timing uses, compiled once
+                y = compiled.compile_backend(n, shape, False, tuned)[0](q, k, v)
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))
                 del y
             if compile_:
-                exe, ms, before = compiled.compile_backend(n, shape, backward)
+                exe, ms, before = compiled.compile_backend(n, shape, backward, tuned)
                 parts.update(compile_ms=ms, compiled_before=before)
                 programs[n] = exe  # described after the turn (run)
             out[n] = Result(shape, n, OK, "", backward, **parts)

@@ -50,9 +50,10 @@ def same_program(shape: AttentionShape, a: str, b: str) -> bool:
     """True when backends `a` and `b` compile to the same optimised program at `shape` (compile only).
 
     `sdpa_auto` (implementation=None) against `sdpa_xla` shows what JAX picks: identical text
-    means None ran XLA's own code on this machine. Cached: printing a program's text is not free.
+    means None ran XLA's own code on this machine. Both compiled without autotuning, as a run that only
+    checks them is (compiled.CHECK_OPTIONS). Cached: printing a program's text is not free.
     """
-    texts = [compiled.compile_backend(n, shape)[0].as_text() for n in (a, b)]
+    texts = [compiled.compile_backend(n, shape, False, False)[0].as_text() for n in (a, b)]
     return texts[0] == texts[1]
 
 
