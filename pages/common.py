@@ -95,10 +95,14 @@ RUN = "attnlab.measure.runs:run"  # by name: the worker looks the function up wh
 
 
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
-        program: bool = False, backward: bool = False, budget_s: float | None = None) -> list[runs.Result]:
+        program: bool = False, backward: bool = False, budget_s: float | None = None,
+        tuned: bool = False) -> list[runs.Result]:
     """runs.run on the device worker, kept: every learner who asks for the same thing shares one result.
-    `budget_s`: a shorter timing (seconds per implementation), for timings a page takes without being asked."""
+    `budget_s`: a shorter timing (seconds per implementation), for timings a page takes without being asked;
+    `tuned`: a described program compiled with autotuning, as a timed one is (a memory chart's scratch)."""
     kw = {} if budget_s is None else {"budget_s": budget_s}
+    if tuned:
+        kw["tuned"] = True
     return on_device(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program,
                      backward=backward, **kw)
 

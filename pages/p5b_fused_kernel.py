@@ -91,7 +91,7 @@ if tabs[2].open:
         st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
         if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
             df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
-                                         accuracy=False, program=True, backward=True) for t in lengths])
+                                         accuracy=False, program=True, backward=True, tuned=True) for t in lengths])
             ok = df[df["status"] == "ok"]
             if not ok.empty:
                 charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import jax
 
-from attnlab.admission import DEVICE
 from attnlab.device import DeviceInfo
 from attnlab.masks import MaskType
 from attnlab.shapes import AttentionShape
@@ -75,14 +74,14 @@ def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
 _LOWERING = threading.Lock()
 
 
-def lower(jitted, args, quiet: bool = False):
+def lower(jitted, args):
     """`jitted.lower(*args)`, one thread of this process at a time. Lowering is Python (it holds the
     GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
     side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
     while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
-    stays parallel. Never during a run on the device (admission.py says why), unless `quiet` (a program
-    compiled without autotuning: `admission.Device.building`)."""
-    with DEVICE.building(quiet), _LOWERING:
+    stays parallel. Lowering launches nothing on the device, so it takes no turn there (only a tuned
+    compile does: admission.py): when it did, every run waited while a phase of builds lowered one by one."""
+    with _LOWERING:
         return jitted.lower(*args)
 
 

@@ -161,14 +161,14 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None):
     """
     t0 = time.perf_counter()
     quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
-    with DEVICE.building(quiet):  # from lowering to compiled, so a thread waited for is never itself waiting
-        compiled, seen, first = _lower_and_compile(fn, args, who, options, quiet)
+    lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing (one thread at a time: base.lower)
+    with DEVICE.building(quiet):  # the compile, whose autotuner runs kernels: between runs. A thread waited for
+        compiled, seen, first = _compile_once(lowered, who, options)  # below is in its turn, never waiting for one
     ms = (time.perf_counter() - t0) * 1e3
     return compiled, ms, (first or "an earlier call") if seen else None
 
 
-def _lower_and_compile(fn, args, who, options, quiet=False):
-    lowered = lower(jax.jit(fn), args, quiet)  # one thread at a time (backend.lower says why)
+def _compile_once(lowered, who, options):
     key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
     while True:
         with _LOCK:

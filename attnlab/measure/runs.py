@@ -181,6 +181,7 @@ def run(
     timed: bool = False,
     program: bool = False,
     backward: bool = False,
+    tuned: bool = False,
     seed: int = 0,
     on_wait: Callable[[int], None] | None = None,
     **timing_kw,
@@ -188,7 +189,9 @@ def run(
     """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
 
     accuracy: the output against the float64 reference; timed: the four timings; program: what the
-    compiler made (kernels, scratch bytes). Compiles come first, side by side and off the device; then
+    compiler made (kernels, scratch bytes); tuned: compile with XLA's autotuning even when not timed (a
+    memory study: the scratch of the program a timing runs, which autotuning changes, as `scripts/shape_costs.py
+    --tuning` shows; without it a described program is compiled as a check is). Compiles come first, side by side and off the device; then
     one turn on the device checks every output, and one turn per implementation times it.
     """
     names = list(names or REGISTRY)
@@ -218,7 +221,7 @@ def run(
     # seconds of compiling would make every run behind it wait (a convoy). Side by side, since XLA
     # compiles without Python's lock and a new shape has several programs. Only a program that is timed
     # is autotuned (compiled.CHECK_OPTIONS says why); it is compiled once, and checked and described too
-    tuned = True if timed else None  # None: untuned, or the tuned program if this process has it
+    tuned = True if timed or tuned else None  # None: untuned, or the tuned program if this process has it
     jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
     jobs += [(n, shape, backward, tuned) for n in runnable if timed or program]
     for (n, *_), error in compiled.compile_many(jobs).items():

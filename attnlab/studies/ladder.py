@@ -262,7 +262,7 @@ def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, bud
     result["backward_memory"] = [
         r.row() for t in (anchor.q_len // f for f in BACKWARD_FRACTIONS)
         for r in runs.run(anchor.replace(q_len=t, kv_len=t), ["naive", "flash_jax", "sdpa_cudnn"], accuracy=False,
-                          program=True, backward=True)]
+                          program=True, backward=True, tuned=True)]
     result["ncu"] = {}
     for name in ncu_names:
         spent = time.perf_counter() - t0

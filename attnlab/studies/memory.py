@@ -27,14 +27,15 @@ def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequen
                     backward: bool = False) -> pd.DataFrame:
     """Scratch, argument and output bytes of each implementation's compiled program as T = S grows.
 
-    Each point is a compile from `jax.ShapeDtypeStruct`s (`runs.run(..., program=True)`): nothing
-    is allocated or run. With `backward`, the program is one forward and one backward pass
+    Each point is a compile from `jax.ShapeDtypeStruct`s (`runs.run(..., program=True, tuned=True)`): nothing
+    is allocated or run. Tuned, as a timed program is: on the H200 autotuning picks cuBLAS for naive's
+    matmuls at long T, which doubles its scratch (4.3 GB against 2.2 GB at B4 T4096 float32). With `backward`, the program is one forward and one backward pass
     (`compiled.forward_backward`), whose scratch holds what the gradient needs.
     """
     results, extra = [], []
     for t in lengths:
         s = shape.replace(q_len=int(t), kv_len=int(t))
-        for r in runs.run(s, names, accuracy=False, program=True, backward=backward):
+        for r in runs.run(s, names, accuracy=False, program=True, backward=backward, tuned=True):
             results.append(r)
             p = r.program
             extra.append({"score_bytes_float32": s.score_bytes(),

@@ -151,9 +151,10 @@ def _recognise(ex: exercises.Exercise, wrong) -> list[exercises.Mistake]:
     for m in ex.mistakes:
         matched = bool(wrong)
         for case, inputs, out in wrong:
-            try:
-                theirs = np.asarray(jax.jit(functools.partial(m.fn, **dict(case.numbers)))(*inputs.values()),
-                                    np.float64)
+            try:  # at the precision the learner's program was exported with: a TF32 matmul's rounding, at a case
+                with jax.default_matmul_precision("highest"):  # with large scores, moves the softmax past 2e-2
+                    theirs = np.asarray(jax.jit(functools.partial(m.fn, **dict(case.numbers)))(*inputs.values()),
+                                        np.float64)
             except Exception:
                 matched = False
                 break
