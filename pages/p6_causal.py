@@ -11,7 +11,9 @@ FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table
 FUSED = {"sdpa_xla": "xla", "sdpa_cudnn": "cudnn"}  # backend -> jax.nn.dot_product_attention(implementation=...)
 
 
-weights_of = common.cached(weights.heatmap)  # (T, S) weights of one sequence and head, and the cells allowed
+# (T, S) weights of one sequence and head, and the cells allowed: exact (float64 NumPy) on a small view, computed
+# here in the page's process, with no GPU and no turn on the device (weights.heatmap_weights says why)
+weights_of = st.cache_data(max_entries=256, ttl=6 * 3600, show_spinner=False)(weights.heatmap)
 first_vs_last = common.cached(weights.first_vs_last)
 
 
@@ -43,7 +45,10 @@ if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sect
                     width="content")
         charts.draw(c2, heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
                     vmax=float(causal.max()) or 1.0, size=420, width="content")
-        st.caption(f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
+        st.caption(f"The weights are exact: computed in float64 (NumPy, the lab's reference code) from the same Q and K "
+                   f"a run on the device draws, here in the page's process, since a {view.q_len} × {view.kv_len} "
+                   f"example needs no GPU. "
+                   f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
                    f"largest weight ({full.max():.3f} full, {causal.max():.3f} causal): on one 0–1 scale the full "
                    f"map would look blank, since its {view.kv_len} weights per row all sit near 1/{view.kv_len} = "
                    f"{1 / view.kv_len:.3f}. Each row sums to 1 in both; a causal row shares its weight among "

@@ -1,7 +1,9 @@
 """The weights lessons of pages 1 and 6 (attnlab.studies.weights), on the shared math."""
 
 import numpy as np
+import pytest
 
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
 
@@ -106,3 +108,20 @@ def test_nothing_compiles_while_a_run_holds_the_device(monkeypatch):
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiled_inside == []
+
+
+def test_a_heatmap_is_exact_on_the_devices_inputs_and_asks_nothing_of_the_device(monkeypatch):
+    """Page 6 draws heatmaps in its own process: float64 NumPy on the very Q and K a run on the device gets."""
+    from attnlab.admission import DEVICE
+
+    shape = SMALL.replace(batch=1, causal=True, dtype="bfloat16")
+    monkeypatch.setattr(DEVICE, "use", lambda *a, **k: pytest.fail("a heatmap asked for the device"))
+    w = weights.heatmap_weights(shape)
+    q, k, _ = (np.asarray(x, np.float64) for x in runs.host_inputs(shape))
+    s = np.einsum("btnh,bsnh->bnts", q, k.repeat(shape.heads // shape.kv_heads, axis=2)) / np.sqrt(shape.head_dim)
+    s = np.where(np.tril(np.ones((shape.q_len, shape.kv_len), bool)), s, -np.inf)
+    exact = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(w, exact / exact.sum(-1, keepdims=True), rtol=1e-6, atol=1e-7)
+    monkeypatch.undo()
+    on_device = [np.asarray(x, np.float64) for x in runs.make_inputs(shape)]
+    np.testing.assert_array_equal(on_device[0], q)

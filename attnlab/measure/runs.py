@@ -122,10 +122,18 @@ def make_inputs(shape: AttentionShape, seed: int = 0):
     q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
     if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
         # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)
-        rng, dtype = np.random.default_rng(seed), jnp.dtype(shape.dtype)
-        return tuple(jax.device_put(rng.standard_normal(s, dtype=np.float32).astype(dtype))
-                     for s in (q_shape, kv_shape, kv_shape))
+        return tuple(jax.device_put(x) for x in host_inputs(shape, seed))
     return _draw(q_shape, kv_shape, shape.dtype, jnp.uint32(seed))
+
+
+def host_inputs(shape: AttentionShape, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q, K and V of a small shape (at most HOST_DRAW_MAX elements) as NumPy arrays in shape.dtype: the very
+    arrays `make_inputs` puts on the device for this shape and seed."""
+    q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
+    if np.prod(q_shape) + 2 * np.prod(kv_shape) > HOST_DRAW_MAX:
+        raise ValueError(f"{shape.describe()} is too large to draw on the host (at most {HOST_DRAW_MAX:,} elements)")
+    rng, dtype = np.random.default_rng(seed), jnp.dtype(shape.dtype)
+    return tuple(rng.standard_normal(s, dtype=np.float32).astype(dtype) for s in (q_shape, kv_shape, kv_shape))
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))

@@ -49,7 +49,6 @@ LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
     ("attnlab.studies.memory:compiled_memory", _not_busy),
     ("attnlab.studies.memory:same_program", None),
     ("attnlab.studies.layout:placement", None),
-    ("attnlab.studies.weights:heatmap", None),
     ("attnlab.studies.weights:first_vs_last", None),
     ("attnlab.studies.timing_demo:dispatch_demo", None),
     ("attnlab.studies.kvcache:output_checks", _not_busy),

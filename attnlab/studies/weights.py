@@ -2,7 +2,8 @@
 example, what 1/sqrt(d) is for, heatmaps, and what a causal mask changes.
 
 Everything is computed by `attnlab.math.attention` (the same functions naive attention runs), on
-inputs made by the run layer in a turn on the device.
+inputs made by the run layer: in a turn on the device, except a heatmap's small example, which is
+computed exactly with NumPy where the page runs (`heatmap_weights`).
 """
 
 from __future__ import annotations
@@ -107,15 +108,16 @@ def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 
 
 def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
-    """The weights (B, N, T, S) of `shape` under its masks, as float32 NumPy (for small shapes)."""
-    program = _weights.ahead(*abstract_inputs(shape)[:2], mask=shape.mask)  # compiled before the device
-    with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, _):
-        return np.asarray(program(q, k), np.float32)
+    """The weights (B, N, T, S) of a small `shape` under its masks, exactly, as float32 NumPy.
 
-
-# compiled once per shape (op by op, each new shape would compile a dozen small programs)
-# shown, never timed: compiled without autotuning on a GPU, before the device is asked for (compiled.ForCheck)
-_weights = compiled.for_check(attention.weights, static_argnames=("mask", "scaled"))
+    The first three stages in float64 NumPy (`attention.weights(..., xp=np)`: the lab's reference, the same
+    code) on the very inputs the device draws for this shape and seed (`runs.host_inputs`). A heatmap's example
+    is small (`view_shape`: at most 2 × 64 × 64 per head), so it is computed where the page runs: no GPU, no
+    compile, no turn on the device. On the device worker, in a class of twenty each on a shape of their own,
+    each of page 6's heatmaps waited about 2 s for a turn (2026-12-02, H200, ATTNLAB_REQUEST_LOG)."""
+    q, k, _ = runs.host_inputs(shape, seed)
+    w = attention.weights(q.astype(np.float64), k.astype(np.float64), mask=shape.mask, xp=np)
+    return np.asarray(w, np.float32)
 
 
 @compiled.for_check
@@ -127,8 +129,8 @@ def _change_by_causal(q, k, v):
 
 
 def heatmap(view: AttentionShape, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
-    """One heatmap of page 6: the (T, S) weights of one sequence and head under the view's masks, and which
-    cells the masks allow."""
+    """One heatmap of page 6: the (T, S) weights of one sequence and head under the view's masks (exact:
+    `heatmap_weights`), and which cells the masks allow."""
     return heatmap_weights(view)[batch_index, head], allowed_matrix(view, batch_index)
 
 
