@@ -161,3 +161,20 @@ def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_
     described = runs.run(shape.replace(q_len=46, kv_len=46), ["naive"], accuracy=True, program=True)[0]
     assert described.ok and described.program is not None
     assert asked == [("naive", compiled.CHECK_OPTIONS)]
+
+
+def test_a_timed_run_checks_and_times_every_implementation_in_one_turn(monkeypatch):
+    """In a class every turn waits behind the line's build phases: a page that times three implementations
+    asks for the device once, not once to check and once per timing."""
+    from attnlab.admission import DEVICE
+
+    turns, real = [], DEVICE.use
+
+    def counted(*a, **k):
+        if DEVICE._holder is None:
+            turns.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(DEVICE, "use", counted)
+    out = runs.run(TINY.replace(q_len=52, kv_len=52), ["naive", "sdpa_xla"], timed=True, budget_s=0.01, repeats=2)
+    assert [r.status for r in out] == [runs.OK, runs.OK] and all(r.timing for r in out) and len(turns) == 1

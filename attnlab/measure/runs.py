@@ -166,6 +166,19 @@ def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool
     return dev, host
 
 
+@contextlib.contextmanager
+def one_turn(shapes: Sequence[AttentionShape], names: Sequence[str], *, accuracy: bool = True):
+    """Hold the device once for runs of several shapes that follow each other (each `run` inside keeps the
+    turn): as much memory as the biggest of them that fits the budget needs (one that does not is refused by
+    its own run). In a class each turn waits behind the line's build phases, so a page that checks three
+    variants waits once, not three times. Compile first (`compiled.compile_many`): a compile inside a turn
+    makes everyone behind it wait."""
+    needs = [memory_needed(s, names, accuracy=accuracy, backward=False) for s in shapes]
+    fits = [(d, h) for d, h in needs if DEVICE.check(d, h) is None] or [(0, 0)]
+    with DEVICE.use(max(d for d, _ in fits), max(h for _, h in fits)):
+        yield
+
+
 def failure(e: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception out of a run: the one wording for every page."""
     text = f"{type(e).__name__} {e}"
@@ -200,7 +213,7 @@ def run(
     compiler made (kernels, scratch bytes); tuned: compile with XLA's autotuning even when not timed (a
     memory study: the scratch of the program a timing runs, which autotuning changes, as `scripts/shape_costs.py
     --tuning` shows; without it a described program is compiled as a check is). Compiles come first, side by side and off the device; then
-    one turn on the device checks every output, and one turn per implementation times it.
+    one turn on the device checks every output and times each implementation.
     """
     names = list(names or REGISTRY)
     problems = shape.validate()
@@ -237,22 +250,24 @@ def run(
             results[n] = Result(shape, n, *failure(error), backward)
     runnable = [n for n in runnable if n not in results]
     if runnable:
-        dev, host = memory_needed(shape, runnable, accuracy=True, backward=backward) if accuracy else (0, 0)
+        dev, host = memory_needed(shape, runnable, accuracy=accuracy, backward=backward) if allocates else (0, 0)
         programs: dict = {}
-        try:  # one turn on the device for every output and the reference; reading a program needs none
+        try:  # one turn on the device for every output, the reference and the timings; reading a program needs none
             with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
                 results.update(_run_held(shape, runnable, accuracy, timed or program, tuned, backward, seed, waited,
                                          programs))
+                # the timings in the same turn: in a class every turn waits behind the line's build phases, and on
+                # the H200 a page that timed three implementations in four turns waited 15 s (median) for them;
+                # others behind this turn wait for its timings, each brief while they wait (_time)
+                for n in runnable if timed else ():
+                    if results[n].ok:
+                        results[n] = _time(results[n], info, seed, on_wait, timing_kw)
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
         for n, exe in programs.items():  # what the compiler made, read after the turn: others' runs need not wait
             if results[n].ok:
                 results[n] = dataclasses.replace(results[n], program=compiled.describe_compiled(exe))
-        if timed:  # a turn of its own per implementation, so runs waiting behind a timing wait for one only
-            for n in runnable:
-                if results[n].ok:
-                    results[n] = _time(results[n], info, seed, on_wait, timing_kw)
     return [results[n] for n in names]
 
 
@@ -280,10 +295,11 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
 
 
 def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
-    """The four timings of an implementation already compiled, in one turn on the device.
+    """The four timings of an implementation already compiled, inside the run's turn on the device (the
+    turn is kept: `DEVICE.use` passes the holder through), briefly when others are waiting.
 
-    The inputs are drawn again inside the turn (the same seed gives the same arrays), so no array is
-    held uncounted between turns; `timing.time_compiled` keeps the turn it finds held."""
+    The inputs are drawn again (the same seed gives the same arrays); `timing.time_compiled` keeps the
+    turn it finds held."""
     shape, n, backward = result.shape, result.implementation, result.backward
     dev, host = memory_needed(shape, [n], accuracy=False, backward=backward)
     try:
