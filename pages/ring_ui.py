@@ -9,9 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import shipped
 from attnlab.studies import ring_results
 from attnlab.studies import ring_schedule as rs
+from attnlab.studies.suite import SuiteRun
 from pages import charts, common
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
@@ -149,7 +149,7 @@ def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
 def costs(shape, run: ring_results.RingRun | None, P: int, causal: bool, layout: str) -> None:
     """Bytes sent against FLOPs computed per ring step over T (a model at measured rates), where compute
     hides the send, and the table of it."""
-    rates = ring_results.rates(run, shipped.load("h200"), shape.dtype)
+    rates = ring_results.rates(run, SuiteRun.load("h200"), shape.dtype)
     st.write(
         f"Each step, every GPU sends its K and V blocks, 2·B·(S/P)·K·H·itemsize bytes, while it computes one block "
         f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs (with a causal mask, a block on the diagonal half of that "

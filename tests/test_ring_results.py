@@ -11,6 +11,7 @@ import pytest
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ring_live, ring_results
 from attnlab.studies import ring_schedule as rs
+from attnlab.studies.suite import SuiteRun
 
 SMOKE = Path(__file__).with_name("ring_smoke_cpu_x2.json")  # scripts/ring_bench.py --smoke on 2 CPU devices
 
@@ -111,7 +112,7 @@ def test_rates_come_from_the_ring_file_on_gpu_else_from_the_h200_results_else_no
     h200 = {"environment": {"device": "NVIDIA H200", "date": "2000-01-01"}, "tables": {"long_context": [
         {"implementation": "sdpa_cudnn", "pass": "forward", "causal": False, "status": "ok", "q_len": 4096,
          "head_dim": 128, "shape": "B4 T4096", "tflops": 500.0, "device_tflops": 600.0}]}}
-    cpu = ring_results.rates(smoke(), h200)  # a CPU smoke run is no H200 rate
+    cpu = ring_results.rates(smoke(), SuiteRun.from_json(h200))  # a CPU smoke run is no H200 rate
     assert cpu.flops_per_s == 600e12 and cpu.bytes_per_s == ring_results.NVLINK_ONE_WAY_BYTES_PER_S
     assert "assumed" in cpu.bytes_source and "H200" in cpu.flops_source
     assert ring_results.rates(None).flops_per_s is None

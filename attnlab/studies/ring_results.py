@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from attnlab import device
+
+if TYPE_CHECKING:
+    from attnlab.studies.suite import SuiteRun
 
 MASKS = ("non_causal", "causal")
 VARIANTS = {  # key in the JSON -> what the page calls it (scripts/ring_bench.py names the keys)
@@ -295,7 +299,7 @@ def program_order(run: RingRun | None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["program", "order"])
 
 
-def rates(run: RingRun | None, h200: dict | None = None, dtype: str | None = None) -> Rates:
+def rates(run: RingRun | None, h200: SuiteRun | None = None, dtype: str | None = None) -> Rates:
     """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with their sources.
 
     From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
@@ -315,13 +319,13 @@ def rates(run: RingRun | None, h200: dict | None = None, dtype: str | None = Non
         if t and t.send_GBps:
             bytes_per_s, bytes_source = t.send_GBps * 1e9, f"one ring send timed alone at T={r.T}"
     elif h200:
-        rows = [r for r in h200.get("tables", {}).get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
+        rows = [r for r in h200.tables.get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
                 and r.get("pass") == "forward" and not r.get("causal") and r.get("status") == "ok"]
         if rows:
             r = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
             flops_per_s = (r.get("device_tflops") or r["tflops"]) * 1e12
-            flops_source = f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}"
-            measured = f"Measured {h200['environment']['date']}"
+            flops_source = f"cuDNN forward on one {h200.environment.device}, {r['shape']}"
+            measured = f"Measured {h200.environment.date}"
     if flops_per_s is not None and dtype == "float32":
         peak = device.peak_for("NVIDIA H200")
         flops_per_s *= peak.tf32_tflops / peak.bf16_tflops
