@@ -153,7 +153,7 @@ def cmd_bench(a) -> int:
     result = suite.run(quick=a.quick, log=lambda s: print(f"[{time.perf_counter() - t0:5.0f} s] {s}", file=sys.stderr, flush=True))
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+            json.dump(result.to_json(), f, indent=1, default=str)
     print("\n".join(suite.summary(result)))
     return 0
 
@@ -178,10 +178,10 @@ def cmd_decode(a) -> int:
     kv_lens = a.kv_lens or ((256, 1024) if a.quick else kvcache.STUDY_KV_LENS)
     bases = {k: v for k, v in kvcache.study_bases().items() if not a.quick or v == AttentionShape()}
     rows = kvcache.decode_study(kv_lens, bases=bases, log=log)
-    result = {"environment": suite.environment(), "ceilings": suite.ceilings(), "tables": {"decode": rows}}
+    result = suite.SuiteRun(suite.environment(), suite.ceilings(), {"decode": rows})
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+            json.dump(result.to_json(), f, indent=1, default=str)
     _print(pd.DataFrame(rows), ["base", "variant", "kv_len", "implementation", "status", "device_ms",
                                 "throughput_ms", "kv_read_bytes", "kv_read_gb_per_s"])
     return 0 if any(r["status"] == "ok" for r in rows) else 1

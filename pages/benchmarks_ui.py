@@ -10,7 +10,8 @@ import streamlit as st
 from attnlab import shipped
 from attnlab.backends import REGISTRY
 from attnlab.measure import cost, runs, timing
-from attnlab.studies import clocks, timing_demo
+from attnlab.studies import clocks, ladder, timing_demo
+from attnlab.studies.suite import SuiteRun
 from pages import charts, common, sections
 
 # clocks.NOTE points other pages to "page 7's *Long context on an H200* tab"; on page 7 itself it says this page
@@ -183,18 +184,19 @@ def long_context() -> None:
     st.caption(CLOCK_NOTE)
     sections.not_run(part, keys=("implementation", "pass", "q_len"))
     common.download(long, "h200_long_context", "Download the long-context table (CSV)")
-    data = shipped.load() or {}
-    ceil, peak = data.get("ceilings") or {}, (data.get("environment") or {}).get("peak") or {}
+    h200, found = SuiteRun.load("h200"), ladder.LadderRun.load()
+    ceil = h200.ceilings if h200 else None
+    peak = h200.environment.peak if h200 else None
     if ceil:
         m1, m2 = st.columns(2)
-        m1.metric(f"bf16 matmul {ceil.get('matmul_n')}×{ceil.get('matmul_n')}", f"{ceil['matmul_bf16_tflops']:.0f} TFLOP/s",
-                  help=f"datasheet: {peak.get('bf16_tflops')} TFLOP/s dense" if peak else None)
-        m2.metric("device-to-device copy", f"{ceil['copy_tb_s']:.2f} TB/s",
-                  help=f"datasheet: {peak.get('memory_tb_s')} TB/s" if peak else None)
-        other = ((shipped.load("h200_ladder") or {}).get("ceilings") or {}).get("matmul_bf16_tflops")
+        m1.metric(f"bf16 matmul {ceil.matmul_n}×{ceil.matmul_n}", f"{ceil.matmul_bf16_tflops:.0f} TFLOP/s",
+                  help=f"datasheet: {peak.bf16_tflops} TFLOP/s dense" if peak else None)
+        m2.metric("device-to-device copy", f"{ceil.copy_tb_s:.2f} TB/s",
+                  help=f"datasheet: {peak.memory_tb_s} TB/s" if peak else None)
+        other = found.ceilings.matmul_bf16_tflops if found and found.ceilings else None
         if peak:
-            st.caption(f"Datasheet ({peak.get('source')}): {peak.get('bf16_tflops')} bf16 TFLOP/s dense, "
-                       f"{peak.get('memory_tb_s')} TB/s. The measured rates are yardsticks from two plain programs "
+            st.caption(f"Datasheet ({peak.source}): {peak.bf16_tflops} bf16 TFLOP/s dense, "
+                       f"{peak.memory_tb_s} TB/s. The measured rates are yardsticks from two plain programs "
                        "(one large matmul, timed warm; a copy that reads and writes every byte), not ceilings: a "
                        "kernel that only reads can pass the copy's rate (page 8's cuDNN decode step does), nothing "
                        "passes the datasheet's, and FP8 tensor cores have twice the bf16 peak. Page 5b's roofline "
@@ -211,7 +213,7 @@ def long_context() -> None:
             st.dataframe(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
                          column_config=FIDELITY)
         common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")
-    same = pd.DataFrame(clocks.one_kernel(data, shipped.load("h200_ladder")))
+    same = pd.DataFrame(clocks.one_kernel(h200, found))
     if not same.empty:
         st.markdown(f"**One kernel, {len(same)} figures**: cuDNN's forward pass at {clocks.ANCHOR} in every shipped "
                     "table, with how each was timed and the GPU's clock state")

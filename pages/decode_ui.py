@@ -9,6 +9,7 @@ import streamlit as st
 from attnlab import shipped
 from attnlab.measure import runs
 from attnlab.studies import kvcache
+from attnlab.studies.suite import SuiteRun
 from pages import charts, common
 
 VARIANTS = ["MHA", "GQA", "MQA"]
@@ -96,13 +97,13 @@ def measured_on_h200(kv_len: int) -> None:
                                          f" (the study's longest; it has {', '.join(f'{n:,}' for n in lengths)}).")
                + " K and V read: the bytes a step must read at least, 2·B·S·K·H·itemsize; GB/s is those bytes over "
                  "the device time, so a program that moves more (a copy) shows fewer GB/s.")
-    _lessons(s, shipped.load(kvcache.SHIPPED))
+    _lessons(s, SuiteRun.load(kvcache.SHIPPED))
     common.download(df, "h200_decode", "Download the H200 decode study (CSV)")
 
 
-def _lessons(s: pd.DataFrame, data: dict | None) -> None:
+def _lessons(s: pd.DataFrame, study: SuiteRun | None) -> None:
     """What the table shows, in words computed from it: who turns fewer bytes into less time, and why not."""
-    peak = (((data or {}).get("environment") or {}).get("peak") or {}).get("memory_tb_s")
+    peak = study.environment.peak.memory_tb_s if study and study.environment.peak else None
     gqa = s[s["variant"] == "GQA"].set_index("implementation")
     if gqa.empty:
         return

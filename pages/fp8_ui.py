@@ -21,7 +21,8 @@ TIME_HELP = "The GPU's own kernel time per call (CUPTI), or the pipelined time p
 
 
 def autocast_study(shape) -> pd.DataFrame:
-    return pd.DataFrame([common.on_device(fp8_study.te_autocast_study, shape)])
+    """The study measured here, as one row (the shipped one is a table of one row too)."""
+    return pd.DataFrame([common.on_device(fp8_study.te_autocast_study, shape).to_json()])
 
 
 def block_study(shape) -> pd.DataFrame:
@@ -56,19 +57,19 @@ def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd
 
 
 def autocast(df: pd.DataFrame) -> None:
-    row = df.iloc[0].to_dict()
-    if row.get("status") != "ok":
-        st.warning(f"The study did not run: {row.get('status')}. {common.literal(str(row.get('reason', '')))}")
+    a = fp8_study.AutocastStudy.from_json(df.iloc[0].dropna().to_dict())
+    if not a.ok:
+        st.warning(f"The study did not run: {a.status}. {common.literal(a.reason)}")
         return
-    same = list(row["bf16_kernels"]) == list(row["autocast_kernels"])
+    same = a.same_kernels
     m1, m2, m3 = st.columns(3)
-    m1.metric("max |output with autocast − without|", f"{row['max_abs_diff_autocast_vs_not']:.3g}")
-    m2.metric("time per call without autocast (ms)", f"{row['bf16_ms']:.4f}", help=TIME_HELP)
-    m3.metric("time per call with FP8 autocast (ms)", f"{row['autocast_ms']:.4f}", help=TIME_HELP)
+    m1.metric("max |output with autocast − without|", f"{a.max_abs_diff_autocast_vs_not:.3g}")
+    m2.metric("time per call without autocast (ms)", f"{a.bf16_ms:.4f}", help=TIME_HELP)
+    m3.metric("time per call with FP8 autocast (ms)", f"{a.autocast_ms:.4f}", help=TIME_HELP)
     (st.success if same else st.warning)(
-        f"At {row.get('shape')}: the kernels are {'identical' if same else 'different'} with and without "
+        f"At {a.shape}: the kernels are {'identical' if same else 'different'} with and without "
         "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
-    common.text_table(fp8_study.kernels_side_by_side(row))
+    common.text_table(fp8_study.kernels_side_by_side(a))
 
 
 def block_chart(good: pd.DataFrame) -> alt.Chart:

@@ -4,6 +4,7 @@ the kernels' source. No attention math here: it lives in attnlab.math.flash, fla
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 import altair as alt
 import numpy as np
@@ -14,6 +15,9 @@ from attnlab.backends import tokamax as tokamax_backend
 from attnlab.math import flash
 from attnlab.studies import clocks, flash_traffic
 from pages import charts, common, roofline_ui, sections
+
+if TYPE_CHECKING:
+    from attnlab.studies.ladder import LadderRun
 
 # skipped tiles are white and crossed (×) on both grids; partly masked tiles orange, never a pale tint
 STATES = ["done", "current", "to come", "skipped"]
@@ -154,41 +158,42 @@ NOT_MEASURED = ("Not measured yet: run `python -m attnlab ladder --out attnlab/s
                 "GPU to ship these measurements with the lab.")
 
 
-def shipped_caption(found: dict) -> None:
-    e = found["environment"]
-    st.caption(f"📦 Measured on {e['device']} (compute capability {e['compute_capability']}), driver "
-               f"{e.get('driver')}, jax {e['jax']}, cuDNN {e['cudnn']}, on {e['date']}, at {found.get('anchor')}. "
+def shipped_caption(found: LadderRun) -> None:
+    """Where and when the shipped ladder was measured."""
+    e = found.environment
+    st.caption(f"📦 Measured on {e.device} (compute capability {e.compute_capability}), driver "
+               f"{e.driver}, jax {e.jax}, cuDNN {e.cudnn}, on {e.date}, at {found.anchor}. "
                f"Shipped with the lab, not measured on this machine. TFLOP/s and ms: {clocks.WARM}.")
 
 
-def ncu_block(found: dict | None) -> None:
+def ncu_block(found: LadderRun | None) -> None:
     from attnlab.studies import ladder
 
     # its own shape, not the sidebar's: said in the heading, beside the model's table at the sidebar's shape
     st.markdown(f"**DRAM bytes counted by an H200 (Nsight Compute) at {ladder.ANCHOR.describe()}**")
-    ncu = (found or {}).get("ncu") or {}
-    if not found or not ncu:
+    ncu = found.ncu if found else {}
+    if not ncu:
         st.info(NOT_MEASURED + " Until then, the model above is all there is.")
         return
     from attnlab import kernels
 
-    rows = [{"implementation": n, "kernel": kernels.describe(c["kernel"]) if c.get("kernel") else None, "read": common.fmt_bytes(c.get("read_bytes")),
-             "written": common.fmt_bytes(c.get("write_bytes")),
+    rows = [{"implementation": n, "kernel": kernels.describe(c.kernel) if c.kernel else None,
+             "read": common.fmt_bytes(c.read_bytes), "written": common.fmt_bytes(c.write_bytes),
              "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
-             "why not measured": c.get("reason")} for n, c in ncu.items()]
+             "why not measured": c.reason or None} for n, c in ncu.items()]
     common.text_table(pd.DataFrame(rows))  # kernel names are long: they wrap
     st.caption("The model counts every re-read of K and V (once per block of queries) as traffic to GPU memory; "
                "the H200's 50 MB L2 cache serves most of those re-reads, so the DRAM counters read far less.")
-    if all("reason" in c for c in ncu.values()):
+    if all(c.reason for c in ncu.values()):
         st.info("The GPU's counters could not be read where the file was made (reasons above): the model only.")
     shipped_caption(found)
 
 
-def mask_sweep_block(found: dict | None) -> None:
+def mask_sweep_block(found: LadderRun | None) -> None:
     from attnlab.studies import ladder
 
     st.markdown("**Kernel time under each mask, B4 T8192 N16 H128 bf16 on an H200**")
-    rows = (found or {}).get("masks")
+    rows = found.masks if found else None
     if rows:
         df = pd.DataFrame(rows)
         df["ms"] = df["device_ms"].fillna(df["throughput_ms"])
@@ -207,10 +212,11 @@ def mask_sweep_block(found: dict | None) -> None:
         st.caption("Kernel time in ms at B4 T8192 N16 H128 bf16, as the lab's authors measured it.")
 
 
-def ladder_block(found: dict | None) -> None:
+def ladder_block(found: LadderRun | None) -> None:
+    """The shipped ladder (None before it is measured): each rung's TFLOP/s, what it adds, the roofline."""
     from attnlab.studies import ladder
 
-    if not found or not found.get("ladder"):
+    if not found or not found.ladder:
         st.info(NOT_MEASURED)
     else:
         shipped_caption(found)

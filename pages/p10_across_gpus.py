@@ -4,7 +4,6 @@ where this host has several GPUs."""
 
 import streamlit as st
 
-from attnlab import shipped
 from attnlab.studies import ring_live, ring_results
 from attnlab.studies import ring_schedule as rs
 from pages import charts, common, ring_ui, sections
@@ -49,13 +48,13 @@ if model.open:
                    f"for {sum(work):g} blocks of work, {max(work):g} on the busiest GPU and {min(work):g} on the idlest.")
 
         st.subheader("Bytes and compute per step")
-        ring_ui.costs(shape, shipped.load(SHIPPED[2]), P, causal, layout)
+        ring_ui.costs(shape, ring_results.RingRun.load(SHIPPED[2]), P, causal, layout)
 
 if measured.open:
     with measured:
         st.caption("**What to look at:** whether the sends hid behind the attention (the timeline), and the length "
                    "from which the ring beats one GPU (speed-up above 1) and beats all-gather.")
-        ring_ui.measured(shipped.load(SHIPPED[2]))
+        ring_ui.measured(ring_results.RingRun.load(SHIPPED[2]))
 
 if more.open:
     with more:
@@ -63,7 +62,7 @@ if more.open:
                    "it stays near 1 as P grows only if each GPU's block of the sequence stays long enough for its "
                    "compute to hide the send.")
         st.subheader("More GPUs: scaling")
-        ring_ui.scaling(*ring_results.scaling({P_: shipped.load(name) for P_, name in SHIPPED.items()}))
+        ring_ui.scaling(*ring_results.scaling({P_: ring_results.RingRun.load(name) for P_, name in SHIPPED.items()}))
 
         st.subheader("Live: the ring against one GPU here")
         info = common.device_info()
@@ -87,8 +86,8 @@ if more.open:
                                      what="The ring")
                 if r is not None:
                     l1, l2, l3, l4 = st.columns(4)
-                    l1.metric("one GPU, wall (ms)", f"{r['one'].wall_ms:.3f}")
-                    l2.metric(f"{method} on {live_P} GPUs, wall (ms)", f"{r['ring'].wall_ms:.3f}")
-                    l3.metric("speed-up", f"{r['one'].wall_ms / r['ring'].wall_ms:.2f}×")
-                    l4.metric("relative error vs one GPU", f"{r['relative_error']:.1e}",
-                              help=f"max abs error {r['max_abs_error']:.2e}")
+                    l1.metric("one GPU, wall (ms)", f"{r.one.wall_ms:.3f}")
+                    l2.metric(f"{method} on {live_P} GPUs, wall (ms)", f"{r.ring.wall_ms:.3f}")
+                    l3.metric("speed-up", f"{r.speedup:.2f}×")
+                    l4.metric("relative error vs one GPU", f"{r.relative_error:.1e}",
+                              help=f"max abs error {r.max_abs_error:.2e}")

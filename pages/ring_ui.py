@@ -9,9 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import shipped
 from attnlab.studies import ring_results
 from attnlab.studies import ring_schedule as rs
+from attnlab.studies.suite import SuiteRun
 from pages import charts, common
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
@@ -108,9 +108,9 @@ def scaling_chart(df: pd.DataFrame) -> alt.Chart:
                     tooltip=common.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))
 
 
-def compiled_order(data: dict) -> None:
+def compiled_order(run: ring_results.RingRun) -> None:
     """The shipped programs' order of sends, waits and attention calls, and why the ring is fenced."""
-    order = ring_results.program_order(data)
+    order = ring_results.program_order(run)
     if order.empty:
         return
     with st.expander("What the compiler scheduled: where each program waits for its send"):
@@ -124,9 +124,9 @@ def compiled_order(data: dict) -> None:
         common.text_table(order)
 
 
-def same_program_notes(data: dict) -> None:
+def same_program_notes(run: ring_results.RingRun) -> None:
     """Where fenced and unfenced compiled alike, their measured gap is noise: say so under the speed-ups."""
-    for m in ring_results.same_programs(data):
+    for m in ring_results.same_programs(run):
         st.caption(f"In the {m.replace('_', '-')} ring the fence changes nothing: both compiled to the same order of "
                    "sends, waits and attention calls (the table above), so the gap between the fenced and the "
                    "unfenced line is run-to-run noise, a measure of how far to trust one run.")
@@ -146,10 +146,10 @@ def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
         st.info(f"Not measured (no results ship): {', '.join(f'{n} GPUs' for n in missing)}.")
 
 
-def costs(shape, data: dict | None, P: int, causal: bool, layout: str) -> None:
+def costs(shape, run: ring_results.RingRun | None, P: int, causal: bool, layout: str) -> None:
     """Bytes sent against FLOPs computed per ring step over T (a model at measured rates), where compute
     hides the send, and the table of it."""
-    rates = ring_results.rates(data, shipped.load("h200"), shape.dtype)
+    rates = ring_results.rates(run, SuiteRun.load("h200"), shape.dtype)
     st.write(
         f"Each step, every GPU sends its K and V blocks, 2·B·(S/P)·K·H·itemsize bytes, while it computes one block "
         f"of attention, about 4·B·(T/P)·(S/P)·N·H FLOPs (with a causal mask, a block on the diagonal half of that "
@@ -158,22 +158,22 @@ def costs(shape, data: dict | None, P: int, causal: bool, layout: str) -> None:
         f"K={shape.kv_heads}, H={shape.head_dim}, {shape.dtype}, {'causal' if causal else 'not causal'}, "
         f"{LAYOUTS[layout]}, on P={P} GPUs, with T = S:"
     )
-    if rates["flops_per_s"] is None:
+    if rates.flops_per_s is None:
         st.warning("No measured attention rate ships with this version, so the crossover cannot be drawn.")
     else:
         lengths = [2**k for k in range(10, 21)]
         table = pd.DataFrame(rs.step_costs(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize, P,
-                                           lengths, rates["flops_per_s"], rates["bytes_per_s"], causal=causal,
+                                           lengths, rates.flops_per_s, rates.bytes_per_s, causal=causal,
                                            layout=layout))
-        hiding_T = rs.hiding_length(shape.heads, shape.kv_heads, shape.itemsize, P, rates["flops_per_s"],
-                                    rates["bytes_per_s"], causal=causal, layout=layout)
+        hiding_T = rs.hiding_length(shape.heads, shape.kv_heads, shape.itemsize, P, rates.flops_per_s,
+                                    rates.bytes_per_s, causal=causal, layout=layout)
         m1, m2, m3 = st.columns(3)
         m1.metric("sequence length where compute hides the send", f"T ≈ {hiding_T:,}",
                   help="the dashed line: the shortest T with the busiest GPU's compute per step ≥ its send")
-        m2.metric("attention rate assumed", f"{rates['flops_per_s'] / 1e12:.0f} TFLOP/s", help=rates["flops_source"])
-        m3.metric("link bandwidth assumed (one way)", f"{rates['bytes_per_s'] / 1e9:.0f} GB/s", help=rates["bytes_source"])
+        m2.metric("attention rate assumed", f"{rates.flops_per_s / 1e12:.0f} TFLOP/s", help=rates.flops_source)
+        m3.metric("link bandwidth assumed (one way)", f"{rates.bytes_per_s / 1e9:.0f} GB/s", help=rates.bytes_source)
         charts.draw(st, costs_chart, table, hiding_T, width="stretch")
-        st.caption(f"Rates: attention, {rates['flops_source']}; link, {rates['bytes_source']}. {rates['measured']}. A model, not a "
+        st.caption(f"Rates: attention, {rates.flops_source}; link, {rates.bytes_source}. {rates.measured}. A model, not a "
                    "measurement: the same rate at every length.")
         common.table(table.rename(columns={"bytes_per_step": "bytes"}), column_config={
             "tokens_per_device": st.column_config.NumberColumn("tokens per GPU (T/P)", format="%d"),
@@ -184,43 +184,43 @@ def costs(shape, data: dict | None, P: int, causal: bool, layout: str) -> None:
             "hidden": st.column_config.CheckboxColumn("compute hides the send")})
 
 
-def measured(data: dict | None) -> None:
+def measured(run: ring_results.RingRun | None) -> None:
     """The shipped 2 × H200 ring results: a per-step timeline, speed-up and efficiency against one GPU,
     where the ring starts to pay, its correctness; or why they are absent."""
-    if data is None:
+    if run is None:
         st.info("The ring benchmark's results (`scripts/ring_bench.py` on two H200s, shipped as "
                 "`attnlab/shipped/ring_h200x2.json`) do not ship with this version yet, so there is no per-step "
                 "timeline, speed-up or crossover to show. The ring and the bytes-per-step model (the first tab) do not need them.")
     else:
-        st.caption(f"📦 {ring_results.label(data)}. Shipped with the lab, not measured on this machine.")
+        st.caption(f"📦 {ring_results.label(run)}. Shipped with the lab, not measured on this machine.")
         mask = st.radio("mask", ring_results.MASKS, format_func=lambda m: m.replace("_", "-"), horizontal=True,
                         key="p11_mask")
-        summary = ring_results.timeline_summary(data, mask)
+        summary = ring_results.timeline_summary(run, mask)
         if summary:
             t1, t2, t3 = st.columns(3)
-            t1.metric(f"ring, overlapped (T={summary['T']:,})", f"{summary['ring_ms']:.3f} ms", help=summary["variant"])
-            t2.metric("ring, send after compute", f"{summary['ring_no_overlap_ms']:.3f} ms")
-            t3.metric("transfer hidden by overlap", f"{summary['transfer_hidden']:.0%}",
+            t1.metric(f"ring, overlapped (T={summary.T:,})", f"{summary.ring_ms:.3f} ms", help=summary.variant)
+            t2.metric("ring, send after compute", f"{summary.ring_no_overlap_ms:.3f} ms")
+            t3.metric("transfer hidden by overlap", f"{summary.transfer_hidden:.0%}",
                       help="(no-overlap − overlapped) / total transfer time, clipped to 0–100 %")
-            charts.draw(st, timeline_chart, ring_results.timeline(data, mask), width="stretch")
-            st.caption(f"Bars: each step's compute (with its merge) and one send ({summary['send_ms']:.3f} ms, "
-                       f"{summary['send_GBps']:.0f} GB/s), each timed alone and laid end to end; the metrics above "
+            charts.draw(st, timeline_chart, ring_results.timeline(run, mask), width="stretch")
+            st.caption(f"Bars: each step's compute (with its merge) and one send ({summary.send_ms:.3f} ms, "
+                       f"{summary.send_GBps:.0f} GB/s), each timed alone and laid end to end; the metrics above "
                        "are the whole ring, timed. Overlap is the compiler's decision: XLA's scheduler lets one "
                        "collective run beside compute at a time unless told otherwise, and a ring step sends two "
                        "(K and V), so the benchmark allows two in flight "
                        "(`--xla_gpu_experimental_parallel_collective_overlap_limit=2`); without it the compiled "
                        "program sent V before any attention started.")
-            compiled_order(data)
-        speed = ring_results.speedups(data)
+            compiled_order(run)
+        speed = ring_results.speedups(run)
         y = st.radio("y axis", ["speedup", "efficiency"], horizontal=True, key="p11_speed_y")
         charts.draw(st, speedup_chart, speed, y, width="stretch")
         st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                    "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
-        same_program_notes(data)
-        common.text_table(ring_results.crossovers(data))  # every row in view: eleven lines, eleven rows
-        if ring_results.skipped(data):
-            st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(data)}.")
-        errors = data.get("correctness_rel_err", {})
-        st.caption(f"Correct: relative error against one GPU at T={errors.get('T')}: non-causal "
-                   f"{errors.get('non_causal', float('nan')):.1e}, causal {errors.get('causal', float('nan')):.1e}.")
+        same_program_notes(run)
+        common.text_table(ring_results.crossovers(run))  # every row in view: eleven lines, eleven rows
+        if ring_results.skipped(run):
+            st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(run)}.")
+        errors = run.correctness
+        st.caption(f"Correct: relative error against one GPU at T={errors.T}: non-causal "
+                   f"{errors.non_causal:.1e}, causal {errors.causal:.1e}.")
         common.download(speed, "ring_h200x2_speedups")

@@ -8,8 +8,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from attnlab import shipped
 from attnlab.studies import kvcache, roofline
+from attnlab.studies.ladder import LadderRun
+from attnlab.studies.suite import Ceilings, SuiteRun
 from pages import charts, common
 
 
@@ -43,9 +44,9 @@ def roofline_chart(points: pd.DataFrame, roofs: pd.DataFrame) -> alt.Chart:
         height=380)
 
 
-def block(found: dict) -> None:
+def block(found: LadderRun) -> None:
     """The roofline of the shipped ladder with its captions, or nothing when the file has no ceilings."""
-    if not found.get("ceilings") or not found.get("ladder"):
+    if not found.ceilings or not found.ladder:
         return
     points = pd.DataFrame(roofline.points(found))
     if points.empty:
@@ -60,23 +61,23 @@ def block(found: dict) -> None:
                             for _, r in counted.iterrows())
            + ", because the 50 MB L2 cache serves most re-reads of K and V."
            + (" By its counted bytes each sits under the compute roofs, not above the bandwidth roofs as its model's "
-              "point does." if (counted["achieved_tflops"] <= found["ceilings"]["matmul_bf16_tflops"]).all() else "")
+              "point does." if (counted["achieved_tflops"] <= found.ceilings.matmul_bf16_tflops).all() else "")
            if not counted.empty else ".")
         + " The FP8 rung runs on FP8 tensor cores, whose datasheet peak is twice bf16's: the bf16 roofs do not bound it.")
     _why_short(found)
-    _piles_and_ridge(points[points["bytes"] == roofline.MODEL], found["ceilings"])
+    _piles_and_ridge(points[points["bytes"] == roofline.MODEL], found.ceilings)
 
 
-def _why_short(found: dict) -> None:
+def _why_short(found: LadderRun) -> None:
     """One sentence: why the measured roof sits under the datasheet's."""
     s = roofline.shortfall(found)
     if not s:
         return
-    decode = shipped.load(kvcache.SHIPPED) or {}
-    read = roofline.fastest_read_tb_s((decode.get("tables") or {}).get("decode"))
+    decode = SuiteRun.load(kvcache.SHIPPED)
+    read = roofline.fastest_read_tb_s(decode.tables.get("decode") if decode else None)
     st.caption(
-        f"Why the solid roof (measured: {s['copy_tb_s']:.2f} TB/s, {s['copy_pct']:.0f} % of the datasheet's "
-        f"{s['sheet_tb_s']:g}; {s['matmul_tflops']:.0f} TFLOP/s, {s['matmul_pct']:.0f} % of its {s['sheet_tflops']:g}) "
+        f"Why the solid roof (measured: {s.copy_tb_s:.2f} TB/s, {s.copy_pct:.0f} % of the datasheet's "
+        f"{s.sheet_tb_s:g}; {s.matmul_tflops:.0f} TFLOP/s, {s.matmul_pct:.0f} % of its {s.sheet_tflops:g}) "
         "sits under the dashed one: the datasheet multiplies every memory pin and every tensor core, busy every cycle "
         "at the top clock; a real program loses time to DRAM refresh and to turning the bus between reads and writes "
         "(a copy does both for every byte), and a long matmul draws enough power that the GPU lowers its clock. "
@@ -84,13 +85,13 @@ def _why_short(found: dict) -> None:
         + (f": page 8's cuDNN decode step, which only reads, reads K and V at up to {read:.2f} TB/s." if read else "."))
 
 
-def _piles_and_ridge(points: pd.DataFrame, ceilings: dict) -> None:
+def _piles_and_ridge(points: pd.DataFrame, ceilings: Ceilings) -> None:
     """Say which dots hide others (one marker drawn on top) and which rung sits where the roof turns."""
     name = lambda r: f"{r['label']}{' (causal)' if r['causal'] else ''}"  # noqa: E731
     piles = [f"{', '.join(name(r) for _, r in g.iterrows())} at {g['intensity'].iloc[0]:.0f} FLOPs/byte "
              f"({g['achieved_tflops'].min():.0f}-{g['achieved_tflops'].max():.0f} TFLOP/s)"
              for g in charts.piles(points, "intensity", "achieved_tflops")]
-    ridge = ceilings["matmul_bf16_tflops"] / ceilings["copy_tb_s"]
+    ridge = ceilings.matmul_bf16_tflops / ceilings.copy_tb_s
     at = points[(points["intensity"] - ridge).abs() <= 0.1 * ridge]
     st.caption(("Hollow dots on top of one another (the same traffic model, TFLOP/s within a tenth): "
                 + "; ".join(piles) + ". " if piles else "")

@@ -6,7 +6,8 @@ import pytest
 
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
-from attnlab.studies import flash_traffic, ladder
+from attnlab.studies import flash_traffic, ladder, suite
+from attnlab.studies.suite import Ceilings
 
 TINY = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16, dtype="bfloat16")
 NAMES = ["sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -38,30 +39,30 @@ def test_mask_sweep_labels_each_mask_and_its_visible_fraction():
     assert rows[3]["window"] == "8,0" and rows[-1]["kv_lengths"] == "16"
 
 
-def test_ncu_absent_gives_none_and_a_reason():
-    counters, why = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu="/nonexistent/ncu")
-    assert counters is None and "not installed" in why
+def test_ncu_absent_gives_no_bytes_and_a_reason():
+    counters = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu="/nonexistent/ncu")
+    assert not counters.measured and counters.read_bytes is None and "not installed" in counters.reason
 
 
 def test_ncu_failure_is_a_reason_not_an_exception(tmp_path):
     fake = tmp_path / "ncu"
     fake.write_text("#!/bin/sh\necho '==ERROR== ERR_NVGPUCTRPERM - no permission' >&2\nexit 1\n")
     fake.chmod(0o755)
-    counters, why = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu=str(fake), timeout_s=10)
-    assert counters is None and "ERR_NVGPUCTRPERM" in why
+    counters = ladder.ncu_dram_bytes(TINY, "sdpa_cudnn", ncu=str(fake), timeout_s=10)
+    assert not counters.measured and "ERR_NVGPUCTRPERM" in counters.reason
 
 
 def test_parse_ncu_csv_in_any_byte_unit():
     text = ('==PROF== Connected\n"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
             '"0","cudnn_fmha_kernel","dram__bytes_read.sum","Mbyte","1,234.5"\n'
             '"0","cudnn_fmha_kernel","dram__bytes_write.sum","byte","2048"\n')
-    assert ladder.parse_ncu(text) == {"kernel": "cudnn_fmha_kernel", "read_bytes": 1_234_500_000,
-                                      "write_bytes": 2048}
+    assert ladder.parse_ncu(text) == ladder.NcuCount(kernel="cudnn_fmha_kernel", read_bytes=1_234_500_000,
+                                                     write_bytes=2048)
     assert ladder.parse_ncu("no csv here") is None
 
 
 def test_roofline_math():
-    ceilings = {"matmul_bf16_tflops": 700.0, "copy_tb_s": 4.0}
+    ceilings = Ceilings(matmul_bf16_tflops=700.0, copy_tb_s=4.0)
     shape = ladder.ANCHOR
     row = {"implementation": "sdpa_cudnn", "label": "cuDNN", "status": "ok", "pass": "forward", "tflops": 600.0,
            "device_tflops": None, "gflop": shape.flops() / 1e9, **shape.columns()}
@@ -85,27 +86,44 @@ def test_roofline_math():
 
 
 def test_run_all_writes_the_shipped_structure(tmp_path, monkeypatch):
-    from attnlab.studies import suite
-
-    monkeypatch.setattr(suite, "ceilings", lambda: {"matmul_bf16_tflops": 1.0, "copy_tb_s": 0.1})
+    monkeypatch.setattr(suite, "ceilings", lambda: Ceilings(matmul_bf16_tflops=1.0, copy_tb_s=0.1))
     out = tmp_path / "ladder.json"
     monkeypatch.setattr(ladder, "BACKWARD_FRACTIONS", (1,))
     result = ladder.run_all(str(out), anchor=TINY, budget_s=0.02, ncu_names=("sdpa_cudnn",), log=lambda s: None)
+    assert isinstance(result, ladder.LadderRun) and isinstance(result.environment, suite.Environment)
     data = json.loads(out.read_text())
-    assert data.keys() == result.keys() >= {"environment", "ceilings", "ladder", "masks", "flash_t4096",
-                                            "backward_memory", "ncu", "seconds"}
+    assert data.keys() == result.to_json().keys() >= {"environment", "ceilings", "ladder", "masks", "flash_t4096",
+                                                      "backward_memory", "ncu", "seconds"}
     assert {r["implementation"] for r in data["ladder"]} == set(ladder.LADDER)
     assert "reason" in data["ncu"]["sdpa_cudnn"]
-    assert ladder.summary(data)[0].startswith(data["environment"]["device"])
+    again = ladder.LadderRun.from_json(data)  # the file reads back as the run that wrote it
+    assert again.ceilings == result.ceilings and again.ncu == result.ncu and again.anchor == TINY.describe()
+    assert ladder.summary(again)[0].startswith(result.environment.device)
     late = ladder.run_all(None, anchor=TINY, budget_s=0.02, ncu_names=("sdpa_cudnn",), ncu_after_s=0,
                           log=lambda s: None)
-    assert late["ncu"]["sdpa_cudnn"]["reason"].startswith("skipped")
+    assert late.ncu["sdpa_cudnn"].reason.startswith("skipped")
+
+
+def test_the_shipped_ladder_loads_typed_with_its_units_and_other_files_are_refused():
+    from attnlab import shipped
+    from attnlab.device import Peak
+
+    found = ladder.LadderRun.load()
+    assert found.environment.device == "NVIDIA H200" and isinstance(found.environment.peak, Peak)
+    assert found.environment.peak.fp8_tflops == 1979.0
+    assert found.ceilings.matmul_n == 8192 and 800 < found.ceilings.matmul_bf16_tflops < 900
+    assert 3 < found.ceilings.copy_tb_s < 4 and found.ceilings.copy_bytes == 2**31
+    cudnn = found.ncu["sdpa_cudnn"]
+    assert cudnn.measured and cudnn.read_bytes > cudnn.write_bytes > 0 and cudnn.shape == ladder.ANCHOR.describe()
+    assert {r["implementation"] for r in found.ladder} == set(ladder.LADDER)
+    with pytest.raises(ValueError, match="not a ladder file"):
+        ladder.LadderRun.from_json(shipped.load("h200"))
 
 
 def test_cli_ladder_subcommand_is_wired(monkeypatch, tmp_path, capsys):
     from attnlab import cli
 
-    fake = {"environment": {"device": "cpu"}, "anchor": "x", "seconds": 1.0}
+    fake = ladder.LadderRun(suite.Environment(date="2000-01-01", device="cpu"), "x", seconds=1.0)
     monkeypatch.setattr(ladder, "run_all", lambda out, log: fake)
     assert cli.main(["ladder", "--out", str(tmp_path / "l.json")]) == 0
     assert capsys.readouterr().out.startswith("cpu")

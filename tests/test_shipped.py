@@ -47,7 +47,7 @@ def test_every_shipped_refusal_reads_one_budget_rule_with_the_gpus_memory():
     # naive and XLA at T = 16,384 with 129 against 193 GiB (an older estimate) though their scratch is the same
     from attnlab.studies import ladder
 
-    rows = shipped.frame("long_context").to_dict("records") + ladder.load_shipped()["ladder"]
+    rows = shipped.frame("long_context").to_dict("records") + ladder.load_shipped().ladder
     refused = [r for r in rows if r["status"] == "over the memory budget"]
     assert len(refused) >= 20
     rules = {r["reason"].split(", over ")[1] for r in refused}
@@ -56,3 +56,33 @@ def test_every_shipped_refusal_reads_one_budget_rule_with_the_gpus_memory():
     at = {(r["implementation"], r["pass"]): r["reason"].split(" of GPU")[0] for r in refused
           if r["shape"] == "B4 T16384 S16384 N16 K16 H128 bfloat16"}
     assert at[("naive", "forward")] == at[("sdpa_xla", "forward")] == "needs about 196.00 GiB"
+
+
+def test_the_shipped_suite_files_load_typed_with_their_units():
+    from attnlab.device import Peak
+    from attnlab.studies import fp8_study
+    from attnlab.studies.suite import Ceilings, Environment, SuiteRun
+
+    h200 = SuiteRun.load("h200")
+    assert isinstance(h200.environment, Environment) and h200.environment.device == "NVIDIA H200"
+    assert isinstance(h200.environment.peak, Peak) and h200.environment.peak.bf16_tflops == 989.5
+    assert isinstance(h200.ceilings, Ceilings) and h200.ceilings.matmul_n == 8192
+    assert 700 < h200.ceilings.matmul_bf16_tflops < 900 and 3 < h200.ceilings.copy_tb_s < 4
+    assert {"default", "long_context"} <= set(h200.tables) and h200.fidelity and h200.fp8_attention
+    a = h200.te_autocast
+    assert isinstance(a, fp8_study.AutocastStudy) and a.ok and a.same_kernels and a.bf16_ms > 0
+    assert a.to_json() == shipped.load("h200")["te_autocast"]  # reads back as written
+    decode = SuiteRun.load("h200_decode")
+    assert decode.tables["decode"] and decode.te_autocast is None and decode.fidelity is None
+    assert SuiteRun.load("no-such-gpu") is None
+
+
+def test_a_file_of_another_kind_is_refused_with_a_reason():
+    import pytest
+
+    from attnlab.studies.suite import SuiteRun
+
+    with pytest.raises(ValueError, match="not a benchmark suite file"):
+        SuiteRun.from_json(shipped.load("ring_h200x2"))
+    with pytest.raises(ValueError, match="not a benchmark suite file"):
+        SuiteRun.from_json({"tables": {}})

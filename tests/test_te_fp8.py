@@ -68,3 +68,24 @@ def test_fp8_quantisation_uses_the_whole_e4m3_range():
 def test_snippets_for_hopper_users_compile_as_python():
     compile(fp8.HOPPER_SNIPPET, "fp8", "exec")
     compile(te.TE_SNIPPET, "te", "exec")
+
+
+def test_the_autocast_study_is_typed_and_reads_back_as_the_suite_writes_it(monkeypatch):
+    import dataclasses
+
+    from attnlab.studies import fp8_study
+
+    monkeypatch.setattr(te, "import_error", lambda: "TransformerEngine is not installed")
+    absent = fp8_study.te_autocast_study(AttentionShape(dtype="bfloat16"))
+    assert isinstance(absent, fp8_study.AutocastStudy) and not absent.ok
+    assert absent.to_json() == {"status": "unsupported", "reason": "TransformerEngine is not installed"}
+    row = {"status": "ok", "shape": "B4 T2048", "max_abs_diff_autocast_vs_not": 0.0, "bf16_ms": 0.2,
+           "autocast_ms": 0.25, "bf16_kernels": ["a", "b"], "autocast_kernels": ["a", "b"]}
+    a = fp8_study.AutocastStudy.from_json(row)
+    assert a.ok and a.same_kernels and a.bf16_ms == 0.2 and a.bf16_kernels == ("a", "b")
+    assert a.to_json() == row  # 0.0 is kept: it is the measured difference
+    assert list(fp8_study.kernels_side_by_side(a).columns) == ["kernels without autocast", "kernels with autocast"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.bf16_ms = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="not an autocast study"):
+        fp8_study.AutocastStudy.from_json({"bf16_ms": 0.2})

@@ -10,6 +10,12 @@ shipped figure of cuDNN at one shape in one table, each with its time source and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnlab.studies.ladder import LadderRun
+    from attnlab.studies.suite import SuiteRun
+
 BOOST = "boost (after 1 s idle; clock read)"
 SUSTAINED = "sustained (after 1.5 s of calls; clock read)"
 WARM = "warm, clock not read (after a 0.2 s warm-up)"
@@ -19,27 +25,27 @@ NOTE = ("TFLOP/s shipped from the H200 were timed warm, with the clock not read:
 ANCHOR = "B4 T8192 S8192 N16 K16 H128 bfloat16"
 
 
-def one_kernel(h200: dict | None, ladder: dict | None, name: str = "sdpa_cudnn", shape: str = ANCHOR) -> list[dict]:
+def one_kernel(h200: SuiteRun | None, ladder: LadderRun | None, name: str = "sdpa_cudnn",
+               shape: str = ANCHOR) -> list[dict]:
     """Every shipped TFLOP/s of `name`'s forward pass at `shape` (not causal): where it is shown, how it was
     timed (device time through CUPTI, or throughput time), the clock state, the figure."""
-    h200, ladder = h200 or {}, ladder or {}
     rows = []
 
     def add(where, source, clock, value):
         if value:
             rows.append({"where": where, "time": source, "clock": clock, "TFLOP/s": round(float(value), 1)})
 
-    for r in h200.get("fidelity", []):
+    for r in (h200.fidelity or []) if h200 else []:
         if r.get("implementation") == name and r.get("shape") == shape:
             add("page 7, fidelity table", "throughput (many calls, one wait)", WARM, r.get("harness_tflops"))
             add("page 7, fidelity table", "device (CUPTI)", WARM, r.get("harness_device_tflops"))
-    for r in (h200.get("tables") or {}).get("long_context", []):
+    for r in h200.tables.get("long_context", []) if h200 else []:
         if r.get("implementation") == name and r.get("shape") == shape and r.get("pass") == "forward":
             add("page 7, long-context chart", "device (CUPTI)", WARM, r.get("device_tflops"))
-    for r in ladder.get("ladder", []):
+    for r in ladder.ladder if ladder else []:
         if r.get("implementation") == name and r.get("shape") == shape and r.get("pass") == "forward":
             add("page 5b, the ladder", "device (CUPTI)", WARM, r.get("device_tflops"))
-    for r in h200.get("fp8_attention", []):
+    for r in (h200.fp8_attention or []) if h200 else []:
         if r.get("shape") == shape and r.get("status", "ok") == "ok":
             add("page 9, FP8 study (bf16 side)", "device (CUPTI)", BOOST, r.get("bf16_burst_tflops"))
             add("page 9, FP8 study (bf16 side)", "device (CUPTI)", SUSTAINED, r.get("bf16_tflops"))

@@ -1,13 +1,15 @@
 """FP8: cuDNN's FP8 attention against bf16, and TransformerEngine's autocast and FP8 dense layers.
 
 Studies built on the one harness (`timing`) and the registry; the suite (`suite.py`) runs them on
-a GPU and the TransformerEngine & FP8 page shows what they found.
+a GPU and the TransformerEngine & FP8 page shows what they found. The autocast study is one typed
+`AutocastStudy`; the FP8 attention and TE block studies are rows of a table (their keys name the units).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -96,10 +98,45 @@ def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
     return rows
 
 
-def te_autocast_study(shape: AttentionShape) -> dict:
+@dataclasses.dataclass(frozen=True)
+class AutocastStudy:
+    """(a): TE's DotProductAttention with and without `te.autocast`: output difference, time, kernels."""
+
+    status: str  # "ok", "unsupported" or "error"
+    reason: str = ""  # why not, when status is not "ok"
+    shape: str = ""
+    max_abs_diff_autocast_vs_not: float | None = None  # max |output with autocast - without|
+    bf16_ms: float | None = None  # ms per call without autocast (CUPTI device time, else pipelined)
+    autocast_ms: float | None = None  # ms per call under FP8 autocast
+    bf16_kernels: tuple[str, ...] = ()  # kernel names, in launch order
+    autocast_kernels: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def same_kernels(self) -> bool:
+        return list(self.bf16_kernels) == list(self.autocast_kernels)
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> AutocastStudy:
+        names = {f.name for f in dataclasses.fields(cls)}
+        if "status" not in d:
+            raise ValueError("not an autocast study: it has no 'status'")
+        kernels = {k: tuple(d.get(k) or ()) for k in ("bf16_kernels", "autocast_kernels")}
+        return cls(**{**{k: v for k, v in d.items() if k in names}, **kernels})
+
+    def to_json(self) -> dict:
+        """As the suite's file holds it: the parts a study made (an unrun study is its status and reason)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+                if v not in (None, "", ())}
+
+
+def te_autocast_study(shape: AttentionShape) -> AutocastStudy:
     """(a): does te.autocast change DotProductAttention's output, kernels or time?"""
     if te.import_error():
-        return {"status": "unsupported", "reason": te.import_error()}
+        return AutocastStudy("unsupported", te.import_error())
     try:
         args = runs.make_inputs(shape)
         out = {}
@@ -108,18 +145,17 @@ def te_autocast_study(shape: AttentionShape) -> dict:
             t = timing.time_compiled(exe, args)
             out[enabled] = (np.asarray(exe(*args), np.float32), t)
         (o0, t0), (o1, t1) = out[False], out[True]
-        return {
-            "status": "ok", "shape": shape.describe(),
-            "max_abs_diff_autocast_vs_not": float(np.abs(o0 - o1).max()),
-            "bf16_ms": t0.device_ms or t0.throughput_ms, "autocast_ms": t1.device_ms or t1.throughput_ms,
-            "bf16_kernels": [k for k, _ in t0.kernels], "autocast_kernels": [k for k, _ in t1.kernels],
-        }
+        return AutocastStudy(
+            "ok", shape=shape.describe(), max_abs_diff_autocast_vs_not=float(np.abs(o0 - o1).max()),
+            bf16_ms=t0.device_ms or t0.throughput_ms, autocast_ms=t1.device_ms or t1.throughput_ms,
+            bf16_kernels=tuple(k for k, _ in t0.kernels), autocast_kernels=tuple(k for k, _ in t1.kernels))
     except Exception as e:
-        return {"status": "error", "reason": f"{type(e).__name__}: {str(e)[:400]}"}
+        return AutocastStudy("error", f"{type(e).__name__}: {str(e)[:400]}")
 
 
 def te_block_study(shape: AttentionShape) -> list[dict]:
-    """(b): an attention block of TE layers in bf16 and under FP8 autocast: time, TFLOP/s, error."""
+    """(b): an attention block of TE layers in bf16 and under FP8 autocast, a table row per recipe: ms (per
+    call), tflops, rel_err_vs_bf16, top_kernels ([name, µs] pairs), or status and reason."""
     if te.import_error():
         return [{"status": "unsupported", "reason": te.import_error()}]
     rows = []
@@ -169,9 +205,9 @@ def kernel_cell(names) -> str:
                      else kernels.describe(str(k)) for k in (names if isinstance(names, (list, tuple)) else []))
 
 
-def kernels_side_by_side(row: dict) -> pd.DataFrame:
+def kernels_side_by_side(study: AutocastStudy) -> pd.DataFrame:
     """The autocast study's two kernel lists as two columns of equal length."""
-    a, b = list(row.get("bf16_kernels") or []), list(row.get("autocast_kernels") or [])
+    a, b = list(study.bf16_kernels), list(study.autocast_kernels)
     n = max(len(a), len(b))
     pad = lambda ks: [kernels.describe(k, 56) for k in ks] + [""] * (n - len(ks))  # noqa: E731 (fits half a page)
     return pd.DataFrame({"kernels without autocast": pad(a), "kernels with autocast": pad(b)})

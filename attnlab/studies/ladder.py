@@ -5,7 +5,8 @@ the fused kernel) shows that file. Every figure is measured through `runs` (the 
 other measurement is Nsight Compute's DRAM byte counters (`ncu_dram_bytes`), optional and read in a
 subprocess. The same code runs on a CPU at small shapes (tests), where the GPU rungs say why they cannot.
 
-JSON written by `run_all` (every table a list of `runs.Result.row()` dicts plus the keys named):
+`run_all` returns a `LadderRun`; `LadderRun.load()` reads the shipped file once. Its JSON (every table a
+list of `runs.Result.row()` dicts plus the keys named):
     environment    suite.environment(): device, compute capability, driver, versions, date, datasheet peak
     ceilings       suite.ceilings(): measured bf16 matmul TFLOP/s and copy TB/s
     ladder         rows of LADDER at ANCHOR, causal and not, forward (accuracy + timing) and, for the rungs
@@ -13,13 +14,14 @@ JSON written by `run_all` (every table a list of `runs.Result.row()` dicts plus 
     flash_t4096    sdpa_xla and flash_jax at ANCHOR with T = S = 4096 (time and compiled temp bytes)
     masks          MASK_NAMES under each mask of `masks(ANCHOR)`; + 'mask' (its label)
     backward_memory  naive, flash_jax, sdpa_cudnn forward+backward compiled at T = S = 1024 ... 8192
-    ncu            per implementation: {'read_bytes', 'write_bytes', 'kernel', 'shape'} or {'reason'}
+    ncu            per implementation: an `NcuCount` ({'read_bytes', 'write_bytes', 'kernel', 'shape'} or {'reason'})
     seconds        how long run_all took
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -29,11 +31,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from attnlab.measure import runs
 from attnlab.shapes import NO_MASK, AttentionShape
 from attnlab.studies import flash_traffic
+from attnlab.studies.suite import Ceilings, Environment
 
 ANCHOR = AttentionShape(batch=4, q_len=8192, kv_len=8192, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
 LADDER = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tokamax_mosaic", "sdpa_cudnn",
@@ -105,7 +108,7 @@ def model_bytes(shape: AttentionShape, name: str, block_q: int = BLOCK_Q) -> int
     return flash_traffic.traffic_naive(*dims, itemsize)["total"]
 
 
-def roofline(rows: Iterable[dict], ceilings: dict, block_q: int = BLOCK_Q) -> list[dict]:
+def roofline(rows: Iterable[dict], ceilings: Ceilings, block_q: int = BLOCK_Q) -> list[dict]:
     """Each measured forward row as a point: arithmetic intensity (FLOPs per byte of the traffic model) and
     achieved TFLOP/s, with what the measured ceilings allow there: min(matmul TFLOP/s, copy TB/s × intensity)."""
     out = []
@@ -120,7 +123,7 @@ def roofline(rows: Iterable[dict], ceilings: dict, block_q: int = BLOCK_Q) -> li
         flops = float(r.get("gflop") or shape.flops() / 1e9) * 1e9
         traffic = model_bytes(shape, r["implementation"], block_q)
         intensity = flops / traffic
-        attainable = min(ceilings["matmul_bf16_tflops"], ceilings["copy_tb_s"] * intensity)
+        attainable = min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * intensity)
         out.append({"implementation": r["implementation"], "label": r.get("label"), "causal": r["causal"],
                     "model": MODEL.get(r["implementation"], "naive"), "model_bytes": traffic,
                     "intensity": intensity, "achieved_tflops": achieved, "attainable_tflops": attainable,
@@ -128,40 +131,107 @@ def roofline(rows: Iterable[dict], ceilings: dict, block_q: int = BLOCK_Q) -> li
     return out
 
 
-def roof(ceilings: dict, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> list[dict]:
+def roof(ceilings: Ceilings, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> list[dict]:
     """The roof as points (log-spaced intensity, min(compute, bandwidth × intensity)), and the ridge point."""
     step = (math.log10(hi) - math.log10(lo)) / (points - 1)
     xs = [10 ** (math.log10(lo) + i * step) for i in range(points)]
-    ridge = ceilings["matmul_bf16_tflops"] / ceilings["copy_tb_s"]
-    return [{"intensity": x, "tflops": min(ceilings["matmul_bf16_tflops"], ceilings["copy_tb_s"] * x)}
+    ridge = ceilings.matmul_bf16_tflops / ceilings.copy_tb_s
+    return [{"intensity": x, "tflops": min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * x)}
             for x in sorted(xs + [ridge])]
 
 
+# --------------------------------------------------------------------------------------------
+# the file, typed
+# --------------------------------------------------------------------------------------------
 SHIPPED_NAME = "h200_ladder"
 
 
-def load_shipped() -> dict | None:
+@dataclasses.dataclass(frozen=True)
+class NcuCount:
+    """Nsight Compute's DRAM counters for one call of one kernel, or why there are none (`reason`)."""
+
+    read_bytes: int | None = None  # DRAM bytes read
+    write_bytes: int | None = None  # DRAM bytes written
+    kernel: str | None = None  # the kernel's name as profiled
+    shape: str | None = None  # AttentionShape.describe() of the shape it ran at
+    reason: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.read_bytes is not None and self.write_bytes is not None
+
+    @classmethod
+    def from_json(cls, c: Mapping) -> NcuCount:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in c.items() if k in names})
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "")}
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderRun:
+    """Everything page 5b shows as measured (`run_all`), or the shipped file of it (`LadderRun.load()`).
+
+    The tables are rows in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, temp_bytes, ...)."""
+
+    environment: Environment
+    anchor: str  # AttentionShape.describe() of ANCHOR
+    ceilings: Ceilings | None = None
+    ladder: list[dict] = dataclasses.field(default_factory=list)  # + 'rung'
+    flash_t4096: list[dict] = dataclasses.field(default_factory=list)
+    masks: list[dict] = dataclasses.field(default_factory=list)  # + 'mask', 'visible_fraction'
+    backward_memory: list[dict] = dataclasses.field(default_factory=list)
+    ncu: Mapping[str, NcuCount] = dataclasses.field(default_factory=dict)  # per implementation
+    seconds: float = 0.0  # how long run_all took
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> LadderRun:
+        """A ladder file's dict (`python -m attnlab ladder`); ValueError for any other file."""
+        if not isinstance(data, Mapping) or "device" not in (data.get("environment") or {}) or "ladder" not in data:
+            raise ValueError("not a ladder file (python -m attnlab ladder): it needs 'ladder' and 'environment.device'")
+        return cls(environment=Environment.from_json(data["environment"]), anchor=data.get("anchor", ""),
+                   ceilings=Ceilings.from_json(data["ceilings"]) if data.get("ceilings") else None,
+                   ladder=data["ladder"], flash_t4096=data.get("flash_t4096") or [], masks=data.get("masks") or [],
+                   backward_memory=data.get("backward_memory") or [],
+                   ncu={n: NcuCount.from_json(c) for n, c in (data.get("ncu") or {}).items()},
+                   seconds=data.get("seconds", 0.0))
+
+    @classmethod
+    def load(cls, name: str = SHIPPED_NAME) -> LadderRun | None:
+        """The shipped file `attnlab/shipped/{name}.json`, or None before it is measured."""
+        from attnlab import shipped
+
+        data = shipped.load(name)
+        return None if data is None else cls.from_json(data)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out.update(environment=self.environment.to_json(), ncu={n: c.to_json() for n, c in self.ncu.items()},
+                   ceilings=self.ceilings.to_json() if self.ceilings else None)
+        return out
+
+
+def load_shipped() -> LadderRun | None:
     """The shipped `run_all` result (attnlab/shipped/h200_ladder.json), or None before it is measured."""
-    from attnlab import shipped
-
-    return shipped.load(SHIPPED_NAME)
+    return LadderRun.load()
 
 
-def rungs(result: dict, passes: str = "forward") -> list[dict]:
+def rungs(result: LadderRun, passes: str = "forward") -> list[dict]:
     """The ladder's rows of one pass with each rung's sentence and its TFLOP/s as a share of the datasheet peak
     for its dtype (FP8 for cudnn_fp8, else bf16) and, for bf16 rungs only, of the measured bf16 matmul ceiling."""
     from attnlab.backends import REGISTRY
 
-    ceiling = (result.get("ceilings") or {}).get("matmul_bf16_tflops")
-    peak = (result.get("environment") or {}).get("peak") or {}
+    ceiling = result.ceilings.matmul_bf16_tflops if result.ceilings else None
+    peak = result.environment.peak
     out = []
-    for r in result.get("ladder", []):
+    for r in result.ladder:
         if r.get("pass") != passes:
             continue
         best = r.get("device_tflops") or r.get("tflops")
         backend = REGISTRY.get(r["implementation"])
         fp8 = backend is not None and backend.fp8  # an FP8 rung against the FP8 peak only, never bf16's matmul
-        sheet = peak.get("fp8_tflops" if fp8 else "bf16_tflops")
+        sheet = (peak.fp8_tflops if fp8 else peak.bf16_tflops) if peak else None
         out.append({**r, "best_tflops": best, "adds": backend.adds if backend else "",
                     "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling and not fp8 else None,
                     "pct_of_datasheet": 100 * best / sheet if best and sheet else None,
@@ -187,8 +257,8 @@ UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
          "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}
 
 
-def parse_ncu(text: str) -> dict | None:
-    """{'kernel', 'read_bytes', 'write_bytes'} from `ncu --csv` output (any byte unit), or None."""
+def parse_ncu(text: str) -> NcuCount | None:
+    """The kernel's name and DRAM bytes read and written from `ncu --csv` output (any byte unit), or None."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     found: dict = {}
     for rec in csv.DictReader(io.StringIO("\n".join(lines))):
@@ -201,15 +271,15 @@ def parse_ncu(text: str) -> dict | None:
             continue
         found["read_bytes" if metric.endswith("read.sum") else "write_bytes"] = int(value)
         found["kernel"] = rec.get("Kernel Name")
-    return found if {"read_bytes", "write_bytes"} <= found.keys() else None
+    return NcuCount(**found) if {"read_bytes", "write_bytes"} <= found.keys() else None
 
 
 def ncu_dram_bytes(shape: AttentionShape, name: str, kernel_regex: str | None = None, *, timeout_s: float = 75,
-                   ncu: str = NCU) -> tuple[dict | None, str]:
-    """(counters, '') for the first kernel matching `kernel_regex` in one call of `name` at `shape`, or
-    (None, why not): no ncu, no GPU counters (permissions), a timeout, or no matching kernel."""
+                   ncu: str = NCU) -> NcuCount:
+    """The DRAM bytes of the first kernel matching `kernel_regex` in one call of `name` at `shape`, or an
+    NcuCount whose `reason` says why not: no ncu, no GPU counters (permissions), a timeout, no matching kernel."""
     if not (os.path.exists(ncu) or shutil.which(ncu)):
-        return None, f"Nsight Compute is not installed here ({ncu} not found)"
+        return NcuCount(reason=f"Nsight Compute is not installed here ({ncu} not found)")
     regex = kernel_regex or NCU_KERNEL.get(name, "attention|fmha|flash")
     script = _SCRIPT.format(shape=shape.to_query_params(), name=name)  # the shape as its link writes it
     cmd = [ncu, "--clock-control", "none", "-k", f"regex:{regex}", "--launch-count", "1", "--csv",
@@ -218,19 +288,19 @@ def ncu_dram_bytes(shape: AttentionShape, name: str, kernel_regex: str | None = 
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     except subprocess.TimeoutExpired:
-        return None, f"ncu took longer than {timeout_s:.0f} s"
+        return NcuCount(reason=f"ncu took longer than {timeout_s:.0f} s")
     except OSError as e:
-        return None, f"ncu could not start: {e}"
+        return NcuCount(reason=f"ncu could not start: {e}")
     counters = parse_ncu(done.stdout)
     if counters:
-        return counters, ""
+        return dataclasses.replace(counters, shape=shape.describe())
     text = done.stdout + done.stderr
     if "ERR_NVGPUCTRPERM" in text:
-        return None, "the GPU's performance counters are not readable by this user (ERR_NVGPUCTRPERM)"
+        return NcuCount(reason="the GPU's performance counters are not readable by this user (ERR_NVGPUCTRPERM)")
     if "No kernels were profiled" in text:
-        return None, f"no kernel matched {regex!r}"
+        return NcuCount(reason=f"no kernel matched {regex!r}")
     tail = re.sub(r"\s+", " ", text[-300:]).strip()
-    return None, f"ncu gave no DRAM counters (exit {done.returncode}): {tail}"
+    return NcuCount(reason=f"ncu gave no DRAM counters (exit {done.returncode}): {tail}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,8 +308,8 @@ def ncu_dram_bytes(shape: AttentionShape, name: str, kernel_regex: str | None = 
 # --------------------------------------------------------------------------------------------
 def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, budget_s: float = 0.5,
             ncu_names: Sequence[str] = ("sdpa_cudnn", "tokamax_mosaic"), ncu_after_s: float = 150,
-            log: Callable[[str], None] = print) -> dict:
-    """Everything page 10 shows as measured, as one JSON-able dict (written to `out_path` when given).
+            log: Callable[[str], None] = print) -> LadderRun:
+    """Everything page 5b shows as measured (its JSON written to `out_path` when given).
 
     Planned to take under ~4 minutes on an H200: each timing is budgeted (`budget_s`), and Nsight Compute
     (up to 75 s a kernel) runs only while less than `ncu_after_s` seconds have gone; later it is skipped
@@ -247,49 +317,49 @@ def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, bud
     from attnlab.studies import suite
 
     t0 = time.perf_counter()
-    result: dict = {"environment": suite.environment(), "anchor": anchor.describe()}
+    env = suite.environment()
     log("ceilings ...")
-    result["ceilings"] = suite.ceilings()
+    ceilings = suite.ceilings()
     log(f"ladder at {anchor.describe()}, causal and not ...")
-    result["ladder"] = ladder([anchor, anchor.replace(causal=True)], budget_s=budget_s)
+    rows = ladder([anchor, anchor.replace(causal=True)], budget_s=budget_s)
     short = anchor.replace(q_len=anchor.q_len // 2, kv_len=anchor.kv_len // 2)
     log(f"plain-JAX flash against XLA at {short.describe()} ...")
-    result["flash_t4096"] = [r.row() for r in runs.run(short, ["sdpa_xla", "flash_jax"], accuracy=False,
-                                                      timed=True, budget_s=budget_s)]
+    flash = [r.row() for r in runs.run(short, ["sdpa_xla", "flash_jax"], accuracy=False, timed=True,
+                                       budget_s=budget_s)]
     log("masks ...")
-    result["masks"] = mask_sweep(anchor, budget_s=budget_s)
+    mask_rows = mask_sweep(anchor, budget_s=budget_s)
     log("forward+backward compiled memory ...")
-    result["backward_memory"] = [
+    backward_memory = [
         r.row() for t in (anchor.q_len // f for f in BACKWARD_FRACTIONS)
         for r in runs.run(anchor.replace(q_len=t, kv_len=t), ["naive", "flash_jax", "sdpa_cudnn"], accuracy=False,
                           program=True, backward=True, tuned=True)]
-    result["ncu"] = {}
+    ncu = {}
     for name in ncu_names:
         spent = time.perf_counter() - t0
         if spent > ncu_after_s:
-            result["ncu"][name] = {"reason": f"skipped: the measurements before it took {spent:.0f} s"}
+            ncu[name] = NcuCount(reason=f"skipped: the measurements before it took {spent:.0f} s")
             continue
         log(f"Nsight Compute DRAM bytes of {name} ...")
-        counters, why = ncu_dram_bytes(anchor, name)
-        result["ncu"][name] = {**counters, "shape": anchor.describe()} if counters else {"reason": why}
-    result["seconds"] = time.perf_counter() - t0
+        ncu[name] = ncu_dram_bytes(anchor, name)
+    result = LadderRun(env, anchor.describe(), ceilings, rows, flash, mask_rows, backward_memory, ncu,
+                       seconds=time.perf_counter() - t0)
     if out_path:
         with open(out_path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+            json.dump(result.to_json(), f, indent=1, default=str)
     return result
 
 
-def summary(result: dict) -> list[str]:
+def summary(result: LadderRun) -> list[str]:
     """One line per ladder row and mask row: what the CLI prints last."""
-    lines = [f"{result['environment']['device']}  {result.get('anchor')}  ({result.get('seconds', 0):.0f} s)"]
-    for r in result.get("ladder", []):
+    lines = [f"{result.environment.device}  {result.anchor}  ({result.seconds:.0f} s)"]
+    for r in result.ladder:
         t = r.get("device_tflops") or r.get("tflops")
         lines.append(f"{r['implementation']:<20} {r['pass']:<16} causal={r['causal']!s:<5} "
                      + (f"{t:7.1f} TFLOP/s" if t else f"{r['status']}: {str(r.get('reason'))[:80]}"))
-    for r in result.get("masks", []):
+    for r in result.masks:
         ms = r.get("device_ms") or r.get("throughput_ms")
         lines.append(f"{r['mask']:<34} {r['implementation']:<12} " + (f"{ms:8.3f} ms" if ms else r["status"]))
-    for name, c in result.get("ncu", {}).items():
-        lines.append(f"ncu {name}: " + (f"read {c['read_bytes']:,} B, write {c['write_bytes']:,} B"
-                                        if "read_bytes" in c else c["reason"]))
+    for name, c in result.ncu.items():
+        lines.append(f"ncu {name}: " + (f"read {c.read_bytes:,} B, write {c.write_bytes:,} B"
+                                        if c.measured else c.reason))
     return lines

@@ -7,6 +7,7 @@ harness (`timing.time_compiled`), the whole comparison in one turn on the device
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from functools import partial
 
@@ -18,6 +19,24 @@ from attnlab.admission import DEVICE
 from attnlab.measure import runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import context_parallel as cp
+
+
+@dataclasses.dataclass(frozen=True)
+class RingComparison:
+    """The ring against one device at one shape: both timed by the one harness, and the ring's error."""
+
+    devices: int
+    layout: str  # "zigzag" or "contiguous"
+    method: str  # "ring" or "all_gather"
+    one: timing.Timing  # one device, jax.nn.dot_product_attention
+    ring: timing.Timing  # the ring over `devices` devices
+    max_abs_error: float  # max |ring - one|, in float32
+    relative_error: float  # ||ring - one|| / ||one||
+
+    @property
+    def speedup(self) -> float:
+        """One device's wall ms over the ring's."""
+        return self.one.wall_ms / self.ring.wall_ms
 
 
 def unmet(shape: AttentionShape, devices: int, *, layout: str = "zigzag") -> str | None:
@@ -43,8 +62,8 @@ def _timed(f, *args):
     return compiled(*args), timing.time_compiled(compiled, args, compile_ms=compile_ms)
 
 
-def compare(shape: AttentionShape, devices: int, *, layout: str = "zigzag", method: str = "ring") -> dict:
-    """{'max_abs_error', 'relative_error' (ring vs one device), 'one': Timing, 'ring': Timing, ...}."""
+def compare(shape: AttentionShape, devices: int, *, layout: str = "zigzag", method: str = "ring") -> RingComparison:
+    """Both timed, and the ring's error against one device (ValueError when `unmet` says why not)."""
     why = unmet(shape, devices, layout=layout)
     if why:
         raise ValueError(why)
@@ -60,6 +79,5 @@ def compare(shape: AttentionShape, devices: int, *, layout: str = "zigzag", meth
                                             layout=layout, method=method), *spread)
             ring_out = cp.from_zigzag(ring_out, devices) if zig else ring_out
             a, b = np.asarray(ring_out, np.float32), np.asarray(one_out, np.float32)
-    return {"devices": devices, "layout": layout, "method": method, "one": one, "ring": ring,
-            "max_abs_error": float(np.abs(a - b).max()),
-            "relative_error": float(np.linalg.norm(a - b) / (np.linalg.norm(b) or 1.0))}
+    return RingComparison(devices, layout, method, one, ring, max_abs_error=float(np.abs(a - b).max()),
+                          relative_error=float(np.linalg.norm(a - b) / (np.linalg.norm(b) or 1.0)))

@@ -1,14 +1,22 @@
 """The ring benchmark's JSON (scripts/ring_bench.py, shipped as attnlab/shipped/ring_h200x{P}.json) as tables.
 
-Each function takes the loaded dict (or None when nothing ships) and returns a DataFrame, empty when
-there is nothing to show, so the page only decides what to draw. Column names say their unit.
+`RingRun.load(name)` reads a file once, at the boundary, into frozen dataclasses; every function below
+takes that `RingRun` (or None when nothing ships) and returns a DataFrame, empty when there is nothing to
+show, so the page only decides what to draw. Field and column names say their unit.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from attnlab import device
+
+if TYPE_CHECKING:
+    from attnlab.studies.suite import SuiteRun
 
 MASKS = ("non_causal", "causal")
 VARIANTS = {  # key in the JSON -> what the page calls it (scripts/ring_bench.py names the keys)
@@ -31,116 +39,267 @@ NVLINK_ONE_WAY_BYTES_PER_S = 450e9
 NVLINK_SOURCE = "assumed: NVLink 4 on the H200 datasheet, 900 GB/s both ways, 450 GB/s one way"
 
 
-def label(data: dict | None) -> str:
+# --------------------------------------------------------------------------------------------
+# the file, read once
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RingEnvironment:
+    """Where the benchmark ran: `device_count` × `device_kind`, and the per-device shape B, N, K, H, dtype."""
+
+    device_kind: str
+    device_count: int
+    backend: str  # "gpu" or "cpu" (a smoke run)
+    jax_version: str
+    date: str  # ISO 8601
+    block: str  # the per-block attention: "cudnn_block" or "xla_block"
+    xla_flags: str = ""
+    shape: Mapping[str, int | str] = dataclasses.field(default_factory=dict)  # {'B', 'N', 'K', 'H', 'dtype'}
+
+
+@dataclasses.dataclass(frozen=True)
+class RingLength:
+    """One sequence length T = S of the benchmark: per `{mask}_{variant}_` key its `ms` (wall, per call),
+    `speedup` (one device's ms / this ms) and `efficiency` (speedup / P); `skipped` says why it was not measured."""
+
+    T: int
+    skipped: str | None = None
+    values: Mapping[str, float] = dataclasses.field(default_factory=dict, repr=False)
+
+    def has(self, mask: str, variant: str) -> bool:
+        return f"{mask}_{variant}_ms" in self.values
+
+    def ms(self, mask: str, variant: str) -> float:
+        return self.values[f"{mask}_{variant}_ms"]
+
+    def speedup(self, mask: str, variant: str) -> float | None:
+        return self.values.get(f"{mask}_{variant}_speedup")
+
+    def efficiency(self, mask: str, variant: str) -> float:
+        return self.values[f"{mask}_{variant}_efficiency"]
+
+    def one_device_ms(self, mask: str) -> float:
+        return self.values[f"{mask}_one_device_ms"]
+
+    def speedup_keys(self) -> list[str]:
+        """'{mask}_{variant}' of every speed-up measured here, in the file's order."""
+        return [k.removesuffix("_speedup") for k in self.values if k.endswith("_speedup")]
+
+
+@dataclasses.dataclass(frozen=True)
+class RingStep:
+    step: int
+    compute_ms: float  # the step's attention, timed alone
+    transfer_ms: float  # the step's send, timed alone (0 at the last step)
+
+
+@dataclasses.dataclass(frozen=True)
+class RingTimeline:
+    """One mask's ring at the longest T, its parts timed alone and the whole ring timed (all in ms)."""
+
+    steps: tuple[RingStep, ...]
+    merge_ms: float
+    send_ms: float
+    send_GBps: float  # one send's bytes / send_ms, in 1e9 bytes per second
+    sum_of_parts_serial_ms: float
+    ideal_overlap_ms: float
+    ring_ms: float
+    ring_no_overlap_ms: float
+    transfer_hidden: float  # share of the transfer time the overlap hid, 0..1
+    transfer_hidden_by_variant: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, t: Mapping) -> RingTimeline:
+        names = {f.name for f in dataclasses.fields(cls)} - {"steps", "transfer_hidden_by_variant"}
+        return cls(steps=tuple(RingStep(int(s["step"]), s["compute_ms"], s["transfer_ms"]) for s in t["steps"]),
+                   transfer_hidden_by_variant=dict(t.get("transfer_hidden_by_variant") or {}),
+                   **{n: t[n] for n in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class Correctness:
+    """Relative error of the ring against one device, at length T."""
+
+    T: int | None = None
+    non_causal: float = float("nan")
+    causal: float = float("nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class RingRun:
+    """A ring benchmark file (scripts/ring_bench.py), read once: `RingRun.load("ring_h200x2")`."""
+
+    environment: RingEnvironment
+    lengths: tuple[RingLength, ...]  # every T listed, measured or skipped, in the file's order
+    timeline: Mapping[str, RingTimeline] = dataclasses.field(default_factory=dict)  # per mask
+    schedule: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # program -> instructions
+    correctness: Correctness = Correctness()
+    crossover_T: Mapping[str, int | None] = dataclasses.field(default_factory=dict)  # as the benchmark wrote it
+
+    @property
+    def measured(self) -> list[RingLength]:
+        return [r for r in self.lengths if r.skipped is None]
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> RingRun:
+        """The benchmark's JSON dict as a RingRun; ValueError for any other file."""
+        env = data.get("environment") if isinstance(data, Mapping) else None
+        if not isinstance(env, Mapping) or "device_count" not in env or "results" not in data:
+            raise ValueError("not a ring benchmark file (scripts/ring_bench.py): it needs 'results' and "
+                             "'environment.device_count'")
+        names = {f.name for f in dataclasses.fields(RingEnvironment)}
+        lengths = tuple(RingLength(int(r["T"]), r.get("skipped"), {k: v for k, v in r.items()
+                                                                  if k not in ("T", "skipped")})
+                        for r in data["results"])
+        c = data.get("correctness_rel_err") or {}
+        return cls(environment=RingEnvironment(**{k: v for k, v in env.items() if k in names}),
+                   lengths=lengths,
+                   timeline={m: RingTimeline.from_json(t) for m, t in (data.get("timeline") or {}).items() if t},
+                   schedule={p: tuple(ops) for p, ops in (data.get("schedule") or {}).items()},
+                   correctness=Correctness(c.get("T"), c.get("non_causal", float("nan")),
+                                           c.get("causal", float("nan"))),
+                   crossover_T=dict(data.get("crossover_T") or {}))
+
+    @classmethod
+    def load(cls, name: str) -> RingRun | None:
+        """The shipped file `attnlab/shipped/{name}.json` as a RingRun, or None when it does not ship."""
+        from attnlab import shipped
+
+        data = shipped.load(name)
+        return None if data is None else cls.from_json(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineSummary:
+    """The whole ring as measured at the timeline's length T, the default ring's (`headline`) figures."""
+
+    T: int
+    variant: str  # the page's name for the ring
+    ring_ms: float
+    transfer_hidden: float  # 0..1
+    ring_no_overlap_ms: float
+    send_ms: float
+    send_GBps: float
+    ideal_overlap_ms: float
+    sum_of_parts_serial_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """The overlap model's two rates, with where each came from."""
+
+    flops_per_s: float | None  # attention FLOP/s; None when no measured rate ships
+    flops_source: str
+    bytes_per_s: float  # one-way link bandwidth, bytes/s
+    bytes_source: str
+    measured: str = ""  # where and when the rate was measured, once
+
+
+# --------------------------------------------------------------------------------------------
+# the file as tables
+# --------------------------------------------------------------------------------------------
+def label(run: RingRun | None) -> str:
     """'Measured on 2 × NVIDIA H200, jax 0.x, block cudnn_block, XLA flags ..., on DATE'."""
-    if data is None:
+    if run is None:
         return "not measured"
-    e = data["environment"]
-    s = e.get("shape", {})
-    return (f"Measured on {e['device_count']} × {e['device_kind']} ({e['backend']}), jax {e['jax_version']}, "
-            f"per-block attention {e['block']}, XLA flags {e.get('xla_flags') or 'none'}, at B={s.get('B')} "
-            f"N={s.get('N')} K={s.get('K')} H={s.get('H')} {s.get('dtype')}, on {str(e['date'])[:10]}")
+    e, s = run.environment, run.environment.shape
+    return (f"Measured on {e.device_count} × {e.device_kind} ({e.backend}), jax {e.jax_version}, "
+            f"per-block attention {e.block}, XLA flags {e.xla_flags or 'none'}, at B={s.get('B')} "
+            f"N={s.get('N')} K={s.get('K')} H={s.get('H')} {s.get('dtype')}, on {str(e.date)[:10]}")
 
 
-def speedups(data: dict | None) -> pd.DataFrame:
+def speedups(run: RingRun | None) -> pd.DataFrame:
     """One row per (T, mask, variant) measured: ms, one_device_ms, speedup and efficiency (speed-up / P)."""
-    if data is None:
-        return pd.DataFrame(columns=["T", "mask", "variant", "ms", "one_device_ms", "speedup", "efficiency"])
-    rows = []
-    for r in data["results"]:
-        if "skipped" in r:
-            continue
-        for mask in MASKS:
-            for key, name in VARIANTS.items():
-                if f"{mask}_{key}_ms" in r:
-                    rows.append({"T": r["T"], "mask": mask.replace("_", "-"), "variant": name,
-                                 "ms": r[f"{mask}_{key}_ms"], "one_device_ms": r[f"{mask}_one_device_ms"],
-                                 "speedup": r[f"{mask}_{key}_speedup"], "efficiency": r[f"{mask}_{key}_efficiency"]})
-    return pd.DataFrame(rows, columns=["T", "mask", "variant", "ms", "one_device_ms", "speedup", "efficiency"])
+    cols = ["T", "mask", "variant", "ms", "one_device_ms", "speedup", "efficiency"]
+    rows = [{"T": r.T, "mask": mask.replace("_", "-"), "variant": name, "ms": r.ms(mask, key),
+             "one_device_ms": r.one_device_ms(mask), "speedup": r.speedup(mask, key),
+             "efficiency": r.efficiency(mask, key)}
+            for r in (run.measured if run else []) for mask in MASKS for key, name in VARIANTS.items()
+            if r.has(mask, key)]
+    return pd.DataFrame(rows, columns=cols)
 
 
-def skipped(data: dict | None) -> list[int]:
+def skipped(run: RingRun | None) -> list[int]:
     """Sequence lengths the benchmark listed but did not measure (its time budget ran out)."""
-    return [r["T"] for r in (data or {}).get("results", []) if "skipped" in r]
+    return [r.T for r in (run.lengths if run else []) if r.skipped is not None]
 
 
-def crossovers(data: dict | None) -> pd.DataFrame:
+def crossovers(run: RingRun | None) -> pd.DataFrame:
     """The shortest measured T at which each variant beat one device (speed-up above 1), read from the measured
     speed-ups, so every line of the speed-up chart has its row ("at no length measured" where none did)."""
-    measured = sorted((r for r in (data or {}).get("results", []) if "skipped" not in r), key=lambda r: r["T"])
+    measured = sorted(run.measured if run else [], key=lambda r: r.T)
     rows = []
-    for k in dict.fromkeys(k.removesuffix("_speedup") for r in measured for k in r if k.endswith("_speedup")):
+    for k in dict.fromkeys(k for r in measured for k in r.speedup_keys()):
         mask = "non_causal" if k.startswith("non_causal_") else "causal"  # "non_causal_ring_fenced" -> ring_fenced
         key = k[len(mask) + 1:]
-        t = next((r["T"] for r in measured if (r.get(f"{k}_speedup") or 0) > 1.0), None)
+        t = next((r.T for r in measured if (r.speedup(mask, key) or 0) > 1.0), None)
         rows.append({"mask": mask.replace("_", "-"), "variant": VARIANTS.get(key, key.replace("_", " ")),
                      "shortest T faster than one GPU": "at no length measured" if t is None else f"{t:,}"})
     return pd.DataFrame(rows, columns=["mask", "variant", "shortest T faster than one GPU"])
 
 
-def timeline(data: dict | None, mask: str = "non_causal") -> pd.DataFrame:
+def timeline(run: RingRun | None, mask: str = "non_causal") -> pd.DataFrame:
     """Per-step bars drawn from the parts timed alone (each step's compute + merge, one send):
 
     'overlapped': each send starts with its step's compute, the next step when both are done;
     'one after the other': the send waits for the compute. Columns: schedule, step, part, start_ms, end_ms.
     """
-    t = ((data or {}).get("timeline") or {}).get(mask)
+    t = run.timeline.get(mask) if run else None
     rows = []
     if t:
         for schedule in ("overlapped", "one after the other"):
             clock = 0.0
-            for s in t["steps"]:
-                compute = s["compute_ms"] + t["merge_ms"]
+            for s in t.steps:
+                compute = s.compute_ms + t.merge_ms
                 send_at = clock if schedule == "overlapped" else clock + compute
-                rows.append({"schedule": schedule, "step": s["step"], "part": "compute",
+                rows.append({"schedule": schedule, "step": s.step, "part": "compute",
                              "start_ms": clock, "end_ms": clock + compute})
-                if s["transfer_ms"]:
-                    rows.append({"schedule": schedule, "step": s["step"], "part": "transfer",
-                                 "start_ms": send_at, "end_ms": send_at + s["transfer_ms"]})
-                clock = max(clock + compute, send_at + s["transfer_ms"])
+                if s.transfer_ms:
+                    rows.append({"schedule": schedule, "step": s.step, "part": "transfer",
+                                 "start_ms": send_at, "end_ms": send_at + s.transfer_ms})
+                clock = max(clock + compute, send_at + s.transfer_ms)
     return pd.DataFrame(rows, columns=["schedule", "step", "part", "start_ms", "end_ms"])
 
 
-def headline(data: dict | None) -> str:
+def headline(run: RingRun | None) -> str:
     """The JSON key of the ring the lab runs by default: the fenced ring where the file measured it (files
     written before the fence measured only the ring whose order XLA chose, "ring")."""
-    rows = [r for r in (data or {}).get("results", []) if "skipped" not in r]
-    return "ring_fenced" if any(f"{m}_ring_fenced_ms" in r for r in rows for m in MASKS) else "ring"
+    fenced = any(r.has(m, "ring_fenced") for r in (run.measured if run else []) for m in MASKS)
+    return "ring_fenced" if fenced else "ring"
 
 
-def timeline_summary(data: dict | None, mask: str = "non_causal") -> dict | None:
-    """The whole ring as measured at the timeline's length: ring_ms and transfer_hidden of the default ring
-    (`headline`), ring_no_overlap_ms, the send, ..."""
-    t = ((data or {}).get("timeline") or {}).get(mask)
+def timeline_summary(run: RingRun | None, mask: str = "non_causal") -> TimelineSummary | None:
+    """The whole ring as measured at the timeline's length: the default ring's (`headline`) time and share of
+    the transfer hidden, the ring without overlap, the send, ..."""
+    t = run.timeline.get(mask) if run else None
     if not t:
         return None
-    T = max((r["T"] for r in data["results"] if "skipped" not in r), default=None)
-    key = headline(data)
-    row = next(r for r in data["results"] if r.get("T") == T)
-    hidden = (t.get("transfer_hidden_by_variant") or {}).get(key, t["transfer_hidden"])
-    return {"T": T, "variant": VARIANTS[key], "ring_ms": row.get(f"{mask}_{key}_ms", t["ring_ms"]),
-            "transfer_hidden": hidden,
-            **{k: t[k] for k in ("ring_no_overlap_ms", "send_ms", "send_GBps", "ideal_overlap_ms",
-                                 "sum_of_parts_serial_ms")}}
+    T = max((r.T for r in run.measured), default=None)
+    key = headline(run)
+    row = next(r for r in run.lengths if r.T == T)
+    return TimelineSummary(T=T, variant=VARIANTS[key],
+                           ring_ms=row.ms(mask, key) if row.has(mask, key) else t.ring_ms,
+                           transfer_hidden=t.transfer_hidden_by_variant.get(key, t.transfer_hidden),
+                           ring_no_overlap_ms=t.ring_no_overlap_ms, send_ms=t.send_ms, send_GBps=t.send_GBps,
+                           ideal_overlap_ms=t.ideal_overlap_ms, sum_of_parts_serial_ms=t.sum_of_parts_serial_ms)
 
 
-def same_programs(data: dict | None) -> list[str]:
+def same_programs(run: RingRun | None) -> list[str]:
     """The masks whose fenced and unfenced rings compiled to the same order of sends, waits and attention
     calls: there the fence changes nothing, and any gap between their speed-ups is run-to-run noise."""
-    schedule = (data or {}).get("schedule") or {}
+    schedule = run.schedule if run else {}
     return [m for m in MASKS if m in schedule and schedule[m] == schedule.get(f"{m}_fenced")]
 
 
-def program_order(data: dict | None) -> pd.DataFrame:
+def program_order(run: RingRun | None) -> pd.DataFrame:
     """The compiled program of each ring, as the order of its sends, waits and attention calls (the
     schedule XLA chose; compiled at the benchmark's longest T). Columns: program, order."""
     rows = [{"program": name.replace("non_causal", "non-causal").replace("_", " "),
              "order": " → ".join(INSTRUCTIONS.get(op, op) for op in ops)}
-            for name, ops in ((data or {}).get("schedule") or {}).items()]
+            for name, ops in (run.schedule if run else {}).items()]
     return pd.DataFrame(rows, columns=["program", "order"])
 
 
-def rates(data: dict | None, h200: dict | None = None, dtype: str | None = None) -> dict:
+def rates(run: RingRun | None, h200: SuiteRun | None = None, dtype: str | None = None) -> Rates:
     """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with their sources.
 
     From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
@@ -149,46 +308,44 @@ def rates(data: dict | None, h200: dict | None = None, dtype: str | None = None)
     the rate is scaled by the H200's datasheet TF32 / bf16 ratio (float32 matmuls run as TF32 by default),
     and the source says so.
     """
-    out = {"flops_per_s": None, "flops_source": "no measured attention rate ships",
-           "bytes_per_s": NVLINK_ONE_WAY_BYTES_PER_S, "bytes_source": NVLINK_SOURCE, "measured": ""}
-    measured = [r for r in (data or {}).get("results", []) if "skipped" not in r]
-    if data and measured and data["environment"].get("backend") == "gpu":
-        r, s = max(measured, key=lambda r: r["T"]), data["environment"]["shape"]
-        out["flops_per_s"] = 4 * s["B"] * r["T"] ** 2 * s["N"] * s["H"] / (r["non_causal_one_device_ms"] / 1e3)
-        out["flops_source"] = f"one GPU, non-causal, T={r['T']}, {s.get('dtype', 'bfloat16')}"
-        out["measured"] = label(data)
-        t = (data.get("timeline") or {}).get("non_causal")
-        if t and t.get("send_GBps"):
-            out["bytes_per_s"] = t["send_GBps"] * 1e9
-            out["bytes_source"] = f"one ring send timed alone at T={r['T']}"
+    flops_per_s, flops_source, measured = None, "no measured attention rate ships", ""
+    bytes_per_s, bytes_source = NVLINK_ONE_WAY_BYTES_PER_S, NVLINK_SOURCE
+    if run and run.measured and run.environment.backend == "gpu":
+        r, s = max(run.measured, key=lambda r: r.T), run.environment.shape
+        flops_per_s = 4 * s["B"] * r.T ** 2 * s["N"] * s["H"] / (r.one_device_ms("non_causal") / 1e3)
+        flops_source = f"one GPU, non-causal, T={r.T}, {s.get('dtype', 'bfloat16')}"
+        measured = label(run)
+        t = run.timeline.get("non_causal")
+        if t and t.send_GBps:
+            bytes_per_s, bytes_source = t.send_GBps * 1e9, f"one ring send timed alone at T={r.T}"
     elif h200:
-        rows = [r for r in h200.get("tables", {}).get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
+        rows = [r for r in h200.tables.get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
                 and r.get("pass") == "forward" and not r.get("causal") and r.get("status") == "ok"]
         if rows:
             r = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
-            out["flops_per_s"] = (r.get("device_tflops") or r["tflops"]) * 1e12
-            out["flops_source"] = f"cuDNN forward on one {h200['environment']['device']}, {r['shape']}"
-            out["measured"] = f"Measured {h200['environment']['date']}"
-    if out["flops_per_s"] is not None and dtype == "float32":
+            flops_per_s = (r.get("device_tflops") or r["tflops"]) * 1e12
+            flops_source = f"cuDNN forward on one {h200.environment.device}, {r['shape']}"
+            measured = f"Measured {h200.environment.date}"
+    if flops_per_s is not None and dtype == "float32":
         peak = device.peak_for("NVIDIA H200")
-        out["flops_per_s"] *= peak.tf32_tflops / peak.bf16_tflops
-        out["flops_source"] = (f"{out['flops_source']} (a bfloat16 measurement), scaled to float32 by the "
-                               f"{peak.model}'s datasheet TF32 / bf16 peaks, {peak.tf32_tflops:g} / "
-                               f"{peak.bf16_tflops:g}: a float32 matmul runs as TF32, and cuDNN's fused kernel "
-                               "takes no float32, so a real float32 ring would be slower still")
-    return out
+        flops_per_s *= peak.tf32_tflops / peak.bf16_tflops
+        flops_source = (f"{flops_source} (a bfloat16 measurement), scaled to float32 by the "
+                        f"{peak.model}'s datasheet TF32 / bf16 peaks, {peak.tf32_tflops:g} / "
+                        f"{peak.bf16_tflops:g}: a float32 matmul runs as TF32, and cuDNN's fused kernel "
+                        "takes no float32, so a real float32 ring would be slower still")
+    return Rates(flops_per_s, flops_source, bytes_per_s, bytes_source, measured)
 
 
-def scaling(loaded: dict[int, dict | None]) -> tuple[pd.DataFrame, list[int]]:
+def scaling(loaded: Mapping[int, RingRun | None]) -> tuple[pd.DataFrame, list[int]]:
     """Efficiency against P, at the longest T each file measured: (rows P, mask, variant, T, efficiency,
     speedup; the ring sizes with no file)."""
     frames, missing = [], []
-    for devices, data in sorted(loaded.items()):
-        df = speedups(data)
+    for devices, run in sorted(loaded.items()):
+        df = speedups(run)
         if df.empty:
             missing.append(devices)
             continue
-        df = df[(df["T"] == df["T"].max()) & df["variant"].isin([VARIANTS[headline(data)], VARIANTS["all_gather"]])]
+        df = df[(df["T"] == df["T"].max()) & df["variant"].isin([VARIANTS[headline(run)], VARIANTS["all_gather"]])]
         frames.append(df.assign(P=devices))
     cols = ["P", "mask", "variant", "T", "efficiency", "speedup"]
     return (pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)), missing

@@ -10,45 +10,45 @@ the roof is drawn twice: the datasheet's (bandwidth and bf16 peak) and the one m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder
+from attnlab.studies.ladder import LadderRun
 
 MEASURED, MODEL = "DRAM bytes counted (Nsight Compute)", "traffic model's bytes"
 
 
-def points(result: dict) -> list[dict]:
+def points(result: LadderRun) -> list[dict]:
     """Every forward rung by its model's bytes ('bytes' = MODEL), and, where Nsight Compute counted the
     kernel at the same shape, once more by the DRAM bytes read + written ('bytes' = MEASURED)."""
-    model = ladder.roofline(result.get("ladder", []), result["ceilings"])
-    ncu = result.get("ncu") or {}
+    model = ladder.roofline(result.ladder, result.ceilings)
     out = [{**p, "bytes": MODEL, "traffic_bytes": p["model_bytes"]} for p in model]
     for p in model:
-        c = ncu.get(p["implementation"]) or {}
-        if "read_bytes" not in c or p["causal"]:  # counted once, at the anchor without a mask
+        c = result.ncu.get(p["implementation"])
+        if c is None or not c.measured or p["causal"]:  # counted once, at the anchor without a mask
             continue
-        row = next(r for r in result["ladder"] if r["implementation"] == p["implementation"]
+        row = next(r for r in result.ladder if r["implementation"] == p["implementation"]
                    and r.get("pass") == "forward" and not r["causal"])
-        if c.get("shape") and c["shape"] != row.get("shape"):
+        if c.shape and c.shape != row.get("shape"):
             continue
         shape = AttentionShape(**{k: row[k] for k in ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim",
                                                        "dtype", "causal")})
         flops = float(row.get("gflop") or shape.flops() / 1e9) * 1e9
-        dram = int(c["read_bytes"]) + int(c["write_bytes"])
+        dram = int(c.read_bytes) + int(c.write_bytes)
         out.append({**p, "bytes": MEASURED, "traffic_bytes": dram, "intensity": flops / dram,
                     "model_over_measured": p["model_bytes"] / dram})
     return out
 
 
-def roofs(result: dict, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> list[dict]:
+def roofs(result: LadderRun, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> list[dict]:
     """Two roofs as points: 'datasheet' (memory TB/s, bf16 TFLOP/s) and 'measured' (the copy's TB/s, the
     matmul's TFLOP/s), each with its 'roof' label; min(compute, bandwidth × intensity) at log-spaced x."""
-    peak = (result.get("environment") or {}).get("peak") or {}
-    c = result["ceilings"]
-    pairs = [("measured", c["copy_tb_s"], c["matmul_bf16_tflops"])]
-    if peak.get("memory_tb_s") and peak.get("bf16_tflops"):
-        pairs.insert(0, ("datasheet", float(peak["memory_tb_s"]), float(peak["bf16_tflops"])))
+    peak, c = result.environment.peak, result.ceilings
+    pairs = [("measured", c.copy_tb_s, c.matmul_bf16_tflops)]
+    if peak and peak.memory_tb_s and peak.bf16_tflops:
+        pairs.insert(0, ("datasheet", float(peak.memory_tb_s), float(peak.bf16_tflops)))
     step = (math.log10(hi) - math.log10(lo)) / (n - 1)
     out = []
     for name, tb_s, tflops in pairs:
@@ -60,17 +60,30 @@ def roofs(result: dict, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> list[d
     return out
 
 
-def shortfall(result: dict) -> dict:
-    """How far the measured ceilings sit below the datasheet's: {'copy_pct', 'matmul_pct', 'copy_tb_s',
-    'matmul_tflops', 'sheet_tb_s', 'sheet_tflops'}; empty without a datasheet peak."""
-    peak = (result.get("environment") or {}).get("peak") or {}
-    c = result.get("ceilings") or {}
-    if not (peak.get("memory_tb_s") and peak.get("bf16_tflops") and c):
-        return {}
-    return {"copy_tb_s": c["copy_tb_s"], "matmul_tflops": c["matmul_bf16_tflops"],
-            "sheet_tb_s": float(peak["memory_tb_s"]), "sheet_tflops": float(peak["bf16_tflops"]),
-            "copy_pct": 100 * c["copy_tb_s"] / float(peak["memory_tb_s"]),
-            "matmul_pct": 100 * c["matmul_bf16_tflops"] / float(peak["bf16_tflops"])}
+@dataclasses.dataclass(frozen=True)
+class Shortfall:
+    """How far the measured ceilings sit below the datasheet's."""
+
+    copy_tb_s: float  # the copy's rate, TB/s (read + write)
+    matmul_tflops: float  # the bf16 matmul's rate, TFLOP/s
+    sheet_tb_s: float  # the datasheet's memory bandwidth, TB/s
+    sheet_tflops: float  # the datasheet's dense bf16 peak, TFLOP/s
+
+    @property
+    def copy_pct(self) -> float:
+        return 100 * self.copy_tb_s / self.sheet_tb_s
+
+    @property
+    def matmul_pct(self) -> float:
+        return 100 * self.matmul_tflops / self.sheet_tflops
+
+
+def shortfall(result: LadderRun) -> Shortfall | None:
+    """The measured ceilings against the datasheet's; None without a datasheet peak or ceilings."""
+    peak, c = result.environment.peak, result.ceilings
+    if not (peak and peak.memory_tb_s and peak.bf16_tflops and c):
+        return None
+    return Shortfall(c.copy_tb_s, c.matmul_bf16_tflops, float(peak.memory_tb_s), float(peak.bf16_tflops))
 
 
 def fastest_read_tb_s(decode_rows: list[dict] | None, name: str = "sdpa_cudnn") -> float | None:

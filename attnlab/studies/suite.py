@@ -3,17 +3,21 @@
 `python -m attnlab bench --out results.json` runs it on whatever is here; on a GPU machine its
 JSON is what ships as `attnlab/shipped/<gpu>.json`. Every figure is measured through `runs` and
 `timing`, the one harness; the only other timing here is `bare_loop`, which exists to check the harness.
+
+A run is a `SuiteRun` (`run` returns one, `SuiteRun.load(name)` reads a shipped file once); its
+`Environment` and `Ceilings` are typed, its tables stay rows in the run layer's columns (a page's table).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -29,31 +33,123 @@ FUSED = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"]
 LONG = dict(batch=4, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
 
 
-def environment() -> dict:
+# --------------------------------------------------------------------------------------------
+# what a run's file holds, typed
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """Where a run was measured: the device, its versions, the date and the datasheet peak."""
+
+    date: str  # ISO 8601 day
+    device: str  # e.g. "NVIDIA H200"
+    backend: str = ""  # "gpu" or "cpu"
+    platform: str = ""
+    compute_capability: str | None = None
+    memory_total_bytes: int | None = None
+    jax: str = ""
+    jaxlib: str = ""
+    cudnn: str | None = None
+    transformer_engine: str | None = None
+    peak: device_mod.Peak | None = None  # the datasheet's dense peaks (TFLOP/s, TB/s)
+    xla_flags: str = ""
+    driver: str | None = None
+
+    @classmethod
+    def from_json(cls, e: Mapping) -> Environment:
+        """The file's environment; a peak figure the file lacks is None."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        peak = e.get("peak")
+        return cls(**{k: v for k, v in e.items() if k in names and k != "peak"},
+                   peak=device_mod.Peak(**{f.name: peak.get(f.name) for f in dataclasses.fields(device_mod.Peak)})
+                   if peak else None)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceilings:
+    """The GPU's own rates, measured: a large bf16 matmul and a large device-to-device copy."""
+
+    matmul_bf16_tflops: float  # TFLOP/s of an n × n bf16 matmul
+    copy_tb_s: float  # TB/s, every byte read and written once
+    matmul_n: int | None = None
+    copy_bytes: int | None = None
+
+    @classmethod
+    def from_json(cls, c: Mapping) -> Ceilings:
+        return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls) if f.name in c})
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteRun:
+    """The benchmark suite's results (`run`), or a shipped file of them (`SuiteRun.load("h200")`).
+
+    `tables` (and `fidelity`, `fp8_attention`, `te_block`) are rows for tables and charts, in the run
+    layer's columns (`runs.COLUMNS`: wall_ms, tflops, temp_bytes, ...); None where the run had no such part."""
+
+    environment: Environment
+    ceilings: Ceilings | None = None
+    tables: Mapping[str, list[dict]] = dataclasses.field(default_factory=dict)
+    fidelity: list[dict] | None = None
+    fp8_attention: list[dict] | None = None
+    te_autocast: fp8_study.AutocastStudy | None = None
+    te_block: list[dict] | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> SuiteRun:
+        """A suite file's dict (`python -m attnlab bench` or `decode`); ValueError for any other file."""
+        if not isinstance(data, Mapping) or "device" not in (data.get("environment") or {}) or "tables" not in data:
+            raise ValueError("not a benchmark suite file (python -m attnlab bench): it needs 'tables' and "
+                             "'environment.device'")
+        autocast = data.get("te_autocast")
+        return cls(environment=Environment.from_json(data["environment"]),
+                   ceilings=Ceilings.from_json(data["ceilings"]) if data.get("ceilings") else None,
+                   tables=dict(data["tables"]), fidelity=data.get("fidelity"),
+                   fp8_attention=data.get("fp8_attention"),
+                   te_autocast=fp8_study.AutocastStudy.from_json(autocast) if autocast else None,
+                   te_block=data.get("te_block"))
+
+    @classmethod
+    def load(cls, name: str = "h200") -> SuiteRun | None:
+        """The shipped file `attnlab/shipped/{name}.json`, or None when it does not ship."""
+        from attnlab import shipped
+
+        data = shipped.load(name)
+        return None if data is None else cls.from_json(data)
+
+    def to_json(self) -> dict:
+        """The file as `python -m attnlab bench` writes it (parts the run did not make left out)."""
+        out = {"environment": self.environment.to_json(), "tables": dict(self.tables)}
+        if self.ceilings:
+            out["ceilings"] = self.ceilings.to_json()
+        for name in ("fidelity", "fp8_attention", "te_autocast", "te_block"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value.to_json() if name == "te_autocast" else value
+        return out
+
+
+def environment() -> Environment:
     info = device_mod.info()
-    env = {
-        "date": datetime.date.today().isoformat(),
-        "device": info.device_kind,
-        "backend": info.backend,
-        "platform": info.platform,
-        "compute_capability": info.compute_capability_str,
-        "memory_total_bytes": info.memory_total_bytes,
-        "jax": info.jax_version,
-        "jaxlib": info.jaxlib_version,
-        "cudnn": info.cudnn_version,
-        "transformer_engine": info.te_version,
-        "peak": None if info.peak is None else info.peak.__dict__,
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),  # e.g. CUDA graphs off, as the server runs them
-    }
     try:
         import subprocess
 
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
-        env["driver"] = out.stdout.strip() or None
+        driver = out.stdout.strip() or None
     except Exception:
-        env["driver"] = None
-    return env
+        driver = None
+    return Environment(
+        date=datetime.date.today().isoformat(), device=info.device_kind, backend=info.backend,
+        platform=info.platform, compute_capability=info.compute_capability_str,
+        memory_total_bytes=info.memory_total_bytes, jax=info.jax_version, jaxlib=info.jaxlib_version,
+        cudnn=info.cudnn_version, transformer_engine=info.te_version, peak=info.peak,
+        xla_flags=os.environ.get("XLA_FLAGS", ""),  # e.g. CUDA graphs off, as the server runs them
+        driver=driver)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,7 +162,7 @@ def _timed(fn, *args, iterations: int = 10) -> float:
     return t.device_ms or t.throughput_ms
 
 
-def ceilings(matmul_n: int = 8192, copy_gib: float = 2.0) -> dict:
+def ceilings(matmul_n: int = 8192, copy_gib: float = 2.0) -> Ceilings:
     """A large bf16 matmul (TFLOP/s) and a large device-to-device copy (TB/s, read + write)."""
     if jax.default_backend() == "cpu":
         matmul_n, copy_gib = 1024, 0.25
@@ -77,12 +173,8 @@ def ceilings(matmul_n: int = 8192, copy_gib: float = 2.0) -> dict:
     n_el = int(copy_gib * 2**30 / 2)
     x = jax.random.normal(key, (n_el,), jnp.float32).astype(jnp.bfloat16)
     copy_ms = _timed(lambda x: x + jnp.bfloat16(1), x)  # reads and writes every byte once
-    return {
-        "matmul_bf16_tflops": 2 * matmul_n**3 / (ms * 1e-3) / 1e12,
-        "matmul_n": matmul_n,
-        "copy_tb_s": 2 * x.nbytes / (copy_ms * 1e-3) / 1e12,
-        "copy_bytes": int(x.nbytes),
-    }
+    return Ceilings(matmul_bf16_tflops=2 * matmul_n**3 / (ms * 1e-3) / 1e12, matmul_n=matmul_n,
+                    copy_tb_s=2 * x.nbytes / (copy_ms * 1e-3) / 1e12, copy_bytes=int(x.nbytes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,13 +232,13 @@ def _sweep(base: AttentionShape, field: str, values, names, backward: bool = Fal
         yield {"swept": field, "value": getattr(r.shape, field), **r.row()}
 
 
-def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: dict | None = None) -> list[dict]:
+def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: Ceilings | None = None) -> list[dict]:
     """Gather rows, logging each; with the measured ceilings, add % of the measured bf16 matmul rate."""
     out = []
     for r in rows:
         best = r.get("device_tflops") or r.get("tflops")
         if ceiling and best and r.get("dtype") != "float32":
-            r["pct_of_measured_matmul"] = 100 * best / ceiling["matmul_bf16_tflops"]
+            r["pct_of_measured_matmul"] = 100 * best / ceiling.matmul_bf16_tflops
         out.append(r)
         t = r.get("device_tflops") or r.get("tflops")
         log(f"  {r.get('shape', ''):<44} {r['implementation']:<11} {r.get('pass', ''):<16} "
@@ -154,20 +246,20 @@ def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: dict | N
     return out
 
 
-def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
-    """Everything, as one JSON-able dict. quick=True: a CPU-sized subset (for tests and laptops)."""
+def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
+    """Everything (`SuiteRun.to_json()` is the file). quick=True: a CPU-sized subset (for tests and laptops)."""
     gpu = jax.default_backend() == "gpu"
-    result: dict = {"environment": environment(), "tables": {}}
+    env = environment()
     log("ceilings ...")
-    result["ceilings"] = ceilings()
-    tables = result["tables"]
+    ceiling = ceilings()
+    tables: dict[str, list[dict]] = {}
     all_impls = list(REGISTRY)
 
     log("default shape ...")
     rows = []
     for dtype in ("float32", "bfloat16"):
         rows += [r.row() for r in runs.run(CODELAB.replace(dtype=dtype), all_impls, accuracy=False, timed=True)]
-    tables["default"] = _collect(rows, log, result["ceilings"])
+    tables["default"] = _collect(rows, log, ceiling)
 
     seq = [64, 128, 256, 512, 1024] + ([2048, 4096] if gpu else [])
     log("sequence sweep ...")
@@ -182,7 +274,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
         _sweep(CODELAB.replace(dtype="bfloat16", causal=True), "q_len",
                     [128, 256, 512, 1024, 2048][: 2 if quick else None], ["sdpa_xla", "sdpa_cudnn", "te_dpa"]), log)
     if quick:
-        return result
+        return SuiteRun(env, ceiling, tables)
 
     log("long context ...")
     long_rows = []
@@ -193,46 +285,46 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict:
             for backward in (False, True):
                 names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
                 long_rows += _collect(_sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
-                                                  backward=backward, budget_s=0.6), log, result["ceilings"])
+                                                  backward=backward, budget_s=0.6), log, ceiling)
     tables["long_context"] = long_rows
 
     log("fidelity ...")
     anchor = AttentionShape(q_len=8192, kv_len=8192, **LONG)
-    result["fidelity"] = fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")])
+    fid = fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")])
     log("FP8 attention (JAX cuDNN) ...")
     fp8_shapes = [AttentionShape(q_len=t, kv_len=t, causal=c, **{**LONG, "batch": b})
                   for t, b in ((2048, 4), (8192, 4), (16384, 2)) for c in (False, True)]
     fp8_shapes += [AttentionShape(q_len=8192, kv_len=8192, causal=c, batch=4, heads=32, kv_heads=32,
                                   head_dim=64, dtype="bfloat16") for c in (False, True)]
     fp8_shapes += [CODELAB.replace(dtype="bfloat16")]
-    result["fp8_attention"] = fp8_study.fp8_attention_study(fp8_shapes)
+    fp8_rows = fp8_study.fp8_attention_study(fp8_shapes)
     log("TE autocast and FP8 block ...")
     te_shape = AttentionShape(batch=4, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=64,
                               dtype="bfloat16", causal=True)
-    result["te_autocast"] = fp8_study.te_autocast_study(te_shape)
-    result["te_block"] = fp8_study.te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
-    return result
+    autocast = fp8_study.te_autocast_study(te_shape)
+    block = fp8_study.te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
+    return SuiteRun(env, ceiling, tables, fidelity=fid, fp8_attention=fp8_rows, te_autocast=autocast, te_block=block)
 
 
-def summary(result: dict) -> list[str]:
+def summary(result: SuiteRun) -> list[str]:
     """The short table printed last."""
-    lines = [f"{result['environment']['device']} cc {result['environment']['compute_capability']}  "
-             f"jax {result['environment']['jax']}  cuDNN {result['environment']['cudnn']}  TE {result['environment']['transformer_engine']}"]
-    c = result.get("ceilings", {})
+    e = result.environment
+    lines = [f"{e.device} cc {e.compute_capability}  jax {e.jax}  cuDNN {e.cudnn}  TE {e.transformer_engine}"]
+    c = result.ceilings
     if c:
-        lines.append(f"ceilings: bf16 matmul {c['matmul_bf16_tflops']:.0f} TFLOP/s, copy {c['copy_tb_s']:.2f} TB/s")
-    for row in result.get("fidelity", []):
+        lines.append(f"ceilings: bf16 matmul {c.matmul_bf16_tflops:.0f} TFLOP/s, copy {c.copy_tb_s:.2f} TB/s")
+    for row in result.fidelity or []:
         if "harness_over_bare" in row:
             lines.append(
                 f"fidelity {row['shape']}: harness {row['harness_tflops']:.1f} TFLOP/s "
                 f"(device {row['harness_device_tflops'] or float('nan'):.1f}) vs bare loop {row['bare_tflops']:.1f} "
                 f"-> {row['harness_over_bare']:.3f}x; wall {row['harness_wall_ms']:.4f} ms, device "
                 f"{(row['harness_device_ms'] or float('nan')):.4f} ms")
-    for row in result.get("tables", {}).get("long_context", []):
+    for row in result.tables.get("long_context", []):
         if row["status"] == "ok" and row["q_len"] == 8192 and row["head_dim"] == 128:
             lines.append(f"{row['shape']:<42} {row['implementation']:<11} {row['pass']:<16} "
                          f"{row['tflops']:7.1f} TFLOP/s (device {row['device_tflops'] or math.nan:7.1f})")
-    for row in result.get("fp8_attention", []):
+    for row in result.fp8_attention or []:
         if row.get("status") == "ok":
             f = lambda key, row=row: f"{row.get(key) or math.nan:5.0f}"  # noqa: E731
             lines.append(f"FP8 {row['shape']:<42} TFLOP/s at boost | sustained: bf16 {f('bf16_burst_tflops')} | "
@@ -244,10 +336,10 @@ def summary(result: dict) -> list[str]:
                          f"all {row.get('err_small_inputs_all_scales', math.nan):.3f}")
         else:
             lines.append(f"FP8 {row.get('shape')}: {row.get('status')} {row.get('reason', '')[:100]}")
-    a = result.get("te_autocast")
+    a = result.te_autocast
     if a:
-        lines.append(f"TE autocast: {json.dumps({k: v for k, v in a.items() if 'kernels' not in k})[:300]}")
-    for row in result.get("te_block", []):
+        lines.append(f"TE autocast: {json.dumps({k: v for k, v in a.to_json().items() if 'kernels' not in k})[:300]}")
+    for row in result.te_block or []:
         lines.append(f"TE block {row.get('recipe')}: {row.get('status')} "
                      + (f"{row['ms']:.3f} ms {row['tflops']:.0f} TFLOP/s err {row['rel_err_vs_bf16']:.4f}"
                         if row.get("status") == "ok" else row.get("reason", "")[:200]))

@@ -54,7 +54,7 @@ def no_ladder(monkeypatch):
 
 @pytest.fixture
 def with_ladder(monkeypatch):
-    data = fake_ladder()
+    data = ladder.LadderRun.from_json(fake_ladder())
     monkeypatch.setattr(ladder, "load_shipped", lambda: data)
     return data
 
@@ -188,10 +188,10 @@ def test_the_shipped_roofline_places_counted_kernels_by_their_dram_bytes_under_t
     counted = dots[dots["bytes"] == roofline.MEASURED].set_index("implementation")
     assert set(counted.index) == {"sdpa_cudnn", "tokamax_mosaic"}
     found = ladder.load_shipped()
-    c = found["ncu"]["sdpa_cudnn"]
+    c = found.ncu["sdpa_cudnn"]
     flops = 4 * 4 * 16 * 8192 * 8192 * 128
-    assert counted.loc["sdpa_cudnn", "intensity"] == pytest.approx(flops / (c["read_bytes"] + c["write_bytes"]))
-    assert counted.loc["sdpa_cudnn", "tflops"] < found["ceilings"]["matmul_bf16_tflops"]  # under the roof
+    assert counted.loc["sdpa_cudnn", "intensity"] == pytest.approx(flops / (c.read_bytes + c.write_bytes))
+    assert counted.loc["sdpa_cudnn", "tflops"] < found.ceilings.matmul_bf16_tflops  # under the roof
     model = next(d for d in data if "bytes" in d.columns and set(d["bytes"]) == {roofline.MODEL})
     assert model[model["implementation"] == "sdpa_cudnn"]["intensity"].min() < 130  # the model's point, beside it
     roofs = next(d for d in data if "roof" in d.columns)
