@@ -100,7 +100,9 @@ def device_workers() -> list[psutil.Process]:
 
 class Watch:
     """While a class runs: the server's CPU seconds and resident memory (peak), each GPU's memory (peak)
-    and utilisation (mean)."""
+    and utilisation (mean). On psutil (attnlab.procs.tree) and nvidia-smi; what they do not do, done here:
+    one server as the UI processes' trees plus Ray's processes, and CPU seconds that keep what a process
+    that ended meanwhile (a killed worker) had spent."""
 
     def __init__(self, roots: list[int], every: float = 0.5, with_ray: bool = True):
         self.roots, self.every, self.with_ray = roots, every, with_ray

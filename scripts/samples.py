@@ -5,8 +5,9 @@ their samples.
 
     python scripts/samples.py DIR [--top 25]
 
-Counted: page threads (Streamlit's ScriptRunner) and every other thread with a frame of attnlab/ or pages/
-on its stack (the device worker's compile and request threads); idle threads of pools and servers are not.
+Counted: page threads (Streamlit's ScriptRunner), compile threads at work, and threads serving a device
+worker's request (a frame of attnlab/service/worker.py); idle pools and the threads that only wait for
+messages (a worker's main loop, the reader of its pipe, the warm-up waiting for quiet) are not.
 What py-spy's own views do not give: these threads alone, grouped by the innermost frame of the lab's own
 code (what it was doing) beside the innermost frame of all (where it waited).
 """
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attnlab.procs import Frame, Stack, read_raw  # noqa: E402
 
 OURS = (f"{os.sep}attnlab{os.sep}", f"{os.sep}pages{os.sep}")
+SERVING = f"{os.sep}attnlab{os.sep}service{os.sep}worker.py"  # a device worker's request, in any of its homes
 
 
 def name(f: Frame) -> str:
@@ -30,12 +32,14 @@ def name(f: Frame) -> str:
 
 
 def key(stack: Stack) -> tuple[str, str, str] | None:
-    """(thread, the lab's innermost frame or "elsewhere", the innermost frame), or None for a thread not counted."""
+    """(thread, the lab's innermost frame or "elsewhere", the innermost frame), or None for a thread not counted:
+    counted are page threads, compile threads at work, and threads serving a device worker's request."""
     if not stack.frames:
         return None
     ours = next((f for f in reversed(stack.frames) if any(k in f.path for k in OURS) and "-packages" not in f.path), None)
-    thread = stack.thread.split(".")[0].rstrip("_0123456789") or "?"
-    if ours is None and thread != "ScriptRunner":
+    thread = stack.thread.split(".")[0].rstrip("_-0123456789") or "?"
+    serving = any(f.path.endswith(SERVING) for f in stack.frames)
+    if not (thread == "ScriptRunner" or (thread == "attnlab-compile" and ours) or serving):
         return None
     return thread, name(ours) if ours else "elsewhere", name(stack.frames[-1])
 

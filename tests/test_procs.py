@@ -103,3 +103,20 @@ def test_capacitys_sampler_counts_page_threads_by_the_labs_frame_and_the_page_li
     assert r["lab"][0][0] == "pages/not_a_page.py:page" and r["page"][0][0] == "pages/not_a_page.py:page:3"
     assert 0.5 <= r["thread_s"] <= 1.5  # only the page thread, about one second of it (not somebody-else)
     assert "capacity" not in capacity.profile_text(r)
+
+
+def test_samples_counts_page_threads_busy_compile_threads_and_requests_and_not_threads_that_only_wait():
+    import samples
+
+    lab, pool = procs.Frame("_lower_and_compile", "/app/attnlab/measure/compiled.py", 9), procs.Frame(
+        "_worker", "/usr/lib/python3.11/concurrent/futures/thread.py", 81)
+    wait = procs.Frame("Condition.wait", "/usr/lib/python3.11/threading.py", 331)
+    serve = procs.Frame("DeviceWorker.call", "/app/attnlab/service/worker.py", 61)
+    read = procs.Frame("_read", "/app/attnlab/service/child.py", 120)
+    stack = lambda thread, *frames: procs.Stack([], thread, list(frames), 1)  # noqa: E731
+    assert samples.key(stack("ScriptRunner.scriptThread", wait)) == ("ScriptRunner", "elsewhere", "threading.py:wait")
+    assert samples.key(stack("attnlab-compile_3", pool, lab)) == ("attnlab-compile", "compiled.py:_lower_and_compile",
+                                                                 "compiled.py:_lower_and_compile")
+    assert samples.key(stack("attnlab-compile_3", pool)) is None  # idle in its pool
+    assert samples.key(stack("Thread-7", serve, wait))[:2] == ("Thread", "worker.py:call")  # a Ray actor's request
+    assert samples.key(stack("attnlab-child-reader", read, wait)) is None  # only waits for messages
