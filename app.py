@@ -10,7 +10,7 @@ import threading
 import jax
 import streamlit as st
 
-from attnlab import sampler, service
+from attnlab import service
 from attnlab.settings import settings
 from attnlab.studies import warm
 from pages import activity, guide, sidebar
@@ -89,14 +89,6 @@ def warm_once() -> threading.Thread:
     return t
 
 
-@st.cache_resource(show_spinner=False)
-def sample_once(folder: str) -> threading.Thread:
-    """Once per server process, when a benchmark asks (ATTNLAB_SAMPLE_TO): where page runs spend time."""
-    return sampler.start(folder, active=activity.running)  # while learners' pages run: not the warm-up alone
-
-
-if settings().sample_to:
-    sample_once(settings().sample_to)
 page = st.navigation(PAGES + ALIASES + instructor())
 st.sidebar.title("🔦 AttnLab")
 with activity.page_running():

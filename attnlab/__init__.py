@@ -16,7 +16,8 @@ Bottom to top (an import only ever points down):
                                                the device worker that owns a GPU, and the ways to reach it
     shipped                                    measurements from real GPUs, labelled
     cli                                        python -m attnlab ...
-    sampler                                    where a server's page threads spend their time (benchmarks)
+    procs                                      a free port, process trees, CPU and memory (psutil), py-spy samples:
+                                               for the benchmarks (scripts/) and the tests
 
 Nothing here imports streamlit: the same code runs in the app, the device worker, the CLI and on the GPU machine.
 """

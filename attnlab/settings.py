@@ -28,7 +28,6 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
     ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
-    ATTNLAB_SAMPLE_TO         a folder: the server samples where its page threads spend time (benchmarks)
     ATTNLAB_REQUEST_LOG       a file: every device worker appends one JSON line per request it serves (what, at
                               which shape, how long, and whether it was computed, shared or a kept result)
     ATTNLAB_REQUIRE_GPU       1: the container's entrypoint refuses to start without a working GPU
@@ -78,7 +77,6 @@ class Settings:
     metrics: bool = False
     allow_clear_cache: bool = False
     timing_log: str | None = None
-    sample_to: str | None = None
     request_log: str | None = None
     require_gpu: bool = False
     refuse_known_aborts: bool = True
@@ -122,7 +120,6 @@ class Settings:
             metrics=_flag(env, "ATTNLAB_METRICS", False),
             allow_clear_cache=_flag(env, "ATTNLAB_ALLOW_CLEAR_CACHE", False),
             timing_log=env.get("ATTNLAB_TIMING_LOG") or None,
-            sample_to=env.get("ATTNLAB_SAMPLE_TO") or None,
             request_log=env.get("ATTNLAB_REQUEST_LOG") or None,
             require_gpu=_flag(env, "ATTNLAB_REQUIRE_GPU", False),
             refuse_known_aborts=_flag(env, "ATTNLAB_REFUSE_KNOWN_ABORTS", True),

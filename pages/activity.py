@@ -22,11 +22,6 @@ def page_running():
             _QUIET.notify_all()
 
 
-def running() -> bool:
-    """Whether any page runs in this process now."""
-    return _RUNNING[0] > 0
-
-
 def wait_for_quiet(settle_s: float = 2.5) -> None:
     """Block until no page has run in this process for `settle_s` seconds: background work (the
     warm-up) yields to learners, and the settle time leaves the CPU to the browser drawing the page

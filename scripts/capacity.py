@@ -234,68 +234,74 @@ def server_like_apptest() -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# where the page scripts spend their time: a sampling profiler over every thread running a page
+# where the page scripts spend their time: py-spy's samples of every thread running a page
 # --------------------------------------------------------------------------------------------
 class Sampler:
-    """Every `every` seconds, the stack of each thread that is running a page script (a frame of
-    app.py or pages/ on it). Counted twice: by the innermost frame of this repository (what the lab
-    was doing) and by the innermost frame of all (where the thread was: a compile, a lock, numpy).
-    A sample is one thread for `every` seconds, so the counts are thread-seconds / every; threads
-    in C code without the GIL are sampled too (their Python frame is the call that released it)."""
+    """--sample S: py-spy records this process every S seconds while the class runs (attnlab.procs.Record);
+    `report()` counts the samples of each thread that is running a page script (a frame of app.py or pages/
+    on it), three ways: by the innermost frame of this repository (what the lab was doing), by the innermost
+    frame of all (where the thread was: a compile, a lock, numpy), and by the innermost line of app.py or
+    pages/. What py-spy does not do itself, done here: pick the page threads out of AppTest's and this
+    script's, and count by the lab's own frame. A sample is one thread for S seconds, so the counts are
+    thread-seconds; waiting threads are sampled too (their Python frame is the call that waits)."""
 
     def __init__(self, every: float):
-        self.every, self.samples = every, 0
-        self.lab: dict[str, int] = {}
-        self.leaf: dict[str, int] = {}
-        self.pair: dict[str, int] = {}
-        self.page: dict[str, int] = {}  # the innermost line of app.py or pages/
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        from attnlab.procs import Record
+
+        self.every = every
+        self._record = Record([os.getpid()], every, children=False)
 
     def __enter__(self) -> Sampler:
-        self._thread.start()
+        self._record.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._record.__exit__(*exc)
+        if self._record.error:
+            print(f"--sample: no samples ({self._record.error})", file=sys.stderr, flush=True)
 
     @staticmethod
-    def _where(code) -> str:
-        path = code.co_filename
+    def _where(frame) -> str:
+        path = frame.path
         for cut in ("site-packages/", str(ROOT) + "/", "/lib/python3."):
             if cut in path:
                 path = path.split(cut, 1)[1]
                 break
-        return f"{path}:{code.co_name}"
+        return f"{path}:{frame.function.rsplit('.', 1)[-1]}"
 
-    def _loop(self) -> None:
-        me, root, pages = threading.get_ident(), str(ROOT) + "/", str(ROOT / "pages") + "/"
-        while not self._stop.wait(self.every):
-            for tid, frame in sys._current_frames().items():
-                if tid == me:
+    def counts(self) -> tuple[int, dict[str, dict[str, int]]]:
+        """(samples of page threads, {table: {key: samples}}) from py-spy's files."""
+        from attnlab.procs import read_raw
+
+        root, pages = str(ROOT) + "/", str(ROOT / "pages") + "/"
+        tables: dict[str, dict[str, int]] = {"lab": {}, "leaf": {}, "pair": {}, "page": {}}
+        samples = 0
+        for path in self._record.files:
+            for stack in read_raw(path):
+                if not stack.frames:
                     continue
-                leaf, lab, page, f = frame.f_code, None, None, frame
-                while f is not None:
-                    name = f.f_code.co_filename
-                    if name.startswith(root) and "-packages/" not in name and "/scripts/" not in name:
-                        lab = lab or f.f_code
-                        if page is None and (name.startswith(pages) or name.endswith("app.py")):
-                            page = f"{self._where(f.f_code)}:{f.f_lineno}"
-                    f = f.f_back
+                lab, page = None, None
+                for f in reversed(stack.frames):  # innermost first
+                    if f.path.startswith(root) and "-packages/" not in f.path and "/scripts/" not in f.path:
+                        lab = lab or f
+                        if page is None and (f.path.startswith(pages) or f.path.endswith("app.py")):
+                            page = f"{self._where(f)}:{f.line}"
                 if page is None:
                     continue
-                self.samples += 1
-                a, b = self._where(lab), self._where(leaf)
-                for table, key in ((self.lab, a), (self.leaf, b), (self.pair, f"{a}  <-  {b}"), (self.page, page)):
-                    table[key] = table.get(key, 0) + 1
+                samples += stack.count
+                a, b = self._where(lab), self._where(stack.frames[-1])
+                for table, key in (("lab", a), ("leaf", b), ("pair", f"{a}  <-  {b}"), ("page", page)):
+                    tables[table][key] = tables[table].get(key, 0) + stack.count
+        return samples, tables
 
     def report(self, top: int = 15) -> dict[str, Any]:
+        samples, tables = self.counts()
+
         def rows(table: dict[str, int]) -> list[tuple[str, float]]:
             return [(k, round(v * self.every, 1)) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
-        return {"every_s": self.every, "thread_s": round(self.samples * self.every, 1),
-                "lab": rows(self.lab), "leaf": rows(self.leaf), "pair": rows(self.pair),
-                "page": rows(self.page)}
+        return {"every_s": self.every, "thread_s": round(samples * self.every, 1),
+                "lab": rows(tables["lab"]), "leaf": rows(tables["leaf"]), "pair": rows(tables["pair"]),
+                "page": rows(tables["page"])}
 
 
 def profile_text(p: dict[str, Any]) -> str:
@@ -458,12 +464,14 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
     threads = [threading.Thread(target=_session, name=f"learner-{i}", daemon=True,
                                 args=(i, shapes[i], pages, firsts[i], timeout, press, barrier, visits))
                for i in range(n)]
-    cpu0 = _cpu_s()
+    from attnlab.procs import cpu_seconds
+
+    cpu0 = cpu_seconds(os.getpid())
     sampler = Sampler(sample_s) if sample_s else contextlib.nullcontext()
     with sampler:
         elapsed, stuck, done = _class(threads, deadline_s, len(pages), timeout, press, visits)
     profile = sampler.report() if sample_s else None
-    cpu_s = _cpu_s() - cpu0
+    cpu_s = cpu_seconds(os.getpid()) - cpu0
     page_visits = [v for v in done if v.page != "entry"]
     times = [v.wall_s for v in page_visits if v.ok]
     entry = [v.wall_s for v in done if v.page == "entry" and v.ok]
@@ -497,11 +505,6 @@ def run_one(n: int, mode: str, timeout: float, press: bool, seed: int, wrap_queu
         "visits": [dataclasses.asdict(v) for v in done], "profile": profile,
     }
     return result
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _class(threads: list[threading.Thread], deadline_s: float, pages: int, timeout: float, press: bool,

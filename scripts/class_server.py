@@ -19,6 +19,8 @@ Read every half second while the class runs (psutil, nvidia-smi): CPU seconds an
 (peak) of the server's processes (the UI processes, their children, and Ray's processes), each GPU's
 memory in use (peak) and utilisation (mean). The device workers' own figures at the end: the share of the
 class a run held each device (from `admission.DEVICE.stats`), requests served, kept results reused.
+With ATTNLAB_SAMPLE_TO=DIR, py-spy records where every thread of the server waits while the class runs
+(`Server.sampled`; `python scripts/samples.py DIR` sums it up).
 
 `kill_after_s`: the fault test. That many seconds into the class one device worker is killed (SIGKILL, as
 the kernel's OOM killer or a native abort would end it); reported: sessions lost (a learner whose
@@ -29,6 +31,7 @@ the device were served again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -51,7 +54,7 @@ from st_client import Tab  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.browser_util import free_port  # noqa: E402  (one copy of the helper)
+from attnlab.procs import Record, free_port, tree  # noqa: E402
 
 
 def python_path() -> str:
@@ -97,7 +100,9 @@ def device_workers() -> list[psutil.Process]:
 
 class Watch:
     """While a class runs: the server's CPU seconds and resident memory (peak), each GPU's memory (peak)
-    and utilisation (mean)."""
+    and utilisation (mean). On psutil (attnlab.procs.tree) and nvidia-smi; what they do not do, done here:
+    one server as the UI processes' trees plus Ray's processes, and CPU seconds that keep what a process
+    that ended meanwhile (a killed worker) had spent."""
 
     def __init__(self, roots: list[int], every: float = 0.5, with_ray: bool = True):
         self.roots, self.every, self.with_ray = roots, every, with_ray
@@ -107,14 +112,7 @@ class Watch:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def processes(self) -> list[psutil.Process]:
-        found = {}
-        for pid in self.roots:
-            try:
-                p = psutil.Process(pid)
-                for q in [p, *p.children(recursive=True)]:
-                    found[q.pid] = q
-            except psutil.Error:
-                pass
+        found = {q.pid: q for pid in self.roots for q in tree(pid)}
         workers = None if self.with_ray else {q.pid for q in device_workers()}
         for p in psutil.process_iter():
             if p.pid not in found and is_ray(p) and (workers is None or p.pid in workers):
@@ -195,8 +193,7 @@ class Server:
                    STREAMLIT_GLOBAL_DEVELOPMENT_MODE="false",  # Streamlit outside site-packages (a carried wheel) assumes it
                    JAX_COMPILATION_CACHE_DIR=str(compile_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
-        if env.get("ATTNLAB_SAMPLE_TO"):  # each class's samples in a folder of its own
-            env["ATTNLAB_SAMPLE_TO"] = str(Path(env["ATTNLAB_SAMPLE_TO"]) / label)
+        self.samples = Path(env["ATTNLAB_SAMPLE_TO"]) / label if env.get("ATTNLAB_SAMPLE_TO") else None
         self.ray = None
         if device == "ray":
             if not self.fake and device_workers > gpus:
@@ -220,6 +217,14 @@ class Server:
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
+
+    def sampled(self) -> Record | contextlib.nullcontext:
+        """With ATTNLAB_SAMPLE_TO=DIR: py-spy records the UI processes (their child worker with them) and the
+        Ray device workers into DIR/<class>/pyspy-<pid>.txt while the class runs (scripts/samples.py reads them)."""
+        if self.samples is None:
+            return contextlib.nullcontext()
+        ours = {q.pid for pid in self.pids for q in tree(pid)}
+        return Record(self.pids + [p.pid for p in device_workers() if p.pid not in ours], folder=self.samples)
 
     def healthy(self, timeout: float = 240.0) -> float:
         start = time.perf_counter()
@@ -361,11 +366,13 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
     try:
         start_s = server.healthy()
         warm_s = server.warm(server.pids)
-        with Watch(server.pids) as watch:
+        with Watch(server.pids) as watch, server.sampled() as sampled:
             cpu0 = watch.cpu_s()
             elapsed, stuck, class_start = asyncio.run(_class(server.urls, shapes, pages, firsts, timeout, deadline_s,
                                                              visits, lost, kill_after_s, killed))
             cpu = watch.cpu_s() - cpu0
+        if getattr(sampled, "error", None):
+            print(f"ATTNLAB_SAMPLE_TO: no samples ({sampled.error})", file=sys.stderr, flush=True)
         workers = server.worker_figures()
     finally:
         server.stop()

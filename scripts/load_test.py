@@ -13,7 +13,7 @@ sequence sweep on the Benchmarks page, or "Time naive and fused" on page 4; the 
 times every implementation at the session's shape by itself (small shapes are measured without a
 click).
 
-Meanwhile: the server's resident memory is sampled every 0.5 s (psutil, else /proc/<pid>/status),
+Meanwhile: the server's resident memory is sampled every 0.5 s (psutil),
 and /_stcore/health is fetched every 0.5 s. The server runs with ATTNLAB_TIMING_LOG, so that
 attnlab.measure.timing.time_compiled logs each measurement's start and end; afterwards no two measurements
 may overlap (one run at a time holds the device: attnlab.admission.DEVICE, in the device worker).
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
 
 from browser_util import (  # noqa: E402
     ERROR_BOX,
@@ -56,8 +56,9 @@ from browser_util import (  # noqa: E402
     healthy,
     launch_kwargs,
     page_url,
-    rss_bytes,
 )
+
+from attnlab.procs import cpu_seconds, machine_cpu, rss_bytes, tree  # noqa: E402
 
 # Shapes the sessions use (query strings): small, so a CPU serves 20 sessions; several, so that
 # several different measurements queue for the device at once. Index 1 sweeps (N = 1: cheap at T = 1024).
@@ -311,55 +312,17 @@ def unresponsive_stretch(samples: list[tuple[float, float, bool]], limit_s: floa
     return longest
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
-
-
 def renice_clients(nice: int, server_pid: int | None) -> int:
     """Lower the CPU priority of this script's other children (Playwright's driver, Chromium and
     the renderers it starts, which inherit it), never the server's: in use, the browsers run on
     the learners' machines, so they should not take the server's CPU here. Returns how many."""
-    spared = ({server_pid} | descendants(server_pid)) if server_pid else set()
+    spared = {p.pid for p in tree(server_pid)} if server_pid else set()
     n = 0
-    for pid in descendants(os.getpid()) - spared:
+    for pid in {p.pid for p in tree(os.getpid())[1:]} - spared:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, nice)
             n += 1
     return n
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (from /proc/<pid>/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def machine_cpu() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all cores since boot, from /proc/stat."""
-    try:
-        v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v) - idle, sum(v)
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 async def drive(base_url: str, sessions: int, pid: int | None, timeout_ms: float, client_nice: int = 10) -> Figures:

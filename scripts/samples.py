@@ -1,17 +1,47 @@
 #!/usr/bin/env python
-"""Summarise the sampling profiler's files (ATTNLAB_SAMPLE_TO=DIR, attnlab/sampler.py): where the
-page threads of every server process spent their time, as shares of all samples.
+"""Sum up py-spy's samples of a served class (ATTNLAB_SAMPLE_TO=DIR python scripts/capacity.py --serve K ...,
+which records DIR/<class>/pyspy-<pid>.txt): where the threads doing the lab's work waited, as shares of
+their samples.
 
     python scripts/samples.py DIR [--top 25]
+
+Counted: page threads (Streamlit's ScriptRunner), compile threads at work, and threads serving a device
+worker's request (a frame of attnlab/service/worker.py); idle pools and the threads that only wait for
+messages (a worker's main loop, the reader of its pipe, the warm-up waiting for quiet) are not.
+What py-spy's own views do not give: these threads alone, grouped by the innermost frame of the lab's own
+code (what it was doing) beside the innermost frame of all (where it waited).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import json
+import os
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attnlab.procs import Frame, Stack, read_raw  # noqa: E402
+
+OURS = (f"{os.sep}attnlab{os.sep}", f"{os.sep}pages{os.sep}")
+SERVING = f"{os.sep}attnlab{os.sep}service{os.sep}worker.py"  # a device worker's request, in any of its homes
+
+
+def name(f: Frame) -> str:
+    return f"{Path(f.path).name}:{f.function.rsplit('.', 1)[-1]}"
+
+
+def key(stack: Stack) -> tuple[str, str, str] | None:
+    """(thread, the lab's innermost frame or "elsewhere", the innermost frame), or None for a thread not counted:
+    counted are page threads, compile threads at work, and threads serving a device worker's request."""
+    if not stack.frames:
+        return None
+    ours = next((f for f in reversed(stack.frames) if any(k in f.path for k in OURS) and "-packages" not in f.path), None)
+    thread = stack.thread.split(".")[0].rstrip("_-0123456789") or "?"
+    serving = any(f.path.endswith(SERVING) for f in stack.frames)
+    if not (thread == "ScriptRunner" or (thread == "attnlab-compile" and ours) or serving):
+        return None
+    return thread, name(ours) if ours else "elsewhere", name(stack.frames[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,19 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", type=Path)
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args(argv)
-    pairs: collections.Counter = collections.Counter()
-    for f in sorted(args.folder.glob("sample-*.json")):
-        for r in json.loads(f.read_text())["rows"]:
-            pairs[(r["thread"], r["ours"], r["innermost"])] += r["samples"]
-    total = sum(pairs.values())
+    counts: collections.Counter = collections.Counter()
+    for f in sorted(args.folder.rglob("pyspy-*.txt")):
+        for s in read_raw(f):
+            if (k := key(s)) is not None:
+                counts[k] += s.count
+    total = sum(counts.values())
     if not total:
         print(f"no samples in {args.folder}")
         return 1
-    for title, key in (("by thread and the lab's frame", lambda k: k[:2]), ("by innermost frame", lambda k: k[2:]),
-                       ("by all three", lambda k: k)):
+    for title, part in (("by thread and the lab's frame", lambda k: k[:2]), ("by innermost frame", lambda k: k[2:]),
+                        ("by all three", lambda k: k)):
         grouped: collections.Counter = collections.Counter()
-        for k, n in pairs.items():
-            grouped[key(k)] += n
+        for k, n in counts.items():
+            grouped[part(k)] += n
         print(f"\n{title} ({total} samples):")
         for k, n in grouped.most_common(args.top):
             print(f"  {100 * n / total:5.1f}%  {'  '.join(k)}")

@@ -11,6 +11,9 @@ them), then ForwardMsgs until the run's `script_finished`. A visit's time runs f
 the end of the run as the server reports it, all elements received; what the page showed is read
 from the deltas: exceptions (st.exception or an uncaught error), error boxes (st.error), warnings
 (st.warning), and how many elements arrived. scripts/capacity.py --serve uses it to put a class on a real server.
+Hand-written because Streamlit ships no client: AppTest runs the scripts in its own process, without the
+server, and a real browser per learner (scripts/load_test.py) takes the cores the server needs; here a
+class of 40 is 40 websockets in one Python process.
 """
 
 from __future__ import annotations

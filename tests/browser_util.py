@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # scripts import this file from tests/
+    sys.path.insert(0, str(ROOT))
+from attnlab.procs import free_port  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -71,12 +73,6 @@ SKELETON = '[data-testid="stSkeleton"]'  # a lazily loaded element not drawn yet
 
 def launch_kwargs() -> dict:
     return {"executable_path": CHROMIUM, "args": CHROMIUM_ARGS, "headless": True}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def healthy(base_url: str, timeout: float = 5.0) -> bool:
@@ -166,25 +162,6 @@ def warm_up(browser, base_url: str, timeout_ms: float = 120_000) -> None:
         wait_idle(page, timeout_ms)
     finally:
         context.close()
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process: psutil when installed, else /proc/<pid>/status (VmRSS)."""
-    try:
-        import psutil
-
-        return psutil.Process(pid).memory_info().rss
-    except ImportError:
-        pass
-    except Exception:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def page_url(base_url: str, path: str, query: str = "") -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_util import free_port  # one copy of the helper
+from attnlab.procs import free_port
 
 yaml = pytest.importorskip("yaml")
 if sys.version_info >= (3, 11):
