@@ -9,7 +9,7 @@ One Chromium (Debian's), N browser contexts (separate cookies, separate Streamli
 started at once. Each session opens one page by its URL, with one of a few small shapes in the
 query string, then goes through the other eight by the sidebar's links (as a learner does), waiting
 on each until Streamlit has finished the run. Some sessions press a measurement button: the
-sequence sweep on the Benchmarks page, or "Time naive and fused" on page 4; the Benchmarks page also
+sequence sweep in the Benchmarks page's Sweeps tab, or "Time naive, ..." on page 4; the Benchmarks page also
 times every implementation at the session's shape by itself (small shapes are measured without a
 click).
 
@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -177,15 +178,17 @@ async def wait_run(page, title: str, timeout_ms: float) -> None:
         await page.wait_for_function(f"() => !document.querySelector('{SKELETON}')", timeout=30_000)
 
 
-async def press(page, button_name: str, done_text: str, timeout_ms: float) -> None:
-    """Press a button, wait for the run it starts to end and for `done_text` to show."""
+async def press(page, button_name, done, timeout_ms: float) -> None:
+    """Press a button (its name, or a pattern of it), wait for the run it starts to end and for `done` to show
+    (a text, or a function of the page giving a locator)."""
     await page.locator(MAIN).get_by_role("button", name=button_name).first.click(timeout=timeout_ms)
     try:
         await page.wait_for_selector(RUNNING, state="attached", timeout=5_000)
     except Exception:
         pass  # over before we looked
     await page.wait_for_selector(IDLE, state="attached", timeout=timeout_ms)
-    await page.locator(MAIN).get_by_text(done_text).first.wait_for(timeout=timeout_ms)
+    shown = done(page) if callable(done) else page.locator(MAIN).get_by_text(done).first
+    await shown.wait_for(timeout=timeout_ms)
 
 
 async def learner(i: int, browser, base_url: str, fig: Figures, page_times: list[float], go: asyncio.Event,
@@ -221,10 +224,14 @@ async def learner(i: int, browser, base_url: str, fig: Figures, page_times: list
                 page_times.append(time.perf_counter() - t0)
                 if path == "benchmarks" and i % len(SHAPES) == SWEEP_SHAPE:
                     fig.buttons_clicked += 1
-                    await press(page, "Run the sequence sweep", "Last run: sequence sweep", timeout_ms * 2)
+                    await page.locator(MAIN).get_by_role("tab", name="Sweeps").click(timeout=timeout_ms)
+                    await wait_run(page, title, timeout_ms)  # the tab reruns the page to draw itself
+                    # done: the live sweep's y-axis picker beside the shipped sweep's
+                    await press(page, re.compile(r"^Run the sequence sweep"),
+                                lambda p: p.locator(MAIN).get_by_text("y axis", exact=True).nth(1), timeout_ms * 2)
                 if path == "naive-vs-fused" and i % len(SHAPES) == P4_SHAPE:
                     fig.buttons_clicked += 1
-                    await press(page, "Time naive and fused", "Wall time per call", timeout_ms)
+                    await press(page, re.compile(r"^Time naive"), "Download CSV", timeout_ms)
                 n_exc = await page.locator(EXCEPTION).count()
                 if n_exc:
                     fig.exceptions += n_exc
