@@ -26,11 +26,11 @@ def autocast_study(shape) -> pd.DataFrame:
 
 
 def block_study(shape) -> pd.DataFrame:
-    return pd.DataFrame(common.on_device(fp8_study.te_block_study, shape))
+    return common.on_device(fp8_study.te_block_study, shape)
 
 
 def attention_study(shapes: tuple) -> pd.DataFrame:
-    return pd.DataFrame(common.on_device(fp8_study.fp8_attention_study, tuple(shapes)))
+    return common.on_device(fp8_study.fp8_attention_study, tuple(shapes))
 
 
 def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd.DataFrame], table: str,

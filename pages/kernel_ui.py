@@ -220,7 +220,7 @@ def ladder_block(found: LadderRun | None) -> None:
         st.info(NOT_MEASURED)
     else:
         shipped_caption(found)
-        fwd = pd.DataFrame(ladder.rungs(found))
+        fwd = ladder.rungs(found)
         ok = fwd[fwd["status"] == "ok"]
         if not ok.empty:
             charts.draw(st, rung_chart, ok, width="content")
@@ -229,7 +229,7 @@ def ladder_block(found: LadderRun | None) -> None:
                           .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
                                            "pct_of_measured_matmul": "% of the bf16 matmul measured there (bf16 rungs)",
                                            "pct_of_datasheet": "% of datasheet peak (FP8 peak for FP8)"}))
-        back = pd.DataFrame(ladder.rungs(found, "forward+backward"))
+        back = ladder.rungs(found, "forward+backward")
         if not back.empty and (back["status"] == "ok").any():
             st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
             common.text_table(back[back["status"] == "ok"][cols[:4]].round({"best_tflops": 0})

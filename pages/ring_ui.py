@@ -22,12 +22,12 @@ VARIANT_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564
                   "#bcbd22", "#7f7f7f", "#393b79", "#637939"]
 
 
-def grid_frame(schedule: list[dict]) -> pd.DataFrame:
+def grid_frame(schedule: list[rs.RingStep]) -> pd.DataFrame:
     """The schedule as one row per (step, device), with the words the grid shows."""
-    return pd.DataFrame([{"step": r["step"], "device": r["device"], "compute": r["compute"], "work": r["work"],
-                          "holds": f"K/V of d{r['kv_from_device']}",
-                          "sends": "—" if r["sends_to"] is None else f"→ d{r['sends_to']}",
-                          "query chunks": str(list(r["q_chunks"])), "key chunks": str(list(r["kv_chunks"]))}
+    return pd.DataFrame([{"step": r.step, "device": r.device, "compute": r.compute, "work": r.work,
+                          "holds": f"K/V of d{r.kv_from_device}",
+                          "sends": "—" if r.sends_to is None else f"→ d{r.sends_to}",
+                          "query chunks": str(list(r.q_chunks)), "key chunks": str(list(r.kv_chunks))}
                          for r in schedule])
 
 
@@ -162,9 +162,8 @@ def costs(shape, run: ring_results.RingRun | None, P: int, causal: bool, layout:
         st.warning("No measured attention rate ships with this version, so the crossover cannot be drawn.")
     else:
         lengths = [2**k for k in range(10, 21)]
-        table = pd.DataFrame(rs.step_costs(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize, P,
-                                           lengths, rates.flops_per_s, rates.bytes_per_s, causal=causal,
-                                           layout=layout))
+        table = rs.step_costs(shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.itemsize, P,
+                              lengths, rates.flops_per_s, rates.bytes_per_s, causal=causal, layout=layout)
         hiding_T = rs.hiding_length(shape.heads, shape.kv_heads, shape.itemsize, P, rates.flops_per_s,
                                     rates.bytes_per_s, causal=causal, layout=layout)
         m1, m2, m3 = st.columns(3)

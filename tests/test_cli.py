@@ -114,3 +114,20 @@ def test_an_output_path_is_opened_before_any_work_and_a_directory_is_refused(com
     with pytest.raises(SystemExit) as e:
         main([command, "--out", out])
     assert said in str(e.value)
+
+
+def test_the_suites_fidelity_and_gathered_rows_are_tables():
+    from attnlab.measure import runs
+    from attnlab.shapes import AttentionShape
+    from attnlab.studies import suite
+
+    tiny = AttentionShape(batch=1, q_len=32, kv_len=32, heads=2, kv_heads=2, head_dim=16, dtype="bfloat16")
+    fid = suite.fidelity([tiny], name="sdpa_xla")
+    assert isinstance(fid, pd.DataFrame) and len(fid) == 1 and fid["harness_over_bare"].iloc[0] > 0
+    assert {"harness_wall_ms", "bare_pipelined_ms", "harness_tflops", "bare_tflops"} <= set(fid.columns)
+    lines = []
+    rows = [r.row() for r in runs.run(tiny, ["sdpa_xla"], accuracy=False, timed=True, budget_s=0.02)]
+    table = suite._collect(rows, lines.append, suite.Ceilings(matmul_bf16_tflops=1e-3, copy_tb_s=1.0))
+    assert isinstance(table, pd.DataFrame) and len(lines) == 1 and set(runs.COLUMNS) <= set(table.columns)
+    best = table["device_tflops"].fillna(table["tflops"]).iloc[0]
+    assert table["pct_of_measured_matmul"].iloc[0] == pytest.approx(100 * best / 1e-3)

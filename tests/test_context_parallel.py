@@ -127,12 +127,13 @@ def test_block_flops_are_halved_on_the_diagonal_and_zero_when_skipped():
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 def test_every_device_meets_every_block_once_passing_it_to_the_right(devices, layout):
     schedule = rs.ring_schedule(devices, causal=False, layout=layout)
+    assert all(isinstance(r, rs.RingStep) for r in schedule) and len(schedule) == devices * devices
     for d in range(devices):
-        assert sorted(r["kv_from_device"] for r in schedule if r["device"] == d) == list(range(devices))
-    by = {(r["step"], r["device"]): r for r in schedule}
+        assert sorted(r.kv_from_device for r in schedule if r.device == d) == list(range(devices))
+    by = {(r.step, r.device): r for r in schedule}
     for r in schedule:
-        if r["sends_to"] is not None:  # what I send now, my neighbour holds next step
-            assert by[(r["step"] + 1, r["sends_to"])]["kv_from_device"] == r["sends_kv_of_device"]
+        if r.sends_to is not None:  # what I send now, my neighbour holds next step
+            assert by[(r.step + 1, r.sends_to)].kv_from_device == r.sends_kv_of_device
     assert rs.work_per_device(schedule) == [devices] * devices
 
 
@@ -141,13 +142,13 @@ def test_zigzag_balances_causal_work_and_contiguous_does_not(devices):
     zig = rs.ring_schedule(devices, causal=True, layout="zigzag")
     con = rs.ring_schedule(devices, causal=True, layout="contiguous")
     assert rs.work_per_device(zig) == [devices / 2] * devices  # half of the full square each
-    assert all(r["work"] == 0.5 for r in zig)
+    assert all(r.work == 0.5 for r in zig)
     assert rs.work_per_device(con) == [d + 0.5 for d in range(devices)]
     assert rs.ring_time_in_steps(zig) == devices / 2
     assert rs.ring_time_in_steps(con) == devices - 0.5  # the last device sets the pace
-    assert sum(r["compute"] == rs.SKIPPED for r in con) == devices * (devices - 1) // 2
-    assert {r["compute"] for r in zig if r["step"] == 0} == {rs.DIAGONAL}
-    assert {r["compute"] for r in zig if r["step"] > 0} == {"partly skipped"}
+    assert sum(r.compute == rs.SKIPPED for r in con) == devices * (devices - 1) // 2
+    assert {r.compute for r in zig if r.step == 0} == {rs.DIAGONAL}
+    assert {r.compute for r in zig if r.step > 0} == {"partly skipped"}
 
 
 def test_overlap_threshold_is_block_size_over_flops_per_byte():

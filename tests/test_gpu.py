@@ -190,7 +190,7 @@ def test_te_autocast_leaves_attention_unchanged_and_fp8_acts_on_dense_layers():
     assert a.max_abs_diff_autocast_vs_not == 0.0
     rows = fp8_study.te_block_study(AttentionShape(batch=2, q_len=1024, kv_len=1024, heads=8, kv_heads=8,
                                                head_dim=128, dtype="bfloat16", causal=True))
-    ok = {r["recipe"]: r for r in rows if r["status"] == "ok"}
+    ok = {r["recipe"]: r for r in rows.to_dict("records") if r["status"] == "ok"}
     assert "bf16" in ok and ("fp8_current" in ok or "fp8_delayed" in ok), rows
     for name, r in ok.items():
         if name != "bf16":

@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 from attnlab.measure import runs
@@ -14,8 +15,9 @@ NAMES = ["sdpa_xla", "flash_jax", "sdpa_cudnn"]
 
 
 def test_ladder_rows_have_the_run_layers_columns_and_say_why_a_rung_cannot_run():
-    rows = ladder.ladder([TINY], NAMES, budget_s=0.05)
-    assert all(set(runs.COLUMNS) <= r.keys() for r in rows)
+    table = ladder.ladder([TINY], NAMES, budget_s=0.05)
+    assert isinstance(table, pd.DataFrame) and list(table.columns) == runs.COLUMNS + ["rung"]
+    rows = runs.records(table)
     forward = [r for r in rows if r["pass"] == "forward"]
     assert [r["implementation"] for r in forward] == NAMES and [r["rung"] for r in forward] == [0, 1, 2]
     ok = {r["implementation"]: r for r in forward if r["status"] == runs.OK}
@@ -29,7 +31,9 @@ def test_ladder_rows_have_the_run_layers_columns_and_say_why_a_rung_cannot_run()
 
 
 def test_mask_sweep_labels_each_mask_and_its_visible_fraction():
-    rows = ladder.mask_sweep(TINY.replace(q_len=64, kv_len=64), (16, 8), ["sdpa_xla"], padding=16, budget_s=0.05)
+    table = ladder.mask_sweep(TINY.replace(q_len=64, kv_len=64), (16, 8), ["sdpa_xla"], padding=16, budget_s=0.05)
+    assert isinstance(table, pd.DataFrame) and list(table.columns) == runs.COLUMNS + ["mask", "visible_fraction"]
+    rows = runs.records(table)
     assert [r["mask"] for r in rows] == ["no mask", "causal", "causal + window 16", "causal + window 8",
                                          "padding: 16 of 64 keys real"]
     assert all(set(runs.COLUMNS) <= r.keys() and r["status"] == runs.OK for r in rows)
@@ -68,7 +72,11 @@ def test_roofline_math():
            "device_tflops": None, "gflop": shape.flops() / 1e9, **shape.columns()}
     naive_row = {**row, "implementation": "sdpa_xla", "tflops": 100.0}
     skipped = {**row, "status": "cannot run here"}
-    fused, xla = ladder.roofline([row, naive_row, skipped], ceilings)
+    points = ladder.roofline([row, naive_row, skipped], ceilings)
+    assert isinstance(points, pd.DataFrame) and list(points.columns) == ladder.ROOFLINE_COLUMNS
+    assert ladder.roofline(pd.DataFrame([row, naive_row, skipped]), ceilings).equals(points)  # a table as well
+    assert ladder.roofline([], ceilings).empty
+    fused, xla = points.to_dict("records")
     dims = (4, 8192, 8192, 16, 16, 128, 2)
     assert fused["model_bytes"] == flash_traffic.traffic_flash(*dims, block_q=128)["total"]
     assert xla["model_bytes"] == flash_traffic.traffic_naive(*dims)["total"]
@@ -78,11 +86,12 @@ def test_roofline_math():
         assert p["attainable_tflops"] == pytest.approx(min(700.0, 4.0 * p["intensity"]))
         assert p["pct_of_attainable"] == pytest.approx(100 * p["achieved_tflops"] / p["attainable_tflops"])
     assert xla["intensity"] < fused["intensity"] / 2  # the scores' round trips dominate naive traffic
-    big_tiles = ladder.roofline([row], ceilings, block_q=1024)[0]
+    big_tiles = ladder.roofline([row], ceilings, block_q=1024).iloc[0]
     assert big_tiles["attainable_tflops"] == 700.0  # fewer K/V re-reads: past the ridge, compute-bound
     roof = ladder.roof(ceilings)
-    assert max(p["tflops"] for p in roof) == 700.0
-    assert any(p["intensity"] == pytest.approx(175.0) for p in roof)  # the ridge point, 700 / 4
+    assert isinstance(roof, pd.DataFrame) and list(roof.columns) == ["intensity", "tflops"]
+    assert roof["tflops"].max() == 700.0
+    assert (roof["intensity"] - 175.0).abs().min() < 1e-9  # the ridge point, 700 / 4
 
 
 def test_run_all_writes_the_shipped_structure(tmp_path, monkeypatch):
@@ -116,6 +125,10 @@ def test_the_shipped_ladder_loads_typed_with_its_units_and_other_files_are_refus
     cudnn = found.ncu["sdpa_cudnn"]
     assert cudnn.measured and cudnn.read_bytes > cudnn.write_bytes > 0 and cudnn.shape == ladder.ANCHOR.describe()
     assert {r["implementation"] for r in found.ladder} == set(ladder.LADDER)
+    fwd, back = ladder.rungs(found), ladder.rungs(found, "forward+backward")
+    assert isinstance(fwd, pd.DataFrame) and set(fwd["pass"]) == {"forward"} and set(back["pass"]) == {"forward+backward"}
+    assert {"best_tflops", "adds", "pct_of_measured_matmul", "pct_of_datasheet", "datasheet_peak"} <= set(fwd.columns)
+    assert list(fwd["causal"]) == sorted(fwd["causal"])  # not causal first, each by rung
     with pytest.raises(ValueError, match="not a ladder file"):
         ladder.LadderRun.from_json(shipped.load("h200"))
 

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from attnlab.shapes import AttentionShape
@@ -135,8 +136,9 @@ def test_step_costs_bytes_follow_the_formula_and_compute_hides_the_send_from_the
     B, N, K, H, item, P, F, W = 2, 8, 2, 64, 2, 4, 500e12, 450e9
     T_star = rs.hiding_length(N, K, item, P, F, W, causal=False)
     rows = rs.step_costs(B, N, K, H, item, P, [T_star - 2 * P, T_star + 2 * P, 8 * T_star], F, W, causal=False)
-    assert rows[0]["bytes_per_step"] == 2 * B * ((T_star - 2 * P) // P) * K * H * item
-    assert [r["hidden"] for r in rows] == [False, True, True]
+    assert isinstance(rows, pd.DataFrame) and list(rows["T"]) == [T_star - 2 * P, T_star + 2 * P, 8 * T_star]
+    assert rows["bytes_per_step"][0] == 2 * B * ((T_star - 2 * P) // P) * K * H * item
+    assert list(rows["hidden"]) == [False, True, True]
     # balanced causal: a step computes half a block, so the send needs twice the length to hide
     assert rs.hiding_length(N, K, item, P, F, W, causal=True) == pytest.approx(2 * T_star, abs=P)
     assert rs.hiding_length(N, K, item, P, F, W, causal=True, layout="contiguous") == T_star

@@ -89,3 +89,21 @@ def test_the_autocast_study_is_typed_and_reads_back_as_the_suite_writes_it(monke
         a.bf16_ms = 1.0  # type: ignore[misc]
     with pytest.raises(ValueError, match="not an autocast study"):
         fp8_study.AutocastStudy.from_json({"bf16_ms": 0.2})
+
+
+def test_the_fp8_and_te_block_studies_are_tables_that_say_why_they_cannot_run(monkeypatch):
+    import pandas as pd
+
+    from attnlab.measure import runs
+    from attnlab.studies import fp8_study
+
+    monkeypatch.setattr(te, "import_error", lambda: "TransformerEngine is not installed")
+    block = fp8_study.te_block_study(AttentionShape(dtype="bfloat16"))
+    assert isinstance(block, pd.DataFrame)
+    assert runs.records(block) == [{"status": "unsupported", "reason": "TransformerEngine is not installed"}]
+    cpu = device.DeviceInfo("cpu", "cpu", "cpu", 1, None, None, None, "", "", None, None, None)
+    monkeypatch.setattr(device, "info", lambda: cpu)
+    shapes = [AttentionShape(dtype="bfloat16"), AttentionShape(dtype="bfloat16", causal=True)]
+    study = fp8_study.fp8_attention_study(shapes)
+    assert isinstance(study, pd.DataFrame) and list(study["status"]) == ["unsupported"] * 2
+    assert list(study["shape"]) == [s.describe() for s in shapes] and study["reason"].str.len().gt(0).all()

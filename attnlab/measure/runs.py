@@ -106,6 +106,11 @@ def to_frame(results: Iterable[Result], extra: Iterable[dict] | None = None) -> 
     return pd.DataFrame(rows, columns=list(dict.fromkeys(COLUMNS + [k for r in rows for k in r])))
 
 
+def records(df: pd.DataFrame) -> list[dict]:
+    """A table's rows as plain dicts for a JSON file, a missing value (NaN, None) as None."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
 # --------------------------------------------------------------------------------------------
 # inputs and memory
 # --------------------------------------------------------------------------------------------

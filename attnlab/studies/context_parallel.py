@@ -9,7 +9,7 @@ and its log-sum-exp lse_b = log Σ_j exp(q·k_j / sqrt(H)), and two partial resu
 (Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, Dao 2023, section 3.1.1). The ring passes
 K/V blocks to the next device with `ppermute` while the current block is computed (Liu et al. 2023,
 arXiv:2310.01889); the all-gather variant fetches every block first (Llama 3, Dubey et al. 2024, 3.3.2).
-`ring_schedule` holds the same schedule as plain data.
+`ring_schedule` holds the same schedule on paper (a list of `RingStep`).
 
 Q is (B, T, N, H); K and V are (B, S, K, H) with N a multiple of K; causal is aligned top-left (query i
 sees keys 0..i, in the original order), so for causal attention T = S.

@@ -2,7 +2,7 @@
 
 Studies built on the one harness (`timing`) and the registry; the suite (`suite.py`) runs them on
 a GPU and the TransformerEngine & FP8 page shows what they found. The autocast study is one typed
-`AutocastStudy`; the FP8 attention and TE block studies are rows of a table (their keys name the units).
+`AutocastStudy`; the FP8 attention and TE block studies are tables (DataFrames whose columns name the units).
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ def _ratio(a, b):
     return None if a is None or not b else a / b
 
 
-def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
-    """(c): cuDNN FP8 attention against bf16 cuDNN: speed, and the error each scaling choice costs.
+def fp8_attention_study(shapes: Iterable[AttentionShape]) -> pd.DataFrame:
+    """(c): cuDNN FP8 attention against bf16 cuDNN: speed, and the error each scaling choice costs. A table, one
+    row per shape: 'status' ('ok', 'unsupported', 'error') and 'reason'; per variant (bf16, fp8, fp8_unit, fp8_e2e)
+    '{variant}_ms', '{variant}_tflops', '{variant}_clock_mhz' sustained and '{variant}_burst_...' at boost;
+    'speedup' (bf16 ms / fp8 ms); 'err_...' (relative errors, ||fp8 - bf16|| / ||bf16||).
 
     Speed (GPU kernel time): the FP8 kernel alone, FP8 in and out, with 448/amax scales and with
     unit scales; and end to end (amax reductions, casts of Q, K, V, dequantised O), against bf16
@@ -95,7 +98,7 @@ def fp8_attention_study(shapes: Iterable[AttentionShape]) -> list[dict]:
             rows.append(row)
         except Exception as e:
             rows.append({**base, "status": "error", "reason": f"{type(e).__name__}: {str(e)[:300]}"})
-    return rows
+    return pd.DataFrame(rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,11 +156,11 @@ def te_autocast_study(shape: AttentionShape) -> AutocastStudy:
         return AutocastStudy("error", f"{type(e).__name__}: {str(e)[:400]}")
 
 
-def te_block_study(shape: AttentionShape) -> list[dict]:
+def te_block_study(shape: AttentionShape) -> pd.DataFrame:
     """(b): an attention block of TE layers in bf16 and under FP8 autocast, a table row per recipe: ms (per
     call), tflops, rel_err_vs_bf16, top_kernels ([name, µs] pairs), or status and reason."""
     if te.import_error():
-        return [{"status": "unsupported", "reason": te.import_error()}]
+        return pd.DataFrame([{"status": "unsupported", "reason": te.import_error()}])
     rows = []
     x = jax.random.normal(jax.random.PRNGKey(3), (shape.batch, shape.q_len, shape.heads * shape.head_dim),
                           jnp.float32).astype(shape.dtype)
@@ -178,7 +181,7 @@ def te_block_study(shape: AttentionShape) -> list[dict]:
         except Exception as e:
             rows.append({"shape": shape.describe(), "recipe": recipe or "bf16", "status": "error",
                          "reason": f"{type(e).__name__}: {str(e)[:400]}"})
-    return rows
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import pandas as pd
+
 from attnlab.measure import runs
 from attnlab.shapes import NO_MASK, AttentionShape
 from attnlab.studies import flash_traffic
@@ -75,28 +77,30 @@ def masks(shape: AttentionShape, windows: Sequence[int] = (1024, 256), padding: 
 
 
 def ladder(shapes: Iterable[AttentionShape], names: Sequence[str] = LADDER, *, backward: bool = True,
-           budget_s: float = 0.5) -> list[dict]:
+           budget_s: float = 0.5) -> pd.DataFrame:
     """Each rung at each shape: forward (accuracy and timing), then forward+backward for the rungs in
-    BACKWARD. Rows in the run layer's columns plus 'rung' (the position in `names`)."""
-    rows = []
+    BACKWARD. A table in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, ...) plus 'rung'
+    (the position in `names`)."""
+    results = []
     for shape in shapes:
-        for r in runs.run(shape, names, accuracy=True, timed=True, budget_s=budget_s):
-            rows.append({**r.row(), "rung": names.index(r.implementation)})
+        results += runs.run(shape, names, accuracy=True, timed=True, budget_s=budget_s)
         if backward:
             back = [n for n in names if n in BACKWARD]
-            for r in runs.run(shape, back, accuracy=False, timed=True, backward=True, budget_s=budget_s):
-                rows.append({**r.row(), "rung": names.index(r.implementation)})
-    return rows
+            results += runs.run(shape, back, accuracy=False, timed=True, backward=True, budget_s=budget_s)
+    return runs.to_frame(results, [{"rung": names.index(r.implementation)} for r in results])
 
 
 def mask_sweep(shape: AttentionShape, windows: Sequence[int] = (1024, 256), names: Sequence[str] = MASK_NAMES,
-               *, padding: int = 2048, budget_s: float = 0.5) -> list[dict]:
-    """Kernel time of `names` under each mask of `masks(shape, windows, padding)`; + 'mask', 'visible_fraction'."""
-    rows = []
+               *, padding: int = 2048, budget_s: float = 0.5) -> pd.DataFrame:
+    """Kernel time of `names` under each mask of `masks(shape, windows, padding)`: a table in the run layer's
+    columns (device_ms, throughput_ms, ...) plus 'mask' (its label) and 'visible_fraction' (of the (query, key)
+    pairs, 0 to 1)."""
+    results, extra = [], []
     for label, s in masks(shape, windows, padding):
         for r in runs.run(s, names, accuracy=False, timed=True, budget_s=budget_s):
-            rows.append({**r.row(), "mask": label, "visible_fraction": s.visible_fraction()})
-    return rows
+            results.append(r)
+            extra.append({"mask": label, "visible_fraction": s.visible_fraction()})
+    return runs.to_frame(results, extra)
 
 
 def model_bytes(shape: AttentionShape, name: str, block_q: int = BLOCK_Q) -> int:
@@ -108,11 +112,16 @@ def model_bytes(shape: AttentionShape, name: str, block_q: int = BLOCK_Q) -> int
     return flash_traffic.traffic_naive(*dims, itemsize)["total"]
 
 
-def roofline(rows: Iterable[dict], ceilings: Ceilings, block_q: int = BLOCK_Q) -> list[dict]:
-    """Each measured forward row as a point: arithmetic intensity (FLOPs per byte of the traffic model) and
-    achieved TFLOP/s, with what the measured ceilings allow there: min(matmul TFLOP/s, copy TB/s × intensity)."""
+ROOFLINE_COLUMNS = ["implementation", "label", "causal", "model", "model_bytes", "intensity", "achieved_tflops",
+                    "attainable_tflops", "pct_of_attainable"]
+
+
+def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings, block_q: int = BLOCK_Q) -> pd.DataFrame:
+    """Each measured forward row (of `ladder`'s table, or rows in its columns) as a point: 'intensity' (FLOPs per
+    byte of the traffic model, 'model_bytes'), 'achieved_tflops', and what the measured ceilings allow there,
+    'attainable_tflops' = min(matmul TFLOP/s, copy TB/s × intensity); 'pct_of_attainable' in %."""
     out = []
-    for r in rows:
+    for r in runs.records(pd.DataFrame(rows if isinstance(rows, pd.DataFrame) else list(rows))):
         if r.get("status") != runs.OK or r.get("pass") != "forward":
             continue
         achieved = r.get("device_tflops") or r.get("tflops")
@@ -128,16 +137,17 @@ def roofline(rows: Iterable[dict], ceilings: Ceilings, block_q: int = BLOCK_Q) -
                     "model": MODEL.get(r["implementation"], "naive"), "model_bytes": traffic,
                     "intensity": intensity, "achieved_tflops": achieved, "attainable_tflops": attainable,
                     "pct_of_attainable": 100 * achieved / attainable})
-    return out
+    return pd.DataFrame(out, columns=ROOFLINE_COLUMNS)
 
 
-def roof(ceilings: Ceilings, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> list[dict]:
-    """The roof as points (log-spaced intensity, min(compute, bandwidth × intensity)), and the ridge point."""
+def roof(ceilings: Ceilings, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> pd.DataFrame:
+    """The roof as points, the ridge point among them: 'intensity' (FLOPs per byte, log-spaced) and 'tflops',
+    min(matmul TFLOP/s, copy TB/s × intensity)."""
     step = (math.log10(hi) - math.log10(lo)) / (points - 1)
     xs = [10 ** (math.log10(lo) + i * step) for i in range(points)]
     ridge = ceilings.matmul_bf16_tflops / ceilings.copy_tb_s
-    return [{"intensity": x, "tflops": min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * x)}
-            for x in sorted(xs + [ridge])]
+    return pd.DataFrame([{"intensity": x, "tflops": min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * x)}
+                         for x in sorted(xs + [ridge])])
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,9 +227,11 @@ def load_shipped() -> LadderRun | None:
     return LadderRun.load()
 
 
-def rungs(result: LadderRun, passes: str = "forward") -> list[dict]:
-    """The ladder's rows of one pass with each rung's sentence and its TFLOP/s as a share of the datasheet peak
-    for its dtype (FP8 for cudnn_fp8, else bf16) and, for bf16 rungs only, of the measured bf16 matmul ceiling."""
+def rungs(result: LadderRun, passes: str = "forward") -> pd.DataFrame:
+    """The ladder's rows of one pass (a table, by causal then rung; empty when none) with 'best_tflops', what the
+    rung 'adds' (a sentence), and its TFLOP/s as a share (%) of the datasheet peak for its dtype ('pct_of_datasheet';
+    FP8 for cudnn_fp8, else bf16, 'datasheet_peak' in TFLOP/s) and, for bf16 rungs only, of the measured bf16
+    matmul ceiling ('pct_of_measured_matmul')."""
     from attnlab.backends import REGISTRY
 
     ceiling = result.ceilings.matmul_bf16_tflops if result.ceilings else None
@@ -236,7 +248,7 @@ def rungs(result: LadderRun, passes: str = "forward") -> list[dict]:
                     "pct_of_measured_matmul": 100 * best / ceiling if best and ceiling and not fp8 else None,
                     "pct_of_datasheet": 100 * best / sheet if best and sheet else None,
                     "datasheet_peak": sheet})
-    return sorted(out, key=lambda r: (r["causal"], r.get("rung", 0)))
+    return pd.DataFrame(sorted(out, key=lambda r: (r["causal"], r.get("rung", 0))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,13 +333,13 @@ def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, bud
     log("ceilings ...")
     ceilings = suite.ceilings()
     log(f"ladder at {anchor.describe()}, causal and not ...")
-    rows = ladder([anchor, anchor.replace(causal=True)], budget_s=budget_s)
+    rows = runs.records(ladder([anchor, anchor.replace(causal=True)], budget_s=budget_s))
     short = anchor.replace(q_len=anchor.q_len // 2, kv_len=anchor.kv_len // 2)
     log(f"plain-JAX flash against XLA at {short.describe()} ...")
     flash = [r.row() for r in runs.run(short, ["sdpa_xla", "flash_jax"], accuracy=False, timed=True,
                                        budget_s=budget_s)]
     log("masks ...")
-    mask_rows = mask_sweep(anchor, budget_s=budget_s)
+    mask_rows = runs.records(mask_sweep(anchor, budget_s=budget_s))
     log("forward+backward compiled memory ...")
     backward_memory = [
         r.row() for t in (anchor.q_len // f for f in BACKWARD_FRACTIONS)

@@ -1,6 +1,8 @@
 """Ring attention on paper: who holds which K/V block at each step, what it computes, what it sends.
 
-Pure Python, no JAX: the page draws these tables, and `context_parallel` follows the same schedule.
+Pure Python and pandas, no JAX: the page draws these tables, and `context_parallel` follows the same schedule.
+`ring_schedule` is a list of `RingStep` (one per step and device); `step_costs` is a table whose columns
+name their units.
 
 With P devices on a ring, each holds a slice of Q, K and V along the sequence. At every step a device
 attends its queries to the K/V block it holds and passes that block to its right-hand neighbour, so after
@@ -15,9 +17,28 @@ every device the same work.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pandas as pd
+
 FULL, DIAGONAL, SKIPPED = "full", "diagonal", "skipped"
+
+
+@dataclasses.dataclass(frozen=True)
+class RingStep:
+    """What one device does at one step of the ring."""
+
+    step: int
+    device: int
+    kv_from_device: int  # whose K/V block it holds (and attends to) at this step
+    q_chunks: tuple[int, ...]  # the sequence chunks of its queries
+    kv_chunks: tuple[int, ...]  # the sequence chunks of the K/V block it holds
+    blocks: tuple[tuple[int, int, str], ...]  # (query chunk, key chunk, FULL / DIAGONAL / SKIPPED) per pair
+    compute: str  # FULL, DIAGONAL, SKIPPED or "partly skipped"
+    work: float  # the fraction of one full (T/P x S/P) block computed: 1, 1/2 (causal diagonal), 0 (masked)
+    sends_to: int | None  # the device it sends the block to; None at the last step
+    sends_kv_of_device: int | None  # whose block it sends; None at the last step
 
 
 def chunks_of(device: int, devices: int, layout: str) -> tuple[int, ...]:
@@ -36,7 +57,7 @@ def block_kind(q_chunk: int, kv_chunk: int, causal: bool) -> str:
     return DIAGONAL if q_chunk == kv_chunk else SKIPPED
 
 
-def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list[dict]:
+def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list[RingStep]:
     """One row per (step, device): the K/V block held, the chunk pairs computed, the work, the send.
 
     `work` is the fraction of one full (T/P x S/P) block computed at that step: 1 for a full block,
@@ -47,7 +68,7 @@ def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list
         for device in range(devices):
             owner = (device - step) % devices  # the ring passes blocks rightwards, one hop a step
             mine, theirs = chunks_of(device, devices, layout), chunks_of(owner, devices, layout)
-            blocks = [(qc, kc, block_kind(qc, kc, causal)) for qc in mine for kc in theirs]
+            blocks = tuple((qc, kc, block_kind(qc, kc, causal)) for qc in mine for kc in theirs)
             area = 1 / (len(mine) * len(theirs))  # one chunk pair's share of the device's block
             work = sum(area * {FULL: 1.0, DIAGONAL: 0.5, SKIPPED: 0.0}[kind] for _, _, kind in blocks)
             kinds = {kind for _, _, kind in blocks}
@@ -55,33 +76,23 @@ def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list
                 kinds.pop() if len(kinds) == 1 else DIAGONAL if DIAGONAL in kinds else "partly skipped"
             )
             last = step == devices - 1
-            rows.append(
-                {
-                    "step": step,
-                    "device": device,
-                    "kv_from_device": owner,
-                    "q_chunks": mine,
-                    "kv_chunks": theirs,
-                    "blocks": blocks,
-                    "compute": compute,
-                    "work": work,
-                    "sends_to": None if last else (device + 1) % devices,
-                    "sends_kv_of_device": None if last else owner,
-                }
-            )
+            rows.append(RingStep(step=step, device=device, kv_from_device=owner, q_chunks=mine, kv_chunks=theirs,
+                                 blocks=blocks, compute=compute, work=work,
+                                 sends_to=None if last else (device + 1) % devices,
+                                 sends_kv_of_device=None if last else owner))
     return rows
 
 
-def work_per_device(schedule: list[dict]) -> list[float]:
+def work_per_device(schedule: list[RingStep]) -> list[float]:
     """Total work of each device over the whole ring, in full-block units (P for non-causal)."""
-    devices = 1 + max(row["device"] for row in schedule)
-    return [sum(r["work"] for r in schedule if r["device"] == d) for d in range(devices)]
+    devices = 1 + max(r.device for r in schedule)
+    return [sum(r.work for r in schedule if r.device == d) for d in range(devices)]
 
 
-def ring_time_in_steps(schedule: list[dict]) -> float:
+def ring_time_in_steps(schedule: list[RingStep]) -> float:
     """Each step waits for its busiest device, so the ring takes the sum over steps of the largest work."""
-    steps = 1 + max(row["step"] for row in schedule)
-    return sum(max(r["work"] for r in schedule if r["step"] == s) for s in range(steps))
+    steps = 1 + max(r.step for r in schedule)
+    return sum(max(r.work for r in schedule if r.step == s) for s in range(steps))
 
 
 def bytes_per_step(batch: int, kv_len: int, kv_heads: int, head_dim: int, devices: int, itemsize: int) -> int:
@@ -112,14 +123,16 @@ def overlap_threshold_tokens(flops_per_s: float, bytes_per_s: float, heads: int,
 def steady_work(devices: int, *, causal: bool, layout: str = "zigzag") -> float:
     """The busiest device's work at a step after the first, in full blocks: what each send must hide behind."""
     rows = ring_schedule(devices, causal=causal, layout=layout)
-    return max((r["work"] for r in rows if r["step"] > 0), default=1.0)
+    return max((r.work for r in rows if r.step > 0), default=1.0)
 
 
 def step_costs(batch: int, heads: int, kv_heads: int, head_dim: int, itemsize: int, devices: int,
                lengths: list[int], flops_per_s: float, bytes_per_s: float, *, causal: bool,
-               layout: str = "zigzag") -> list[dict]:
-    """One row per sequence length T (= S): the bytes each device sends per step and the time that takes at
-    `bytes_per_s`, beside the busiest device's compute per step at `flops_per_s` (steps after the first)."""
+               layout: str = "zigzag") -> pd.DataFrame:
+    """One row per sequence length T (= S, tokens): the bytes each device sends per step and the time that takes
+    at `bytes_per_s`, beside the busiest device's compute per step at `flops_per_s` (steps after the first).
+    Columns: T, tokens_per_device, bytes_per_step, transfer_ms, compute_flops, compute_ms, hidden (the send is
+    no longer than the compute)."""
     work = steady_work(devices, causal=causal, layout=layout)
     rows = []
     for T in lengths:
@@ -128,7 +141,7 @@ def step_costs(batch: int, heads: int, kv_heads: int, head_dim: int, itemsize: i
         transfer_ms, compute_ms = 1e3 * sent / bytes_per_s, 1e3 * flops / flops_per_s
         rows.append({"T": T, "tokens_per_device": T // devices, "bytes_per_step": sent, "transfer_ms": transfer_ms,
                      "compute_flops": flops, "compute_ms": compute_ms, "hidden": transfer_ms <= compute_ms})
-    return rows
+    return pd.DataFrame(rows)
 
 
 def hiding_length(heads: int, kv_heads: int, itemsize: int, devices: int, flops_per_s: float, bytes_per_s: float,
@@ -139,13 +152,13 @@ def hiding_length(heads: int, kv_heads: int, itemsize: int, devices: int, flops_
     return math.ceil(devices * per_device / steady_work(devices, causal=causal, layout=layout))
 
 
-def describe_step(schedule: list[dict], step: int) -> str:
+def describe_step(schedule: list[RingStep], step: int) -> str:
     """One sentence on what every device does at `step`."""
-    rows = [r for r in schedule if r["step"] == step]
+    rows = [r for r in schedule if r.step == step]
     devices = len(rows)
     phrases = {FULL: "a full block", DIAGONAL: "a causal diagonal block (half of it)",
                "partly skipped": "half a block (the rest is masked)", SKIPPED: "nothing (the block is masked)"}
-    counts = {kind: sum(r["compute"] == kind for r in rows) for kind in phrases}
+    counts = {kind: sum(r.compute == kind for r in rows) for kind in phrases}
     doing = ", ".join(f"{n} {'device computes' if n == 1 else 'devices compute'} {phrases[kind]}"
                       for kind, n in counts.items() if n)
     held = ("its own K/V block" if step == 0 else

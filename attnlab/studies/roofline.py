@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder
 from attnlab.studies.ladder import LadderRun
@@ -23,7 +24,7 @@ MEASURED, MODEL = "DRAM bytes counted (Nsight Compute)", "traffic model's bytes"
 def points(result: LadderRun) -> list[dict]:
     """Every forward rung by its model's bytes ('bytes' = MODEL), and, where Nsight Compute counted the
     kernel at the same shape, once more by the DRAM bytes read + written ('bytes' = MEASURED)."""
-    model = ladder.roofline(result.ladder, result.ceilings)
+    model = runs.records(ladder.roofline(result.ladder, result.ceilings))
     out = [{**p, "bytes": MODEL, "traffic_bytes": p["model_bytes"]} for p in model]
     for p in model:
         c = result.ncu.get(p["implementation"])

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
+import pandas as pd
 
 from attnlab import device as device_mod
 from attnlab.backends import REGISTRY, get
@@ -196,7 +197,11 @@ def bare_loop(fn, args, n: int = 20) -> tuple[float, float]:
     return statistics.median(samples), (time.perf_counter() - t0) * 1e3 / n
 
 
-def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> list[dict]:
+def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> pd.DataFrame:
+    """The harness against a bare loop of the same compiled call, one row per shape `name` can run at: times in
+    ms ('harness_wall_ms', 'harness_throughput_ms', 'harness_device_ms', 'bare_wall_ms', 'bare_pipelined_ms'),
+    rates in TFLOP/s ('harness_tflops', 'harness_device_tflops', 'bare_tflops') and 'harness_over_bare' (the
+    ratio of the two rates, 1 = no overhead). A shape whose run failed is its run-layer row (status, reason)."""
     rows = []
     info = device_mod.info()
     for shape in shapes:
@@ -220,7 +225,7 @@ def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> list
             "harness_over_bare": (flops / (row["throughput_ms"] * 1e-3)) / (flops / (pipelined * 1e-3)),
             "kernels": row["kernels"],
         })
-    return rows
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,8 +237,9 @@ def _sweep(base: AttentionShape, field: str, values, names, backward: bool = Fal
         yield {"swept": field, "value": getattr(r.shape, field), **r.row()}
 
 
-def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: Ceilings | None = None) -> list[dict]:
-    """Gather rows, logging each; with the measured ceilings, add % of the measured bf16 matmul rate."""
+def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: Ceilings | None = None) -> pd.DataFrame:
+    """Gather rows into a table in the run layer's columns, logging each; with the measured ceilings, add
+    'pct_of_measured_matmul' (% of the measured bf16 matmul TFLOP/s)."""
     out = []
     for r in rows:
         best = r.get("device_tflops") or r.get("tflops")
@@ -243,7 +249,7 @@ def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: Ceilings
         t = r.get("device_tflops") or r.get("tflops")
         log(f"  {r.get('shape', ''):<44} {r['implementation']:<11} {r.get('pass', ''):<16} "
             f"{r['status']:<12} " + (f"{t:8.1f} TFLOP/s" if t else r.get("reason", "")[:60]))
-    return out
+    return pd.DataFrame(out)
 
 
 def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
@@ -259,20 +265,20 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
     rows = []
     for dtype in ("float32", "bfloat16"):
         rows += [r.row() for r in runs.run(CODELAB.replace(dtype=dtype), all_impls, accuracy=False, timed=True)]
-    tables["default"] = _collect(rows, log, ceiling)
+    tables["default"] = runs.records(_collect(rows, log, ceiling))
 
     seq = [64, 128, 256, 512, 1024] + ([2048, 4096] if gpu else [])
     log("sequence sweep ...")
-    tables["seq_sweep"] = _collect(
-        _sweep(CODELAB.replace(dtype="bfloat16"), "q_len", seq[: 2 if quick else None], all_impls), log)
+    tables["seq_sweep"] = runs.records(_collect(
+        _sweep(CODELAB.replace(dtype="bfloat16"), "q_len", seq[: 2 if quick else None], all_impls), log))
     log("batch sweep ...")
-    tables["batch_sweep"] = _collect(
+    tables["batch_sweep"] = runs.records(_collect(
         _sweep(CODELAB.replace(q_len=256, kv_len=256, dtype="bfloat16"), "batch",
-                    [1, 2, 4, 8, 16][: 2 if quick else None], all_impls), log)
+               [1, 2, 4, 8, 16][: 2 if quick else None], all_impls), log))
     log("TransformerEngine sweep (causal bf16, B4 N8 H64) ...")
-    tables["te_sweep"] = _collect(
+    tables["te_sweep"] = runs.records(_collect(
         _sweep(CODELAB.replace(dtype="bfloat16", causal=True), "q_len",
-                    [128, 256, 512, 1024, 2048][: 2 if quick else None], ["sdpa_xla", "sdpa_cudnn", "te_dpa"]), log)
+               [128, 256, 512, 1024, 2048][: 2 if quick else None], ["sdpa_xla", "sdpa_cudnn", "te_dpa"]), log))
     if quick:
         return SuiteRun(env, ceiling, tables)
 
@@ -284,25 +290,25 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
                                                                                "heads": heads, "kv_heads": heads})
             for backward in (False, True):
                 names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
-                long_rows += _collect(_sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
-                                                  backward=backward, budget_s=0.6), log, ceiling)
+                long_rows += runs.records(_collect(_sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
+                                                          backward=backward, budget_s=0.6), log, ceiling))
     tables["long_context"] = long_rows
 
     log("fidelity ...")
     anchor = AttentionShape(q_len=8192, kv_len=8192, **LONG)
-    fid = fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")])
+    fid = runs.records(fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")]))
     log("FP8 attention (JAX cuDNN) ...")
     fp8_shapes = [AttentionShape(q_len=t, kv_len=t, causal=c, **{**LONG, "batch": b})
                   for t, b in ((2048, 4), (8192, 4), (16384, 2)) for c in (False, True)]
     fp8_shapes += [AttentionShape(q_len=8192, kv_len=8192, causal=c, batch=4, heads=32, kv_heads=32,
                                   head_dim=64, dtype="bfloat16") for c in (False, True)]
     fp8_shapes += [CODELAB.replace(dtype="bfloat16")]
-    fp8_rows = fp8_study.fp8_attention_study(fp8_shapes)
+    fp8_rows = runs.records(fp8_study.fp8_attention_study(fp8_shapes))
     log("TE autocast and FP8 block ...")
     te_shape = AttentionShape(batch=4, q_len=2048, kv_len=2048, heads=8, kv_heads=8, head_dim=64,
                               dtype="bfloat16", causal=True)
     autocast = fp8_study.te_autocast_study(te_shape)
-    block = fp8_study.te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG))
+    block = runs.records(fp8_study.te_block_study(AttentionShape(q_len=4096, kv_len=4096, causal=True, **LONG)))
     return SuiteRun(env, ceiling, tables, fidelity=fid, fp8_attention=fp8_rows, te_autocast=autocast, te_block=block)
 
 
