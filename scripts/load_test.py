@@ -226,9 +226,9 @@ async def learner(i: int, browser, base_url: str, fig: Figures, page_times: list
                     fig.buttons_clicked += 1
                     await page.locator(MAIN).get_by_role("tab", name="Sweeps").click(timeout=timeout_ms)
                     await wait_run(page, title, timeout_ms)  # the tab reruns the page to draw itself
-                    # done: the live sweep's y-axis picker beside the shipped sweep's
+                    # done: the live sweep's y-axis picker, a third beside the two shipped sweeps' pickers
                     await press(page, re.compile(r"^Run the sequence sweep"),
-                                lambda p: p.locator(MAIN).get_by_text("y axis", exact=True).nth(1), timeout_ms * 2)
+                                lambda p: p.locator(MAIN).get_by_text("y axis", exact=True).nth(2), timeout_ms * 2)
                 if path == "naive-vs-fused" and i % len(SHAPES) == P4_SHAPE:
                     fig.buttons_clicked += 1
                     await press(page, re.compile(r"^Time naive"), "Download CSV", timeout_ms)
