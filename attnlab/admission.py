@@ -175,6 +175,10 @@ class Device:
         """1 while a run holds the device, else 0."""
         return int(self._holder is not None)
 
+    def held_here(self) -> bool:
+        """True in the thread that holds the device (it compiles what it needs itself: `compiled.compile_many`)."""
+        return self._holder == threading.get_ident()
+
     @property
     def waiting(self) -> int:
         """Runs waiting for the device."""

@@ -178,3 +178,23 @@ def test_a_timed_run_checks_and_times_every_implementation_in_one_turn(monkeypat
     monkeypatch.setattr(DEVICE, "use", counted)
     out = runs.run(TINY.replace(q_len=52, kv_len=52), ["naive", "sdpa_xla"], timed=True, budget_s=0.01, repeats=2)
     assert [r.status for r in out] == [runs.OK, runs.OK] and all(r.timing for r in out) and len(turns) == 1
+
+
+def test_runs_inside_one_turn_compile_what_they_need_without_waiting_for_themselves():
+    """runs.one_turn holds the device for several runs; a run inside it whose programs are new compiles them in
+    the holding thread (a compile pool's threads would wait for the turn it holds: a deadlock, seen in a class)."""
+    import threading
+
+    shapes = [TINY.replace(q_len=58 + i, kv_len=58 + i) for i in range(2)]
+    done = []
+
+    def held():
+        with runs.one_turn(shapes, ["naive", "sdpa_xla"]):
+            for s in shapes:
+                done.extend(r.status for r in runs.run(s, ["naive", "sdpa_xla"]))
+
+    t = threading.Thread(target=held, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "a run inside one turn waited for itself"
+    assert done == [runs.OK] * 4

@@ -217,7 +217,9 @@ def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
     global _POOL
     jobs = list(dict.fromkeys(jobs))
     threads = compile_threads()
-    if threads == 1 or len(jobs) < 2:
+    # the thread that holds the device compiles inline (its builds pass through): the pool's threads would wait
+    # for a turn it holds, and with every pool thread busy on builds waiting for that turn it would wait forever
+    if threads == 1 or len(jobs) < 2 or DEVICE.held_here():
         return {job: _try(compile_backend, *job) for job in jobs}
     with _LOCK:
         if _POOL is None:  # one pool per process: learners' runs share it, so compiles stay bounded
