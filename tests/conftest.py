@@ -82,3 +82,19 @@ def browser():
         b = p.chromium.launch(**launch_kwargs())
         yield b
         b.close()
+
+
+@pytest.fixture
+def device_turns(monkeypatch):
+    """A list that gets one entry each time a thread asks for this process's device without holding it."""
+    from attnlab.admission import DEVICE
+
+    turns, real = [], DEVICE.use
+
+    def counted(*a, **k):
+        if not DEVICE.held_here():
+            turns.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(DEVICE, "use", counted)
+    return turns

@@ -21,6 +21,20 @@ def _device(device=100 * MIB, host=100 * MIB, shared=False, **kw):
     return Device(Budget(device, host, shared, "a test's budget"), **kw)
 
 
+def _held(d):
+    """A run that holds `d` in a thread of its own until the returned event is set."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with d.use():
+            holding.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    return release
+
+
 def _started(fn):
     done = threading.Event()
 
@@ -237,15 +251,7 @@ def test_a_build_goes_before_the_runs_that_come_after_it():
     """One line for runs and builds: a build that waits behind a run is not passed by runs that arrive later (a
     class's stream of runs kept tuned builds waiting, and so every timing)."""
     d = _device()
-    holding, release = threading.Event(), threading.Event()
-
-    def hold():
-        with d.use():
-            holding.set()
-            release.wait(30)
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert holding.wait(10)
+    release = _held(d)
     order = []
 
     def a_build():
@@ -269,15 +275,7 @@ def test_builds_in_line_go_together_past_the_runs_between_them():
     """Phase-fair: when a build reaches the head of the line, every build waiting goes side by side, so builds
     between a class's runs cost one build phase, not one each; the run between them waits for that phase."""
     d = _device()
-    holding, release = threading.Event(), threading.Event()
-
-    def hold():
-        with d.use():
-            holding.set()
-            release.wait(30)
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert holding.wait(10)
+    release = _held(d)
     order, inside, peak, lock = [], [0], [0], threading.Lock()
 
     def a_build(name):
@@ -308,15 +306,7 @@ def test_builds_in_line_go_together_past_the_runs_between_them():
 
 def test_a_run_that_gives_up_waiting_leaves_the_line_to_the_next():
     d = _device()
-    holding, release = threading.Event(), threading.Event()
-
-    def hold():
-        with d.use():
-            holding.set()
-            release.wait(30)
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert holding.wait(10)
+    release = _held(d)
     with pytest.raises(DeviceBusy, match="without getting it"):
         with d.use(timeout_s=0.1):
             pass

@@ -147,17 +147,7 @@ def test_jumps_name_a_step_that_grows_faster_than_the_cache_and_only_that_one():
     assert found[0]["grew"] == pytest.approx(6.0) and found[0]["longer"] == 2 and found[0]["kernels_after"] == 5
 
 
-def test_output_checks_run_every_variant_in_one_turn(monkeypatch):
-    from attnlab.admission import DEVICE
-
-    turns, real = [], DEVICE.use
-
-    def counted(*a, **k):
-        if DEVICE._holder is None:
-            turns.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(DEVICE, "use", counted)
+def test_output_checks_run_every_variant_in_one_turn(device_turns):
     df = kvcache.output_checks(AttentionShape(batch=1, q_len=12, kv_len=12, heads=4, kv_heads=2, head_dim=8),
                                ["naive", "sdpa_xla"])
-    assert set(df["variant"]) == {"MHA", "GQA", "MQA"} and (df["status"] == "ok").all() and len(turns) == 1
+    assert set(df["variant"]) == {"MHA", "GQA", "MQA"} and (df["status"] == "ok").all() and len(device_turns) == 1

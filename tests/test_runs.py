@@ -163,21 +163,11 @@ def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_
     assert asked == [("naive", compiled.CHECK_OPTIONS)]
 
 
-def test_a_timed_run_checks_and_times_every_implementation_in_one_turn(monkeypatch):
+def test_a_timed_run_checks_and_times_every_implementation_in_one_turn(device_turns):
     """In a class every turn waits behind the line's build phases: a page that times three implementations
     asks for the device once, not once to check and once per timing."""
-    from attnlab.admission import DEVICE
-
-    turns, real = [], DEVICE.use
-
-    def counted(*a, **k):
-        if DEVICE._holder is None:
-            turns.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(DEVICE, "use", counted)
     out = runs.run(TINY.replace(q_len=52, kv_len=52), ["naive", "sdpa_xla"], timed=True, budget_s=0.01, repeats=2)
-    assert [r.status for r in out] == [runs.OK, runs.OK] and all(r.timing for r in out) and len(turns) == 1
+    assert [r.status for r in out] == [runs.OK, runs.OK] and all(r.timing for r in out) and len(device_turns) == 1
 
 
 def test_runs_inside_one_turn_compile_what_they_need_without_waiting_for_themselves():
