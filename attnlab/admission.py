@@ -161,7 +161,7 @@ class Device:
         self._holder: int | None = None  # the thread that holds the device
         self._depth = 0
         self._builders = 0
-        self._local = threading.local()  # how deep this thread is in building()
+        self._local = threading.local()  # how deep this thread is in building(), and its request's ledger
         self.stats = Stats()
 
     @property
@@ -202,6 +202,25 @@ class Device:
 
     def check(self, device_bytes: int, host_bytes: int = 0) -> str | None:
         return self.budget.check(device_bytes, host_bytes)
+
+    @contextlib.contextmanager
+    def ledger(self):
+        """Seconds the request served in this thread spends on the device's line, by kind, in a dict that fills as
+        it goes: run_wait_s (waiting for a run's turn), run_s (holding the device), build_wait_s (waiting for a
+        build phase), build_s (a tuned compile in its phase), compile_s (wall time of `compiled.compile_many`,
+        whose pool threads' waits count as their longest). The worker's request log writes it, so a class's slow
+        page says whether it waited or worked."""
+        spent = self._local.ledger = dict.fromkeys(("run_wait_s", "run_s", "build_wait_s", "build_s", "compile_s"), 0.0)
+        try:
+            yield spent
+        finally:
+            self._local.ledger = None
+
+    def spend(self, kind: str, seconds: float) -> None:
+        """Add to this thread's ledger (if it keeps one)."""
+        spent = getattr(self._local, "ledger", None)
+        if spent is not None:
+            spent[kind] += seconds
 
     @contextlib.contextmanager
     def use(self, device_bytes: int = 0, host_bytes: int = 0, *, on_wait: Callable[[int], None] | None = None,
@@ -245,9 +264,11 @@ class Device:
             # on the CPU backend the device's arrays are host memory too
             s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))
         held_from = time.perf_counter()
+        self.spend("run_wait_s", waited)
         try:
             yield waited
         finally:
+            self.spend("run_s", time.perf_counter() - held_from)
             with self._cond:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
@@ -269,16 +290,21 @@ class Device:
             return
         depth = getattr(self._local, "depth", 0)
         passing = depth or self._holder == threading.get_ident()
+        start = time.perf_counter()
         if not passing:
             with self._cond:
                 ticket = _Ticket(build=True, thread=threading.get_ident())  # in line with the runs (`_admit`)
                 self._line.append(ticket)
                 self._admit()
                 self._cond.wait_for(lambda: ticket.admitted)
+            self.spend("build_wait_s", time.perf_counter() - start)
         self._local.depth = depth + 1
+        built_from = time.perf_counter()
         try:
             yield
         finally:
+            if not passing:
+                self.spend("build_s", time.perf_counter() - built_from)
             self._local.depth = depth
             if not passing:
                 with self._cond:

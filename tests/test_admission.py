@@ -313,3 +313,19 @@ def test_a_run_that_gives_up_waiting_leaves_the_line_to_the_next():
     built = _started(lambda: d.building().__enter__())
     release.set()
     assert built.wait(10) and d.waiting == 0
+
+
+def test_a_requests_ledger_says_how_long_it_waited_for_the_device_and_how_long_it_held_it():
+    d = _device()
+    release = _held(d)
+    threading.Timer(0.3, release.set).start()
+    with d.ledger() as spent:
+        with d.use():
+            time.sleep(0.2)
+        with d.building():
+            time.sleep(0.1)
+    assert 0.25 < spent["run_wait_s"] < 5 and 0.15 < spent["run_s"] < 5, spent
+    assert 0.05 < spent["build_s"] < 5 and spent["build_wait_s"] < 0.1, spent
+    with d.use():  # no ledger kept outside one: nothing to count into
+        pass
+    assert spent["run_s"] < 5

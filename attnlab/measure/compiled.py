@@ -215,17 +215,28 @@ def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
     """compile_backend for each (name, shape, backward[, tuned]), `compile_threads()` at a time; per job the
     exception its compile raised, or None. Compiled programs are kept as compile_backend keeps them."""
     global _POOL
-    jobs = list(dict.fromkeys(jobs))
+    jobs, t0 = list(dict.fromkeys(jobs)), time.perf_counter()
     threads = compile_threads()
     # the thread that holds the device compiles inline (its builds pass through): the pool's threads would wait
     # for a turn it holds, and with every pool thread busy on builds waiting for that turn it would wait forever
     if threads == 1 or len(jobs) < 2 or DEVICE.held_here():
-        return {job: _try(compile_backend, *job) for job in jobs}
+        errors = {job: _try(compile_backend, *job) for job in jobs}
+        DEVICE.spend("compile_s", time.perf_counter() - t0)
+        return errors
     with _LOCK:
         if _POOL is None:  # one pool per process: learners' runs share it, so compiles stay bounded
             _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-compile")
-    futures = {job: _POOL.submit(_try, compile_backend, *job) for job in jobs}
-    return {job: f.result() for job, f in futures.items()}
+    futures = {job: _POOL.submit(_pooled, job) for job in jobs}
+    done = {job: f.result() for job, f in futures.items()}
+    for kind in ("build_wait_s", "build_s"):  # side by side: the longest of each is what the request waited
+        DEVICE.spend(kind, max(spent[kind] for _, spent in done.values()))
+    DEVICE.spend("compile_s", time.perf_counter() - t0)
+    return {job: error for job, (error, _) in done.items()}
+
+
+def _pooled(job: tuple) -> tuple[BaseException | None, dict]:
+    with DEVICE.ledger() as spent:
+        return _try(compile_backend, *job), spent
 
 
 def _try(fn, *args) -> BaseException | None:

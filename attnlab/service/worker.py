@@ -77,9 +77,10 @@ class DeviceWorker:
             finally:
                 self._log(request, "shared", t0)
         try:
-            reply = self._compute(request)
+            with DEVICE.ledger() as spent:
+                reply = self._compute(request)
             reply = dataclasses.replace(reply, worker=self.name, seconds=time.perf_counter() - t0)
-            self._log(request, "computed", t0, reply.error)
+            self._log(request, "computed", t0, reply.error, spent)
             with self._lock:
                 if reply.kept and reply.error is None:
                     self._recent[key] = (time.monotonic(), reply)
@@ -94,15 +95,18 @@ class DeviceWorker:
             with self._lock:
                 self._in_flight.pop(key, None)
 
-    def _log(self, request: Request, how: str, t0: float, error: BaseException | None = None) -> None:
+    def _log(self, request: Request, how: str, t0: float, error: BaseException | None = None,
+             spent: dict | None = None) -> None:
         """One JSON line per request served, when ATTNLAB_REQUEST_LOG names a file (benchmarks: where a class's
-        time went). Lines are short and appended whole, so workers and threads can share one file."""
+        time went): with where a computed request's seconds went on the device's line (`DEVICE.ledger`). Lines
+        are short and appended whole, so workers and threads can share one file."""
         path = settings().request_log
         if not path:
             return
         line = {"t": time.time(), "worker": self.name, "fn": request.fn.split(":")[-1], "what": request.describe()[:160],
                 "how": how, "s": round(time.perf_counter() - t0, 4), "timed": request.timed,
-                "error": type(error).__name__ if error is not None else None}
+                "error": type(error).__name__ if error is not None else None,
+                **{k: round(v, 4) for k, v in (spent or {}).items()}}
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")
 
