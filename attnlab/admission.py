@@ -15,10 +15,12 @@ lock, so several run side by side, but only between runs: on the H200 a process 
 refused a running program's synchronisation while two other threads compiled
 (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Runs and builds wait in one line, phase-fair (the
 readers-writer lock of that name, with builds as readers): when a build reaches the head of the line,
-every build in line goes, side by side; when a run does, it goes alone once the builds in flight are
-done. So a run waits for at most one build phase per run ahead of it, and a build for at most one run
-(on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting 20 s when builds
-waited for an empty queue; in a plain first-come line, builds between runs went in as many phases).
+the builds in line go side by side, up to `builds_at_once()` of them; when a run does, it goes alone once
+the builds in flight are done, and when a phase ends the runs that waited for it go before the next one.
+So a run waits for at most one build phase, and a build for the runs ahead of it and one round of runs per
+phase ahead of it (on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting
+20 s when builds waited for an empty queue; in a plain first-come line, builds between runs went in as
+many phases; with every build in line in one phase, a phase took 4-6 s and checks of 10 ms waited for it).
 
 A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
 the budget gets `OverBudget`. Both are expected events a page shows as a message.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from collections import deque
@@ -149,13 +152,26 @@ class _Ticket:
     build: bool
     thread: int
     admitted: bool = False
+    first: bool = False  # a run that waited through a build phase: it goes before the next phase
+
+
+def builds_at_once() -> int:
+    """Tuned compiles in one build phase: a quarter of this process's CPUs, at least two. XLA's autotuner compiles
+    its candidate kernels on several threads, so a handful of tuned compiles keep the CPUs busy, and more at once
+    only make each (and so the runs waiting for the phase) take longer: on the H200's 16 cores a class's phases
+    of every build in line took 4-6 s each, against 0.7 s for one tuned compile alone, while checks of 10 ms
+    waited for them (2026-12-02, ATTNLAB_REQUEST_LOG)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(2, cpus // 4)
 
 
 class Device:
     """One run at a time on this process's device, runs in order of arrival; builds between runs, side by side."""
 
-    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0):
+    def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0,
+                 max_builds: int | None = None):
         self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
+        self.max_builds = max_builds or builds_at_once()
         self._cond = threading.Condition()
         self._line: deque[_Ticket] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
         self._holder: int | None = None  # the thread that holds the device
@@ -185,20 +201,32 @@ class Device:
         return sum(not t.build for t in self._line)
 
     def _admit(self) -> None:
-        """Let in whoever's turn it is (called with the lock held, whenever the device or the line changes)."""
+        """Let in whoever's turn it is (called with the lock held, whenever the device or the line changes).
+
+        A run goes alone, when no build is in flight: the first in line, or one that waited through the last build
+        phase. Otherwise, when a build is the first in line, a phase: the first `max_builds` builds in line go,
+        side by side, past the runs between them; a build joins a phase in flight while it has room and no run
+        waits. When a phase ends, the runs then waiting go before the next phase."""
         if self._holder is not None or not self._line:
             return
-        if self._line[0].build:  # a build phase: every build in line goes, side by side
-            for t in [t for t in self._line if t.build]:
-                self._line.remove(t)
-                t.admitted = True
-                self._builders += 1
-        elif not self._builders:  # a run goes alone, once the builds in flight are done
-            t = self._line.popleft()
-            t.admitted, self._holder = True, t.thread
+        if self._builders:
+            if self.waiting:
+                return
+            joining = [t for t in self._line if t.build][: self.max_builds - self._builders]
         else:
-            return
-        self._cond.notify_all()
+            run = next((t for t in self._line if not t.build), None)
+            if run is not None and (run.first or run is self._line[0]):
+                self._line.remove(run)
+                run.admitted, self._holder = True, run.thread
+                self._cond.notify_all()
+                return
+            joining = [t for t in self._line if t.build][: self.max_builds]
+        for t in joining:
+            self._line.remove(t)
+            t.admitted = True
+            self._builders += 1
+        if joining:
+            self._cond.notify_all()
 
     def check(self, device_bytes: int, host_bytes: int = 0) -> str | None:
         return self.budget.check(device_bytes, host_bytes)
@@ -309,6 +337,9 @@ class Device:
             if not passing:
                 with self._cond:
                     self._builders -= 1
+                    if not self._builders:  # the phase is over: the runs that waited for it go first
+                        for t in self._line:
+                            t.first = not t.build
                     self._admit()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import colorsys
 import functools
 import math
+import threading
 
 import altair as alt
 import pandas as pd
@@ -56,6 +57,23 @@ def on_device(fn, *args, **kwargs):
         return e.value
 
 
+def ask_ahead(fn, *args, **kwargs) -> None:
+    """Ask the device worker for fn(*args, **kwargs) now and go on without its answer: a page that will need
+    several answers asks for the later ones first, so they wait in the device's line together instead of one
+    after another (in a class each waits seconds for its turn). The page's own `on_device` call of the same
+    request later meets it in the worker, in flight or kept, and is computed once. Nothing is shown: an error
+    is the later call's to show."""
+    r = Request.of(fn, *args, **kwargs)
+
+    def ask():
+        try:
+            service.send(r)
+        except Exception:  # noqa: BLE001 (the page's own call asks again and shows what failed)
+            pass
+
+    threading.Thread(target=ask, name="attnlab-ahead", daemon=True).start()
+
+
 def send(request: Request):
     """A request whose answer is not kept (the class's progress counts): its value, or None when no device
     worker could take it (the page goes on without it)."""
@@ -72,6 +90,7 @@ def cached(fn):
     def call(*args, **kwargs):
         return on_device(fn, *args, **kwargs)
 
+    call.ahead = functools.partial(ask_ahead, fn)  # asked for now, shown later (`ask_ahead`)
     return call
 
 
@@ -96,15 +115,15 @@ RUN = "attnlab.measure.runs:run"  # by name: the worker looks the function up wh
 
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
         program: bool = False, backward: bool = False, budget_s: float | None = None,
-        tuned: bool = False) -> list[runs.Result]:
+        tuned: bool = False, ahead: bool = False) -> list[runs.Result] | None:
     """runs.run on the device worker, kept: every learner who asks for the same thing shares one result.
     `budget_s`: a shorter timing (seconds per implementation), for timings a page takes without being asked;
-    `tuned`: a described program compiled with autotuning, as a timed one is (a memory chart's scratch)."""
+    `tuned`: a described program compiled with autotuning, as a timed one is (a memory chart's scratch);
+    `ahead`: only ask now (`ask_ahead`), returning None: the same call without it shows the answer."""
     kw = {} if budget_s is None else {"budget_s": budget_s}
     if tuned:
         kw["tuned"] = True
-    return on_device(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program,
-                     backward=backward, **kw)
+    return (ask_ahead if ahead else on_device)(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
 
 
 def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:

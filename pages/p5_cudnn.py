@@ -59,6 +59,9 @@ info = common.device_info()
 if shape.dtype != "bfloat16":
     st.caption(f"The sidebar's dtype is {shape.dtype}; this page uses bfloat16: **{bf.describe()}**.")
 why_not = common.unmet(bf, ("sdpa_cudnn",))["sdpa_cudnn"]
+names = ("sdpa_cudnn", "sdpa_xla") if not why_not else ("sdpa_xla",)
+if sections.small(bf):  # the check below runs on opening: asked for now, it waits in line with the programs' table
+    common.run(bf, names, ahead=True)
 
 st.subheader("Why name cuDNN at all?")
 st.write("Because `implementation=None` does not pick it. Here is what each call compiles to on this machine:")
@@ -88,7 +91,6 @@ else:
     st.caption("On this machine the `try` succeeds: `HAS_CUDNN_SDPA` is `True`.")
 
 st.subheader(f"cuDNN against XLA at {bf.describe()}")
-names = ("sdpa_cudnn", "sdpa_xla") if not why_not else ("sdpa_xla",)
 if why_not:
     st.info("cuDNN cannot run here, so only XLA's bfloat16 side is checked live (against float64); the H200's "
             "shipped row for both is below.")

@@ -69,10 +69,17 @@ if max(shape.q_len, shape.kv_len) > FVL_CAP:
 if fvl_shape != shape:
     st.caption(f"Computed at {fvl_shape.describe()}: causal against no mask at all (sequences capped at {FVL_CAP}; "
                "naive attention runs twice here; a sliding window or padding of your shape is left out).")
-fvl = None
-if sections.on_demand("p6_fvl", "Compare first and last", fvl_shape, auto=sections.small(fvl_shape)):
-    fvl = sections.guarded(first_vs_last, fvl_shape, what="Naive attention with and without the mask")
-if fvl is not None:
+if sections.small(fvl_shape):  # computed on opening: asked for now, so it waits in line with the masked check below
+    first_vs_last.ahead(fvl_shape)
+fvl_box = st.container()  # filled once the masked check below is asked for too
+
+
+def show_first_vs_last():
+    fvl = None
+    if sections.on_demand("p6_fvl", "Compare first and last", fvl_shape, auto=sections.small(fvl_shape)):
+        fvl = sections.guarded(first_vs_last, fvl_shape, what="Naive attention with and without the mask")
+    if fvl is None:
+        return
     common.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
     last = fvl.iloc[-1]
     if fvl_shape.q_len == fvl_shape.kv_len:
@@ -115,6 +122,10 @@ masked_view = masked_view.replace(causal=use_causal, window=window, kv_lengths=l
 can = common.runnable(masked_view, list(FUSED))
 name = c1.selectbox("fused implementation", can, format_func=lambda n: f"{n} ({FUSED[n]})", key="p6_impl",
                     help="cuDNN appears when it can run this shape here (a CUDA GPU, bfloat16 or float16).")
+if name and sections.small(masked_view):
+    common.run(masked_view, (name,), ahead=True)
+with fvl_box:
+    show_first_vs_last()
 if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view, name, b, h),
                                auto=sections.small(masked_view)):
     result = common.run(masked_view, (name,))[0]

@@ -329,3 +329,29 @@ def test_a_requests_ledger_says_how_long_it_waited_for_the_device_and_how_long_i
     with d.use():  # no ledger kept outside one: nothing to count into
         pass
     assert spent["run_s"] < 5
+
+
+def test_a_build_phase_takes_at_most_max_builds_and_the_runs_that_waited_go_before_the_next():
+    """A run that arrives during a build phase waits for that phase only, not for every build in line behind it
+    (a 10 ms check waited 5-10 s for phases of every tuned compile in line on the H200)."""
+    d = _device(max_builds=2)
+    release = _held(d)
+    order, lock = [], threading.Lock()
+
+    def a_build(name):
+        with d.building():
+            with lock:
+                order.append(name)
+            time.sleep(0.2)
+
+    def a_run():
+        with d.use():
+            order.append("run")
+
+    builds = [_started(lambda i=i: a_build(f"build {i}")) for i in range(3)]
+    time.sleep(0.2)
+    release.set()  # builds 0 and 1 go together; build 2 waits for the next phase
+    time.sleep(0.1)
+    run = _started(a_run)  # arrives during the first phase, after build 2
+    assert run.wait(10) and all(b.wait(10) for b in builds)
+    assert sorted(order[:2]) == ["build 0", "build 1"] and order[2:] == ["run", "build 2"], order

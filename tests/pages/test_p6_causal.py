@@ -157,3 +157,27 @@ def test_the_heatmaps_say_they_are_a_smaller_computation_not_a_crop_of_the_learn
     said = texts(at, "caption")
     assert "Each row's softmax is over these 64 keys, not your 128" in said
     assert "positions of your shape" not in said
+
+
+def test_the_page_asks_for_both_its_device_answers_before_waiting_for_either(monkeypatch):
+    """In a class each request waits for its turn on the device: the first-vs-last table and the masked check are
+    asked for together (common.ask_ahead), so the page waits once, not twice."""
+    import time
+
+    from attnlab import service
+
+    spans, real = [], service.send
+
+    def slow(request):  # each of the two answers takes a second to come back
+        fn, t0 = request.fn.split(":")[-1], time.perf_counter()
+        if fn in ("first_vs_last", "run"):
+            time.sleep(1.0)
+        reply = real(request)
+        spans.append((fn, t0, time.perf_counter()))
+        return reply
+
+    monkeypatch.setattr(service, "send", slow)
+    open_page(PAGE, {"batch": "1", "q_len": "44", "kv_len": "44", "heads": "3", "kv_heads": "3"})  # asked by no other test
+    fvl = min((s for s in spans if s[0] == "first_vs_last"), key=lambda s: s[1])
+    masked = min((s for s in spans if s[0] == "run"), key=lambda s: s[1])
+    assert masked[1] < fvl[2] and fvl[1] < masked[2], spans
