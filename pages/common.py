@@ -18,6 +18,7 @@ from attnlab import backends, device, service
 from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.service.request import Request
+from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
 
 # --------------------------------------------------------------------------------------------
@@ -104,6 +105,11 @@ def worker_info():
     return found[0]
 
 
+def in_class() -> bool:
+    """This app serves a hosted class: its device workers are Ray actors, each GPU shared by many learners."""
+    return settings().device == "ray"
+
+
 def device_info() -> device.DeviceInfo:
     """What the device worker computes on (its memory read at most 30 s ago)."""
     return worker_info().device
@@ -115,14 +121,15 @@ RUN = "attnlab.measure.runs:run"  # by name: the worker looks the function up wh
 
 def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, timed: bool = False,
         program: bool = False, backward: bool = False, budget_s: float | None = None,
-        tuned: bool = False, ahead: bool = False) -> list[runs.Result] | None:
+        tuned: bool | None = None, ahead: bool = False) -> list[runs.Result] | None:
     """runs.run on the device worker, kept: every learner who asks for the same thing shares one result.
     `budget_s`: a shorter timing (seconds per implementation), for timings a page takes without being asked;
-    `tuned`: a described program compiled with autotuning, as a timed one is (a memory chart's scratch);
+    `tuned`: True, a described program compiled with autotuning, as a timed one is (a memory chart's scratch);
+    False, a timing of the program compiled without it (runs.run says when);
     `ahead`: only ask now (`ask_ahead`), returning None: the same call without it shows the answer."""
     kw = {} if budget_s is None else {"budget_s": budget_s}
-    if tuned:
-        kw["tuned"] = True
+    if tuned is not None:
+        kw["tuned"] = tuned
     return (ask_ahead if ahead else on_device)(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
 
 

@@ -188,3 +188,16 @@ def test_runs_inside_one_turn_compile_what_they_need_without_waiting_for_themsel
     t.join(120)
     assert not t.is_alive(), "a run inside one turn waited for itself"
     assert done == [runs.OK] * 4
+
+
+def test_a_timing_asked_untuned_compiles_and_times_only_the_untuned_program(monkeypatch):
+    from attnlab.measure import compiled
+
+    seen, real = [], compiled._compile_backend
+    monkeypatch.setattr(compiled, "_compile_backend", lambda *a: seen.append(a[3]) or real(*a))
+    shape = AttentionShape(batch=1, q_len=19, kv_len=19, heads=2, kv_heads=2, head_dim=8)
+    (r,) = runs.run(shape, ["naive"], timed=True, tuned=False, budget_s=0.05)
+    assert r.ok and r.timing is not None and seen and not any(seen), seen
+    seen.clear()
+    (r,) = runs.run(shape, ["naive"], timed=True, budget_s=0.05)  # JAX's default: the timed program autotuned
+    assert r.ok and seen and all(seen), seen

@@ -207,7 +207,7 @@ def run(
     timed: bool = False,
     program: bool = False,
     backward: bool = False,
-    tuned: bool = False,
+    tuned: bool | None = None,
     seed: int = 0,
     on_wait: Callable[[int], None] | None = None,
     **timing_kw,
@@ -215,10 +215,13 @@ def run(
     """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
 
     accuracy: the output against the float64 reference; timed: the four timings; program: what the
-    compiler made (kernels, scratch bytes); tuned: compile with XLA's autotuning even when not timed (a
+    compiler made (kernels, scratch bytes); tuned: None (default) compiles with XLA's autotuning what is timed,
+    as JAX does, and a program only checked or described without it; True autotunes even when not timed (a
     memory study: the scratch of the program a timing runs, which autotuning changes, as `scripts/shape_costs.py
-    --tuning` shows; without it a described program is compiled as a check is). Compiles come first, side by side and off the device; then
-    one turn on the device checks every output and times each implementation.
+    --tuning` shows); False times the program compiled without autotuning, and says so in `timing_note` (a
+    timing a hosted class's page takes on opening: a tuned compile holds every run on the device while it
+    tunes). Compiles come first, side by side and off the device; then one turn on the device checks every
+    output and times each implementation.
     """
     names = list(names or REGISTRY)
     problems = shape.validate()
@@ -247,7 +250,8 @@ def run(
     # seconds of compiling would make every run behind it wait (a convoy). Side by side, since XLA
     # compiles without Python's lock and a new shape has several programs. Only a program that is timed
     # is autotuned (compiled.CHECK_OPTIONS says why); it is compiled once, and checked and described too
-    tuned = True if timed or tuned else None  # None: untuned, or the tuned program if this process has it
+    if tuned is None:  # None below: untuned, or the tuned program if this process has it
+        tuned = True if timed else None
     jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
     jobs += [(n, shape, backward, tuned) for n in runnable if timed or program]
     for (n, *_), error in compiled.compile_many(jobs).items():
@@ -266,7 +270,7 @@ def run(
                 # others behind this turn wait for its timings, each brief while they wait (_time)
                 for n in runnable if timed else ():
                     if results[n].ok:
-                        results[n] = _time(results[n], info, seed, on_wait, timing_kw)
+                        results[n] = _time(results[n], info, seed, on_wait, timing_kw, tuned is not False)
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
@@ -299,7 +303,10 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
     return out
 
 
-def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
+UNTUNED = "compiled without XLA's autotuning: its matmul kernels may differ from JAX's default"
+
+
+def _time(result: Result, info, seed: int, on_wait, timing_kw: dict, tuned: bool = True) -> Result:
     """The four timings of an implementation already compiled, inside the run's turn on the device (the
     turn is kept: `DEVICE.use` passes the holder through), briefly when others are waiting.
 
@@ -312,15 +319,17 @@ def _time(result: Result, info, seed: int, on_wait, timing_kw: dict) -> Result:
             waiting = DEVICE.waiting
             if waiting:  # others are queued behind this measurement: measure briefly and say so
                 timing_kw = {"budget_s": 0.2, "repeats": 10, "warmup_s": 0.05, **timing_kw}
-            exe, ms, _ = compiled.compile_backend(n, shape, backward)
+            exe, ms, _ = compiled.compile_backend(n, shape, backward, tuned)
             t = timing.time_compiled(exe, make_inputs(shape, seed), compile_ms=ms, **timing_kw)
     except Exception as e:  # busy queue, out of memory while timing
         status, reason = failure(e)
         return dataclasses.replace(result, status=status, reason=reason)
+    notes = [f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting"] if waiting else []
+    if not tuned and compiled.check_options():  # on a GPU: the untuned program differs from JAX's default
+        notes.append(UNTUNED)
     return dataclasses.replace(
         result, timing=dataclasses.replace(t, queue_wait_s=result.queue_wait_s + waited),
-        peak_tflops=timing.peak_tflops(shape.dtype, info, fp8=get(n).fp8),
-        timing_note=f"measured briefly ({t.repeats} calls): {waiting} other runs were waiting" if waiting else "")
+        peak_tflops=timing.peak_tflops(shape.dtype, info, fp8=get(n).fp8), timing_note="; ".join(notes))
 
 
 def sweep(base: AttentionShape, field: str, values: Iterable, names: Sequence[str], **run_kw) -> Iterator[Result]:

@@ -73,6 +73,21 @@ def test_benchmarks_page_times_the_codelabs_three_on_load_and_every_implementati
 
 
 @pytest.mark.skipif(not ON_CPU, reason="on a GPU cuDNN runs")
+def test_in_a_class_the_opening_timings_are_untuned_and_say_so_and_a_click_times_them_autotuned(without_shipped,
+                                                                                                 monkeypatch):
+    from pages import common
+    from tests.apptest_util import record_runs
+
+    monkeypatch.setattr(common, "in_class", lambda: True)
+    calls = record_runs(monkeypatch)
+    at = open_page(P7, {**SMALL, "q_len": "24", "kv_len": "24"})  # a shape no other test times
+    assert [c.get("tuned") for c in calls if c.get("timed")] == [False]
+    assert "without XLA's autotuning" in texts(at)
+    button(at, "btn_p7_tuned").click().run()
+    assert [c.get("tuned") for c in calls if c.get("timed")] == [False, None]
+    assert "without XLA's autotuning" not in texts(at)
+
+
 def test_benchmarks_page_says_why_cudnn_and_cupti_need_a_gpu_on_cpu(without_shipped):
     at = open_page(P7, SMALL)
     (why,) = frames(at, "why not")
