@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnlab import device
-from attnlab.backends import fp8, get, te
+from attnlab.backends import fp8, te
 from attnlab.studies import clocks, fp8_study
 from pages import codeblock, common, fp8_ui, sections
 
@@ -43,7 +43,7 @@ st.write(f"The codelab's TE sweep: causal, bfloat16, T from 128 to 2,048, at the
          "line runs a few microseconds above cuDNN's, because TE calls the same cuDNN attention kernel and adds "
          "small kernels of its own around it (see the kernel counts), while XLA's climbs away as T grows. Wall "
          "time adds each library's Python and dispatch on top.")
-why_te = get("te_dpa").unmet(sweep_base, info)
+why_te = common.unmet(sweep_base, ("te_dpa",))["te_dpa"]  # checked by the device worker: pages never import TE
 if why_te is None:
     lengths = st.multiselect("q_len = kv_len", [128, 256, 512, 1024, 2048, 4096, 8192],
                              default=[128, 256, 512, 1024, 2048], key="p9_te_lengths")
@@ -85,7 +85,7 @@ st.markdown(
     "DenseGeneral, LayerNormMLP, ...), and DotProductAttention runs the same bf16 kernel either way; (a) is the evidence."
 )
 cc = device.FP8_MATMUL_MIN_CC
-why_a = get("te_dpa").unmet(half, info) or (None if info.at_least(cc) else
+why_a = common.unmet(half, ("te_dpa",))["te_dpa"] or (None if info.at_least(cc) else
                                               f"FP8 autocast needs compute capability {cc[0]}.{cc[1]} or newer")
 tab_a, tab_b, tab_c = sections.tabs("p9_tab", ["(a) autocast around attention", "(b) FP8 in TE's dense layers",
                                                "(c) cuDNN's FP8 attention"])
@@ -116,7 +116,7 @@ if tab_c.open:
                  "What to look at: the speed-up at each clock, and which scaling keeps the error small on x/64 inputs "
                  "(E4M3's smallest value is 2⁻⁹ ≈ 0.002: an O left at unit scale rounds to zero).")
         mha = half.replace(kv_heads=half.heads)
-        why_c = get("cudnn_fp8").unmet(mha, info)
+        why_c = common.unmet(mha, ("cudnn_fp8",))["cudnn_fp8"]
         shapes = ()
         if why_c is None:
             c1, c2 = st.columns(2)
