@@ -38,16 +38,17 @@ if here.open:
             # in a hosted class, a timing taken as the page opens is of untuned programs: XLA's autotuner runs its
             # candidate kernels on the GPU, so a tuned compile holds every learner's run while it tunes (on the H200
             # an own-shape class's page 7 waited 13 s for its three, most of it behind others' tuning)
-            quick = common.in_class() and not every
+            quick = common.in_class() and on_gpu and not every  # XLA's CPU backend does not autotune
             tuned = not quick or sections.on_demand("p7_tuned", "Time again, autotuned as JAX does by default",
                                                     (shape, tuple(timed)))
             df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",
                                   budget_s=None if every else 0.5, tuned=None if tuned else False)
             if df is not None and not tuned:
-                st.caption("Timed as the page opened, in a class sharing one GPU: each program was compiled without "
-                           "XLA's autotuning (which runs candidate matmul kernels on the GPU to keep the fastest, and "
-                           "holds everyone's runs while it does). JAX's default autotunes; at small shapes the kernels "
-                           "it picks seldom change these times much. The button above times the autotuned programs.")
+                st.caption("Timed as the page opened, in a class sharing the GPU: each program was compiled without "
+                           "XLA's autotuning, which runs candidate matmul kernels on the GPU to keep the fastest and "
+                           "holds every learner's runs while it does. JAX autotunes by default, and the kernels it "
+                           "keeps can differ from these (page 4, under its table of programs, gives an example). The button above "
+                           "times the autotuned programs.")
             if df is not None:
                 df = timing_demo.annotate(df)
                 common.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,

@@ -4,6 +4,7 @@ tests/apptest_util.py (`with_shipped`) or absent (`without_shipped`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 
@@ -79,6 +80,7 @@ def test_in_a_class_the_opening_timings_are_untuned_and_say_so_and_a_click_times
     from tests.apptest_util import record_runs
 
     monkeypatch.setattr(common, "in_class", lambda: True)
+    monkeypatch.setattr(common, "device_info", lambda: dataclasses.replace(device.info(), backend="gpu"))  # a GPU's
     calls = record_runs(monkeypatch)
     at = open_page(P7, {**SMALL, "q_len": "24", "kv_len": "24"})  # a shape no other test times
     assert [c.get("tuned") for c in calls if c.get("timed")] == [False]
@@ -86,6 +88,18 @@ def test_in_a_class_the_opening_timings_are_untuned_and_say_so_and_a_click_times
     button(at, "btn_p7_tuned").click().run()
     assert [c.get("tuned") for c in calls if c.get("timed")] == [False, None]
     assert "without XLA's autotuning" not in texts(at)
+
+
+def test_in_a_class_on_cpus_the_opening_timings_are_as_everywhere_else(without_shipped, monkeypatch):
+    """XLA's CPU backend does not autotune: nothing to say, no second button (a class on fake GPUs in CI)."""
+    from pages import common
+    from tests.apptest_util import record_runs
+
+    monkeypatch.setattr(common, "in_class", lambda: True)
+    calls = record_runs(monkeypatch)
+    at = open_page(P7, {**SMALL, "q_len": "26", "kv_len": "26"})
+    assert [c.get("tuned") for c in calls if c.get("timed")] == [None]
+    assert "without XLA's autotuning" not in texts(at) and not [b for b in at.button if b.key == "btn_p7_tuned"]
 
 
 def test_benchmarks_page_says_why_cudnn_and_cupti_need_a_gpu_on_cpu(without_shipped):
