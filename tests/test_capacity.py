@@ -111,7 +111,7 @@ def test_a_class_on_two_ui_processes_and_two_ray_workers_gets_every_page_and_sur
                            "--device-workers", "2", "--sessions", "4", "--timeout", "300", "--kill-after", "3",
                            "--json", str(out), "--server-log", str(tmp_path / "server.log")],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
-    print(proc.stdout[-3000:], (tmp_path / "server.log").read_text()[-3000:])
+    print(proc.stdout[-3000:], proc.stderr[-3000:], (tmp_path / "server.log").read_text()[-3000:])
     (r,) = json.loads(out.read_text())
     assert r["ui_processes"] == 2 and r["device_workers"] == 2 and r["errors"] == 0, r["error_messages"][:5]
     assert r["pages_served"] == r["pages_planned"] == 4 * len(capacity.discover_pages())

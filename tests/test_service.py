@@ -174,12 +174,17 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from attnlab.service import ray_workers
 
+    environ = dict(os.environ)
     ray_workers.RayWorkers("local", workers=1, fake_gpus=4, worker_env=CPU)  # starts the cluster
     yield ray
     for name in ray.util.list_named_actors(all_namespaces=True):
         if isinstance(name, dict) and name.get("name", "").startswith(ray_workers.PREFIX):
             ray.kill(ray.get_actor(name["name"], namespace=name["namespace"]))
     ray.shutdown()
+    # ray.init sets RAY_AUTH_MODE=token in this process's environment, without the token: a later test's
+    # `ray start` (scripts/capacity.py --device ray, run as a child) inherited it and refused to start
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 @pytest.mark.parametrize("n", [2, 4])
