@@ -11,7 +11,8 @@ import jax
 import pytest
 
 from attnlab import settings
-from attnlab.admission import DEVICE, Budget, Device, DeviceBusy, OverBudget
+from attnlab.admission import DEVICE, Device, DeviceBusy, OverBudget
+from attnlab.budget import Budget
 from attnlab.measure import compiled
 
 MIB = 2**20
@@ -21,12 +22,12 @@ def _device(device=100 * MIB, host=100 * MIB, shared=False, **kw):
     return Device(Budget(device, host, shared, "a test's budget"), **kw)
 
 
-def _held(d):
-    """A run that holds `d` in a thread of its own until the returned event is set."""
+def _held(d, build: bool = False):
+    """A run (or a build) that holds `d` in a thread of its own until the returned event is set."""
     holding, release = threading.Event(), threading.Event()
 
     def hold():
-        with d.use():
+        with d.building() if build else d.use():
             holding.set()
             release.wait(30)
 
@@ -138,15 +139,7 @@ def test_a_compile_waits_while_a_run_holds_the_device():
 
 def test_a_run_waits_for_a_build_in_flight_and_goes_before_builds_that_come_after_it():
     d = _device()
-    building, release = threading.Event(), threading.Event()
-
-    def build():
-        with d.building():
-            building.set()
-            release.wait(30)
-
-    threading.Thread(target=build, daemon=True).start()
-    assert building.wait(10)
+    release = _held(d, build=True)
     ran = []
 
     def a_run():

@@ -106,7 +106,8 @@ def test_naive_over_the_budget_is_left_out_with_its_reason():
 def test_a_real_out_of_memory_is_a_row():
     # 2**36 bf16 elements (128 GiB) per input: the GPU cannot hold three of them, whatever the cap says
     shape = AttentionShape(batch=64, q_len=65536, kv_len=65536, heads=128, kv_heads=128, head_dim=128, dtype="bfloat16")
-    from attnlab.admission import Budget, Device
+    from attnlab.admission import Device
+    from attnlab.budget import Budget
     from attnlab.settings import override
 
     big = Device(Budget(2**50, 2**50, False))  # a budget that admits anything: only the GPU can refuse

@@ -3,7 +3,8 @@
 import jax
 import pytest
 
-from attnlab.admission import DEVICE, Budget, Device
+from attnlab.admission import DEVICE, Device
+from attnlab.budget import Budget
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 

@@ -23,7 +23,8 @@ import os
 import threading
 import time
 
-from attnlab.admission import DEVICE, Budget
+from attnlab.admission import DEVICE
+from attnlab.budget import Budget
 from attnlab.service import entries
 from attnlab.service.request import Reply, Request
 from attnlab.settings import settings

@@ -15,7 +15,7 @@ import re
 
 from attnlab.shapes import AttentionShape, format_bytes
 
-BUDGET_SHARE = 0.8  # admission.Budget.here: 80 % of the GPU's memory free when the device worker starts
+BUDGET_SHARE = 0.8  # budget.Budget.here: 80 % of the GPU's memory free when the device worker starts
 OLD = re.compile(r"over (the cap|this lab's budget) of [\d.]+ GiB")
 FIELDS = ("batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim", "dtype", "causal")
 
