@@ -4,10 +4,8 @@
 import streamlit as st
 
 from attnlab.studies import weights
-from pages import charts, codeblock, common, sections, yourturn_ui
-from pages.weights_ui import heatmap
+from pages import charts, codeblock, common, sections, weights_ui, yourturn_ui
 
-FVL_CAP = 512  # first-vs-last runs naive attention twice; beyond this the table uses a shorter sequence
 FUSED = {"sdpa_xla": "xla", "sdpa_cudnn": "cudnn"}  # backend -> jax.nn.dot_product_attention(implementation=...)
 
 
@@ -41,9 +39,9 @@ if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sect
     pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
     if None not in pair:
         (full, _), (causal, allowed) = pair
-        charts.draw(c1, heatmap, full, "full: every query sees every key", vmax=float(full.max()) or 1.0, size=420,
-                    width="content")
-        charts.draw(c2, heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
+        charts.draw(c1, weights_ui.heatmap, full, "full: every query sees every key", vmax=float(full.max()) or 1.0,
+                    size=420, width="content")
+        charts.draw(c2, weights_ui.heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
                     vmax=float(causal.max()) or 1.0, size=420, width="content")
         st.caption(f"The weights are exact: computed in float64 (NumPy, the lab's reference code) from the same Q and K "
                    f"a run on the device draws, here in the page's process, since a {view.q_len} × {view.kv_len} "
@@ -62,33 +60,14 @@ st.write(
     "positions only a few keys, so their outputs change a lot (how much exactly depends on the values); the "
     "last position sees every key either way when T = S, so its output does not change."
 )
-fvl_shape = shape.replace(window=None, kv_lengths=())
-if max(shape.q_len, shape.kv_len) > FVL_CAP:
-    fvl_shape = fvl_shape.replace(batch=min(shape.batch, 2), q_len=min(shape.q_len, FVL_CAP),
-                                  kv_len=min(shape.kv_len, FVL_CAP))
+fvl_shape = weights.first_vs_last_shape(shape)
 if fvl_shape != shape:
-    st.caption(f"Computed at {fvl_shape.describe()}: causal against no mask at all (sequences capped at {FVL_CAP}; "
-               "naive attention runs twice here; a sliding window or padding of your shape is left out).")
+    st.caption(f"Computed at {fvl_shape.describe()}: causal against no mask at all (sequences capped at "
+               f"{weights.FIRST_VS_LAST_CAP}; naive attention runs twice here; a sliding window or padding of your "
+               "shape is left out).")
 if sections.small(fvl_shape):  # computed on opening: asked for now, so it waits in line with the masked check below
     first_vs_last.ahead(fvl_shape)
 fvl_box = st.container()  # filled once the masked check below is asked for too
-
-
-def show_first_vs_last():
-    fvl = None
-    if sections.on_demand("p6_fvl", "Compare first and last", fvl_shape, auto=sections.small(fvl_shape)):
-        fvl = sections.guarded(first_vs_last, fvl_shape, what="Naive attention with and without the mask")
-    if fvl is None:
-        return
-    common.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
-    last = fvl.iloc[-1]
-    if fvl_shape.q_len == fvl_shape.kv_len:
-        st.success(f"Last position ({int(last['position'])}): max |full − causal| = {last['max |full − causal|']:.3g}. "
-                   "It sees all keys with or without the mask.")
-    else:
-        st.info(f"T ({fvl_shape.q_len}) ≠ S ({fvl_shape.kv_len}): with the top-left causal alignment JAX uses, the "
-                f"last query sees {int(last['keys seen (causal)'])} of {fvl_shape.kv_len} keys, so its output can "
-                "change too.")
 
 st.subheader("More masks: sliding window and padding")
 st.write(
@@ -125,7 +104,7 @@ name = c1.selectbox("fused implementation", can, format_func=lambda n: f"{n} ({F
 if name and sections.small(masked_view):
     common.run(masked_view, (name,), ahead=True)
 with fvl_box:
-    show_first_vs_last()
+    weights_ui.first_vs_last_section(fvl_shape, first_vs_last)
 if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view, name, b, h),
                                auto=sections.small(masked_view)):
     result = common.run(masked_view, (name,))[0]
@@ -138,8 +117,8 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
         pair = sections.guarded(weights_of, masked_view, b, h, what="The weights")
         if pair is not None:
             w, allowed = pair
-            charts.draw(c1, heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed, vmax=float(w.max()) or 1.0,
-                        size=420, width="content")
+            charts.draw(c1, weights_ui.heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed,
+                        vmax=float(w.max()) or 1.0, size=420, width="content")
         c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
                   help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.math.checks)")
         c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",

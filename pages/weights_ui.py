@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Callable
 
 import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
-from pages import common
+from pages import common, sections
 
 MASKED_GREY = "#d9d9d9"
 
@@ -118,3 +120,21 @@ def _image_map(m: np.ndarray, masked: np.ndarray, title: str, vmax: float, value
     legend = alt.Chart(pd.DataFrame({value: [0.0, vmax]})).mark_point(opacity=0).encode(
         color=alt.Color(f"{value}:Q", scale=alt.Scale(scheme="blues", domain=[0, vmax]), title=value))
     return (legend + image).properties(width=size, height=size, title=title)
+
+
+def first_vs_last_section(shape: AttentionShape, first_vs_last: Callable[[AttentionShape], pd.DataFrame]) -> None:
+    """Page 6's first-vs-last table at `shape` (`weights.first_vs_last_shape`), computed on opening when small,
+    on a button when not, and what its last row says."""
+    fvl = None
+    if sections.on_demand("p6_fvl", "Compare first and last", shape, auto=sections.small(shape)):
+        fvl = sections.guarded(first_vs_last, shape, what="Naive attention with and without the mask")
+    if fvl is None:
+        return
+    common.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
+    last = fvl.iloc[-1]
+    if shape.q_len == shape.kv_len:
+        st.success(f"Last position ({int(last['position'])}): max |full − causal| = {last['max |full − causal|']:.3g}. "
+                   "It sees all keys with or without the mask.")
+    else:
+        st.info(f"T ({shape.q_len}) ≠ S ({shape.kv_len}): with the top-left causal alignment JAX uses, the last query "
+                f"sees {int(last['keys seen (causal)'])} of {shape.kv_len} keys, so its output can change too.")

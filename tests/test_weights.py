@@ -125,3 +125,11 @@ def test_a_heatmap_is_exact_on_the_devices_inputs_and_asks_nothing_of_the_device
     monkeypatch.undo()
     on_device = [np.asarray(x, np.float64) for x in runs.make_inputs(shape)]
     np.testing.assert_array_equal(on_device[0], q)
+
+
+def test_first_vs_last_is_computed_without_window_or_padding_and_at_capped_lengths():
+    small = AttentionShape(batch=3, q_len=40, kv_len=40, window=(4, 0))
+    assert weights.first_vs_last_shape(small) == small.replace(window=None)
+    long = AttentionShape(batch=4, q_len=2048, kv_len=1024)
+    capped = weights.first_vs_last_shape(long)
+    assert (capped.batch, capped.q_len, capped.kv_len) == (2, weights.FIRST_VS_LAST_CAP, weights.FIRST_VS_LAST_CAP)

@@ -165,6 +165,19 @@ def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
     })
 
 
+FIRST_VS_LAST_CAP = 512  # first_vs_last runs naive attention twice; beyond this it uses a shorter sequence
+
+
+def first_vs_last_shape(shape: AttentionShape) -> AttentionShape:
+    """The shape `first_vs_last` is computed at: `shape` without a window or padding, sequences capped at
+    FIRST_VS_LAST_CAP (and then at most two batch elements)."""
+    out = shape.replace(window=None, kv_lengths=())
+    if max(shape.q_len, shape.kv_len) <= FIRST_VS_LAST_CAP:
+        return out
+    return out.replace(batch=min(shape.batch, 2), q_len=min(shape.q_len, FIRST_VS_LAST_CAP),
+                       kv_len=min(shape.kv_len, FIRST_VS_LAST_CAP))
+
+
 def view_shape(shape: AttentionShape, max_len: int = 64, max_batch: int = 2) -> AttentionShape:
     """The small shape heatmaps are drawn from: at most `max_batch` batch elements and `max_len`
     query and key positions; heads, kv_heads, head_dim, dtype and the masks are kept."""
