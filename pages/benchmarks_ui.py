@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import cost, runs, timing
 from attnlab.studies import clocks, ladder, timing_demo
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, sections
+from pages import charts, common, encodings, sections
 
 # clocks.NOTE points other pages to "page 7's *Long context on an H200* tab"; on page 7 itself it says this page
 CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context on an H200* tab", "this page's *Long context on an H200* tab")
@@ -63,7 +63,7 @@ def bar_chart(ok: pd.DataFrame, y: str, c: str, title: str) -> alt.Chart:
     """Column `c` of each row `y` as a horizontal bar, coloured by implementation."""
     return alt.Chart(ok, title=title).mark_bar().encode(
         y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
-        color=common.impl_color(ok).legend(None), tooltip=common.tips(y, alt.Tooltip(f"{c}:Q", format=".4g")))
+        color=encodings.impl_color(ok).legend(None), tooltip=encodings.tips(y, alt.Tooltip(f"{c}:Q", format=".4g")))
 
 
 def lines(df: pd.DataFrame, x: str, y: str, title: str, dash: str | None = "dtype") -> None:
@@ -98,10 +98,10 @@ def line_chart(ok: pd.DataFrame, x: str, y: str, title: str, dash: str) -> alt.C
         x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
                 else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
         y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
-        color=common.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
+        color=encodings.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
         strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
                                   legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
-        tooltip=common.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g"))).interactive()
+        tooltip=encodings.tips(x, "implementation", "dtype", alt.Tooltip(f"{y}:Q", format=".4g"))).interactive()
 
 
 def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,

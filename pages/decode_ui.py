@@ -10,7 +10,7 @@ from attnlab import shipped
 from attnlab.measure import runs
 from attnlab.studies import kvcache
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common
+from pages import charts, common, encodings
 
 VARIANTS = ["MHA", "GQA", "MQA"]
 NOT_MEASURED = ("No H200 decode measurements ship with this version: `python -m attnlab decode --out "
@@ -23,17 +23,17 @@ def cache_chart(cache: pd.DataFrame, title: str) -> alt.Chart:
     """Bytes of KV cache per sequence, a bar per variant."""
     return alt.Chart(cache, title=title).mark_bar().encode(
         x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)),
-        y=common.bytes_y("cache_bytes_per_sequence", "cache per sequence", cache["cache_bytes_per_sequence"], log=False),
+        y=encodings.bytes_y("cache_bytes_per_sequence", "cache per sequence", cache["cache_bytes_per_sequence"], log=False),
         color=alt.Color("variant:N", sort=None, legend=None),
-        tooltip=common.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence"))
+        tooltip=encodings.tips("variant", "kv_heads", "bytes_per_token", "cache_bytes_per_sequence"))
 
 
 def step_chart(good: pd.DataFrame, y: str) -> alt.Chart:
     """One decode step's time `y` per variant, a bar per implementation beside each other."""
     return alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar().encode(
         x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
-        y=alt.Y(f"{y}:Q", title=common.label(y)), color=common.impl_color(good),
-        tooltip=common.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
+        y=alt.Y(f"{y}:Q", title=common.label(y)), color=encodings.impl_color(good),
+        tooltip=encodings.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
                             "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")))
 
 
@@ -46,7 +46,7 @@ def study_chart(rows: pd.DataFrame, y: str, order: list[str]) -> alt.Chart:
         y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log" if y == "device_us" else "linear"),
                 title=[k for k, v in Y.items() if v == y][0]),
         color=alt.Color("variant:N", scale=alt.Scale(domain=VARIANTS)),
-        tooltip=common.tips("variant", "kv_heads", "implementation", "kv_len", alt.Tooltip("device_us:Q", format=",.1f"),
+        tooltip=encodings.tips("variant", "kv_heads", "implementation", "kv_len", alt.Tooltip("device_us:Q", format=",.1f"),
                             "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=",.0f")))
         .properties(width=230, height=240)
         .facet(column=alt.Column("implementation:N", sort=order, title=None)))

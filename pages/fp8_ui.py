@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab.studies import clocks, fp8_study
-from pages import charts, codeblock, common, sections
+from pages import charts, codeblock, common, encodings, sections
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
 ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
@@ -77,7 +77,7 @@ def block_chart(good: pd.DataFrame) -> alt.Chart:
     return alt.Chart(good, title="Attention block of TE layers: TFLOP/s by recipe").mark_bar().encode(
         x=alt.X("recipe:N", sort=None, axis=alt.Axis(labelAngle=0)), y=alt.Y("tflops:Q", title="TFLOP/s"),
         color=alt.Color("recipe:N", sort=None, legend=None),
-        tooltip=common.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
+        tooltip=encodings.tips("recipe", alt.Tooltip("ms:Q", format=".4f"), alt.Tooltip("tflops:Q", format=".1f"),
                             alt.Tooltip("rel_err_vs_bf16:Q", format=".2e")))
 
 
@@ -87,7 +87,7 @@ def speed_chart(speed: pd.DataFrame, order: list[str], title: str) -> alt.Chart:
         y=alt.Y("shape:N", sort=None, title=None, axis=alt.Axis(labelLimit=400)),
         yOffset=alt.YOffset("precision:N", sort=order), x=alt.X("TFLOP/s:Q"),
         color=alt.Color("precision:N", sort=order, legend=alt.Legend(orient="bottom", columns=2, labelLimit=400)),
-        tooltip=common.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")))
+        tooltip=encodings.tips("shape", "precision", alt.Tooltip("TFLOP/s:Q", format=".1f")))
 
 
 def error_reading(good: pd.DataFrame) -> str:

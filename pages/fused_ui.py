@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import memory
-from pages import charts, common, sections
+from pages import charts, common, encodings, sections
 
 PROGRAMS = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
 # why each line of a memory chart grows as it does, by implementation
@@ -123,9 +123,9 @@ def memory_lines(ok: pd.DataFrame, y: str, title: str, y_title: str) -> alt.Char
     enc = dict(
         x=alt.X("q_len:Q", scale=alt.Scale(type="log", base=2, nice=False), axis=alt.Axis(values=xs, format=",~g"),
                 title="sequence length T = S (log)"),
-        y=common.bytes_y(y, y_title, ok[y]),
-        color=common.impl_color(ok), strokeDash=alt.StrokeDash("implementation:N", legend=None),
-        tooltip=common.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
+        y=encodings.bytes_y(y, y_title, ok[y]),
+        color=encodings.impl_color(ok), strokeDash=alt.StrokeDash("implementation:N", legend=None),
+        tooltip=encodings.tips("implementation", "q_len", alt.Tooltip(f"{y}:Q", format=",")))
     base = alt.Chart(ok, title=title)
     points = base.mark_point(size=70, filled=False).encode(**enc, shape=alt.Shape("implementation:N", legend=None))
     return base.mark_line(strokeWidth=2).encode(**enc) + points

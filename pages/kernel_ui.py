@@ -14,7 +14,7 @@ import streamlit as st
 from attnlab.backends import tokamax as tokamax_backend
 from attnlab.math import flash
 from attnlab.studies import clocks, flash_traffic
-from pages import charts, common, roofline_ui, sections
+from pages import charts, common, encodings, roofline_ui, sections
 
 if TYPE_CHECKING:
     from attnlab.studies.ladder import LadderRun
@@ -65,7 +65,7 @@ def tile_chart(df: pd.DataFrame, field: str, title: str, size: int = 260) -> alt
     rect = base.mark_rect(stroke="#555", strokeWidth=0.5).encode(
         color=alt.Color(f"{field}:N", scale=alt.Scale(domain=domain, range=colors), title=None,
                         legend=alt.Legend(symbolType="square", symbolStrokeColor="#555", symbolStrokeWidth=1)),
-        tooltip=common.tips("Q block i", "K block j", "kind", "state", "step"))
+        tooltip=encodings.tips("Q block i", "K block j", "kind", "state", "step"))
     if len(df) <= 1024:  # a cross on every skipped tile, so white never reads as 'not yet drawn'
         rect += base.transform_filter("datum.kind == 'skipped'").mark_text(text="×", color="#888",
                                                                           fontSize=max(8, min(16, 320 // len(df) ** 0.5)))
@@ -124,11 +124,11 @@ def traffic_block(shape) -> None:
 
 
 def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str) -> alt.Chart:
-    enc_color = common.impl_color(df) if color == "implementation" else alt.Color(f"{color}:N", title=None)
+    enc_color = encodings.impl_color(df) if color == "implementation" else alt.Color(f"{color}:N", title=None)
     return (alt.Chart(df, title=title).mark_line(point=True)
             .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x_title),
-                    y=common.bytes_y(y, title, df[y]),
-                    color=enc_color, tooltip=common.tips(x, color, y)))
+                    y=encodings.bytes_y(y, title, df[y]),
+                    color=enc_color, tooltip=encodings.tips(x, color, y)))
 
 
 def rung_chart(df: pd.DataFrame) -> alt.Chart:
@@ -136,8 +136,8 @@ def rung_chart(df: pd.DataFrame) -> alt.Chart:
     order = list(dict.fromkeys(df.sort_values("rung")["label"]))
     return (alt.Chart(df).mark_bar()
             .encode(y=alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=220)), x=alt.X("best_tflops:Q", title="TFLOP/s"),
-                    color=common.impl_color(df), row=alt.Row("causal:N", title="causal"),
-                    tooltip=common.tips("label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
+                    color=encodings.impl_color(df), row=alt.Row("causal:N", title="causal"),
+                    tooltip=encodings.tips("label", "causal", alt.Tooltip("best_tflops:Q", format=".0f"),
                              alt.Tooltip("pct_of_measured_matmul:Q", format=".0f")))
             .properties(width=520))
 
@@ -254,8 +254,8 @@ def mask_chart(ok: pd.DataFrame, order: list[str]) -> alt.Chart:
     """Kernel time per mask (in `order`), a bar per implementation."""
     return alt.Chart(ok).mark_bar().encode(
         x=alt.X("ms:Q", title="kernel time (ms)"), y=alt.Y("mask:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
-        yOffset=alt.YOffset("implementation:N"), color=common.impl_color(ok),
-        tooltip=common.tips("mask", "implementation", alt.Tooltip("ms:Q", format=".3f"))).properties(width=520, height=300)
+        yOffset=alt.YOffset("implementation:N"), color=encodings.impl_color(ok),
+        tooltip=encodings.tips("mask", "implementation", alt.Tooltip("ms:Q", format=".3f"))).properties(width=520, height=300)
 
 
 def error_chart(walk: list, current: int) -> alt.Chart:
@@ -264,6 +264,6 @@ def error_chart(walk: list, current: int) -> alt.Chart:
                        "Q block": [str(x.q_block) for x in walk]})
     line = alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("step:Q", scale=alt.Scale(domain=[1, len(walk)])), y="max |partial − exact|:Q",
-        color=alt.Color("Q block:N"), tooltip=common.tips(*df.columns))
+        color=alt.Color("Q block:N"), tooltip=encodings.tips(*df.columns))
     rule = alt.Chart(pd.DataFrame({"step": [current]})).mark_rule(color="#f58518", strokeWidth=2).encode(x="step:Q")
     return (line + rule).properties(height=200)

@@ -12,7 +12,7 @@ import streamlit as st
 from attnlab.studies import ring_results
 from attnlab.studies import ring_schedule as rs
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common
+from pages import charts, common, encodings
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
@@ -41,7 +41,7 @@ def grid(df: pd.DataFrame, step: int) -> alt.Chart:
                         legend=alt.Legend(symbolType="square", symbolStrokeColor="#555", symbolStrokeWidth=1)),
         stroke=alt.condition(chosen, alt.value("#d62728"), alt.value("#bbb")),
         strokeWidth=alt.condition(chosen, alt.value(4), alt.value(2)),
-        tooltip=common.tips("step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"))
+        tooltip=encodings.tips("step", "device", "holds", "query chunks", "key chunks", "compute", "work", "sends"))
     ink = alt.condition(alt.datum.compute == "full", alt.value("white"), alt.value("#222"))
     holds = base.mark_text(baseline="bottom", dy=-1, fontSize=11).encode(text="holds:N", color=ink)
     sends = base.mark_text(baseline="top", dy=3, fontSize=11).encode(text="sends:N", color=ink)
@@ -53,7 +53,7 @@ def work_bars(df: pd.DataFrame) -> alt.Chart:
     totals = df.groupby("device", as_index=False)["work"].sum()
     return (alt.Chart(totals, title="Work per device").mark_bar()
             .encode(x=alt.X("device:O", axis=alt.Axis(labelAngle=0)),
-                    y=alt.Y("work:Q", title="work (full blocks)"), tooltip=common.tips("device", "work"))
+                    y=alt.Y("work:Q", title="work (full blocks)"), tooltip=encodings.tips("device", "work"))
             .properties(height=44 * df["step"].nunique()))
 
 
@@ -64,7 +64,7 @@ def costs_chart(df: pd.DataFrame, hiding_T: int) -> alt.Chart:
              .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), title="sequence length T = S",
                              axis=alt.Axis(format=",~g")),
                      y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms per step (busiest device)"),
-                     color=alt.Color("per step:N"), tooltip=common.tips("T", "per step", alt.Tooltip("ms:Q", format=".4g"))))
+                     color=alt.Color("per step:N"), tooltip=encodings.tips("T", "per step", alt.Tooltip("ms:Q", format=".4g"))))
     rule = alt.Chart(pd.DataFrame({"T": [hiding_T]})).mark_rule(strokeDash=[4, 4]).encode(x="T:Q")
     return lines + rule
 
@@ -75,7 +75,7 @@ def timeline_chart(df: pd.DataFrame) -> alt.Chart:
                     y=alt.Y("part:N", title=None), color=alt.Color("part:N", title=None),
                     row=alt.Row("schedule:N", title=None,  # row names written across, never cut off
                                 header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=180)),
-                    tooltip=common.tips("schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
+                    tooltip=encodings.tips("schedule", "step", "part", alt.Tooltip("start_ms:Q", format=".4f"),
                              alt.Tooltip("end_ms:Q", format=".4f")))
             .properties(height=70))
 
@@ -90,7 +90,7 @@ def speedup_chart(df: pd.DataFrame, y: str = "speedup") -> alt.Chart:
             .encode(x=alt.X("T:Q", scale=alt.Scale(type="log", base=2), axis=alt.Axis(format=",~g"),
                             title="sequence length T"),
                     y=alt.Y(f"{y}:Q", title="speed-up vs one GPU (×)" if y == "speedup" else "efficiency"),
-                    color=color, tooltip=common.tips("T", "implementation", "ms", "one_device_ms", y)))
+                    color=color, tooltip=encodings.tips("T", "implementation", "ms", "one_device_ms", y)))
     rule = alt.Chart().mark_rule(strokeDash=[4, 4]).encode(y=alt.datum(1))
     return (alt.layer(line, rule, data=data).facet(column=alt.Column("mask:N", title=None))
             .configure_legend(labelLimit=360, orient="bottom", columns=2))  # seven variants: two columns fit
@@ -103,9 +103,9 @@ def scaling_chart(df: pd.DataFrame) -> alt.Chart:
     return (alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=80, filled=True))
             .encode(x=alt.X("P:O", title="GPUs (P)", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("efficiency:Q", title="efficiency (speed-up / P)", scale=alt.Scale(domain=[0, 1.1])),
-                    color=common.impl_color(data), strokeDash=alt.StrokeDash("mask:N", title="mask"),
+                    color=encodings.impl_color(data), strokeDash=alt.StrokeDash("mask:N", title="mask"),
                     shape=alt.Shape("mask:N", title="mask"),
-                    tooltip=common.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))
+                    tooltip=encodings.tips("P", "mask", "implementation", "T", "speedup", "efficiency")))
 
 
 def compiled_order(run: ring_results.RingRun) -> None:

@@ -11,7 +11,7 @@ import streamlit as st
 from attnlab.studies import kvcache, roofline
 from attnlab.studies.ladder import LadderRun
 from attnlab.studies.suite import Ceilings, SuiteRun
-from pages import charts, common
+from pages import charts, encodings
 
 
 def roofline_chart(points: pd.DataFrame, roofs: pd.DataFrame) -> alt.Chart:
@@ -23,15 +23,15 @@ def roofline_chart(points: pd.DataFrame, roofs: pd.DataFrame) -> alt.Chart:
     lines = alt.Chart(roofs).mark_line(color="#333").encode(
         x=x, y=y, detail="roof:N", strokeDash=alt.StrokeDash("kind:N", scale=alt.Scale(
             domain=["datasheet", "measured"], range=[[6, 4], [1, 0]]), legend=None),
-        tooltip=common.tips("roof"))
+        tooltip=encodings.tips("roof"))
     ends = roofs.sort_values("intensity").groupby("kind", as_index=False).last()
     names = alt.layer(*(alt.Chart(ends[ends["kind"] == k]).mark_text(align="right", dx=-4, dy=dy, fontSize=11,
                                                                       color="#333").encode(x=x, y=y, text="roof:N")
                         for k, dy in (("datasheet", -9), ("measured", 11))))
     data = points.rename(columns={"achieved_tflops": "tflops"})
-    tips = common.tips("label", "causal", "bytes", alt.Tooltip("traffic_bytes:Q", format=",", title="bytes"),
+    tips = encodings.tips("label", "causal", "bytes", alt.Tooltip("traffic_bytes:Q", format=",", title="bytes"),
                        alt.Tooltip("intensity:Q", format=",.0f"), alt.Tooltip("tflops:Q", format=".0f"))
-    enc = dict(x=x, y=y, color=common.impl_color(data), shape=alt.Shape("causal:N"), tooltip=tips)
+    enc = dict(x=x, y=y, color=encodings.impl_color(data), shape=alt.Shape("causal:N"), tooltip=tips)
     model = alt.Chart(data[data["bytes"] == roofline.MODEL]).mark_point(size=110, filled=False, strokeWidth=2).encode(**enc)
     counted = alt.Chart(data[data["bytes"] == roofline.MEASURED]).mark_point(size=130, filled=True).encode(**enc)
     pairs = data[data["implementation"].isin(data.loc[data["bytes"] == roofline.MEASURED, "implementation"])

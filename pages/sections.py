@@ -23,7 +23,7 @@ from attnlab.backends.naive import NAIVE
 from attnlab.measure import runs
 from attnlab.service import WorkerLost
 from attnlab.shapes import AttentionShape
-from pages import charts, common
+from pages import charts, common, encodings
 
 AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
 AUTO_BYTES = 256 * 2**20
@@ -152,4 +152,4 @@ def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "through
         return
     y = st.selectbox("y axis", present, index=present.index(first) if first in present else 0, key=f"{key}_y",
                      format_func=common.label)
-    charts.draw(st, common.line_chart, good, x=x, y=y, title=f"{common.label(y)} by {x}", width="stretch")
+    charts.draw(st, encodings.line_chart, good, x=x, y=y, title=f"{common.label(y)} by {x}", width="stretch")

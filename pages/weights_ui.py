@@ -13,7 +13,7 @@ import streamlit as st
 
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
-from pages import common, sections
+from pages import common, encodings, sections
 
 MASKED_GREY = "#d9d9d9"
 
@@ -35,7 +35,7 @@ def scale_chart(effect: pd.DataFrame, y: str, seq_len: int) -> alt.Chart:
     (y = "max_weight"), or the row entropy with a uniform row's dashed (y = "entropy")."""
     x = alt.X("head_dim:Q", scale=alt.Scale(type="log", base=2), title="head_dim d (log₂)")
     color = alt.Color("scaling:N", title="scaling", scale=alt.Scale(range=["#1f77b4", "#d62728"]))
-    tooltip = common.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"),
+    tooltip = encodings.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"),
                           alt.Tooltip("entropy:Q", format=".3f"))
     if y == "max_weight":
         return alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True).encode(

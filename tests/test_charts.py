@@ -5,7 +5,7 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from pages import charts
+from pages import charts, encodings
 
 
 class Where:
@@ -72,8 +72,7 @@ def test_a_builder_defined_in_a_page_script_is_refused():
 
 
 def test_every_implementation_gets_its_own_colour_however_many_there_are():
-    from pages import common
 
-    assert common.palette(10) == common.PALETTE  # today's backends keep today's colours
-    many = common.palette(14)
+    assert encodings.palette(10) == encodings.PALETTE  # today's backends keep today's colours
+    many = encodings.palette(14)
     assert len(set(many)) == 14 and all(c.startswith("#") and len(c) == 7 for c in many)
