@@ -106,7 +106,7 @@ def test_the_warm_up_asks_the_device_service_for_each_shape_as_a_page_would():
 def test_byte_axes_tick_at_whole_binary_sizes_not_powers_of_ten():
     # Vega's own ticks on a byte axis are powers of ten, labelled 977 KiB, 9.54 MiB: every tick here is
     # a whole number of B, KiB, MiB, GiB or TiB, and the ticks bracket the data
-    from pages.common import binary_ticks
+    from pages.encodings import binary_ticks
 
     for values, log in (([1000, 8e9], True), ([3e6, 2.5e7], True), ([512], True), ([1e5, 1.3e11], True),
                         ([0, 1.5e6, 4.9e7], False), ([2**20, 2**24], False), ([300], False)):
