@@ -54,11 +54,13 @@ class Tab:
         self.ws = ws
 
     @classmethod
-    async def open(cls, url: str, timeout: float = 60.0) -> Tab:
+    async def open(cls, url: str, timeout: float = 60.0, headers: dict[str, str] | None = None) -> Tab:
+        """`headers`: what the browser sends with the websocket's upgrade (a load balancer's affinity cookie)."""
         parts = urlsplit(url)
         scheme = "wss" if parts.scheme == "https" else "ws"
         ws = await websockets.connect(f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/_stcore/stream",
                                       subprotocols=["streamlit"], max_size=None, open_timeout=timeout,
+                                      additional_headers=headers,
                                       ping_interval=None, compression=None)
         return cls(ws)
 

@@ -1,0 +1,340 @@
+#!/usr/bin/env python
+"""The hosted class, rehearsed on this machine: the rendered manifests' pods as processes, behind a real proxy.
+
+    python scripts/rehearse.py                       # make rehearse: 2 UI replicas, 2 device workers, 20 learners
+    python scripts/rehearse.py --check --json out.json --learners 20 --ui 2 --workers 2
+
+1. Renders the manifests offline (`kubectl kustomize deploy/k8s-campus`: the door without IAP, whose signed
+   header only Google's load balancer can make; tests/test_iap.py covers IAP) and reads the image's ENTRYPOINT,
+   CMD and ENV from deploy/Dockerfile.
+2. Starts each pod as its kubelet would (scripts/kubelet.py, scripts/cluster_pods.py): the Ray head with the
+   command KubeRay generates from its `rayStartParams`, W device workers (each after KubeRay's wait for the GCS
+   and the pod's own GPU gate; with fake GPUs on a machine without one, after showing that the real gate refuses
+   it), K UI replicas with the Deployment's command and env, reaching Ray over ray:// at the head's client port;
+   every probe of the manifests and the ones KubeRay injects, run as Kubernetes runs them.
+3. HAProxy in front of the UI replicas (scripts/proxy.py), pinning each browser by a generated cookie.
+4. A class through the proxy (N learners as headless tabs, scripts/st_client.py: every page once, shapes as
+   scripts/capacity.py's), then the learners keep going while the cluster's faults come one after another: a
+   device worker killed (SIGKILL, as a native abort), a UI replica killed, the Ray head killed (the kubelet
+   starts each again). For each: how soon every learner was served a page again, sessions lost on the replicas
+   that survived, and what the probes said meanwhile.
+`--check` exits 1 unless the figures meet the issue's targets (`TARGETS`). Logs of every pod: `--logs DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlencode
+
+import psutil
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capacity import page_paths, percentile, session_shapes  # noqa: E402
+from cluster_pods import ROOT, Cluster, Image  # noqa: E402
+from kubelet import Kubelet  # noqa: E402
+from proxy import Proxy  # noqa: E402
+from st_client import Tab  # noqa: E402
+
+TARGETS = {"worker": 10.0, "ui": 10.0, "head": 60.0}  # s until every learner is served again (issue 40)
+LOST = ("was lost", "device worker", "cannot be reached", "connection to the gpu")
+
+
+def render(overlay: Path) -> list[dict]:
+    kubectl = shutil.which("kubectl") or str(Path(sys.executable).with_name("kubectl"))
+    out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120, check=True)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@dataclass
+class Visit:
+    session: int
+    page: str
+    start: float
+    end: float
+    ok: bool
+    lost: bool = False
+    replica: str | None = None
+    failure: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+async def learner(i: int, lb: Proxy, query: str, pages: list, first: int, timeout: float, visits: list[Visit],
+                  stop: threading.Event, once: bool) -> None:
+    """A browser tab through the proxy: the page first (the proxy sets its cookie), then the websocket with it;
+    when the websocket closes, it opens again as Streamlit's frontend does, and goes on with the next page."""
+    cookie, tab, k = None, None, first
+    while not stop.is_set() and not (once and k - first >= len(pages)):
+        if tab is None:
+            t0 = time.monotonic()
+            try:
+                status, new = await asyncio.to_thread(lb.get, "/", cookie)
+                cookie = new or cookie
+                if status != 200:
+                    raise ConnectionError(f"the proxy answered {status}")
+                tab = await Tab.open(lb.url, timeout=30, headers={"Cookie": cookie} if cookie else None)
+            except Exception as e:  # noqa: BLE001 - a browser retries whatever stopped it
+                visits.append(Visit(i, "connect", t0, time.monotonic(), False, failure=f"{type(e).__name__}: {e}"))
+                await asyncio.sleep(1.0)
+                continue
+        file, path = pages[k % len(pages)]
+        k += 1
+        t0 = time.monotonic()
+        seen = await tab.visit(path, query, timeout)
+        lost = any(m in w.lower() for w in seen.warnings for m in LOST)
+        visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
+                            (cookie or "=").split("=", 1)[1], seen.failure, seen.exceptions + seen.error_boxes))
+        if seen.failure and "connection closed" in seen.failure:
+            tab = None
+    if tab is not None:
+        await tab.close()
+
+
+class Rehearsal:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.root = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # short: Ray's socket paths live below it
+        self.logs = Path(args.logs or self.root / "logs")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        docs = render(args.overlay) if not args.rendered else [d for d in yaml.safe_load_all(args.rendered.read_text()) if d]
+        self.backend_config = next(d["spec"] for d in docs if d["kind"] == "BackendConfig")
+        self.fake = not shutil.which("nvidia-smi")
+        self.cluster = Cluster.from_manifests(docs, Image.read(ROOT / "deploy" / "Dockerfile"), ui=args.ui,
+                                              workers=args.workers, root=self.root, fake_gpus=self.fake,
+                                              cookie_secret=secrets.token_hex(32))
+        self.lb: Proxy | None = None
+        self.kubelets: dict[str, Kubelet] = {}
+
+    def gate(self) -> dict:
+        """The worker pod's GPU gate as the manifest runs it: on a machine without a GPU it must refuse (exit 3)."""
+        name, argv, env = next(c for c in self.cluster.workers[0].init if c[0] != "wait-gcs-ready")
+        out = subprocess.run(argv, cwd=ROOT, env=dict(env, ATTNLAB_REQUIRE_GPU="1"), capture_output=True, text=True,
+                             timeout=300)
+        return {"init_container": name, "exit": out.returncode, "said": (out.stderr.strip().splitlines() or [""])[-1][:300],
+                "as_it_should": out.returncode == (3 if self.fake else 0)}
+
+    def up(self, timeout: float = 300.0) -> float:
+        t0 = time.monotonic()
+        self.lb = Proxy.start(self.root, {p.name: p.ports[8501] for p in self.cluster.ui}, self.backend_config)
+        for pod in [self.cluster.head, *self.cluster.workers]:
+            self.kubelets[pod.name] = Kubelet(pod, self.logs).start()
+        for pod in self.cluster.ui:
+            self.kubelets[pod.name] = Kubelet(pod, self.logs, on_ready=lambda r, n=pod.name: self.lb.set_ready(n, r)).start()
+        while not all(k.ready for k in self.kubelets.values()):
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError("not every pod became ready: " + ", ".join(n for n, k in self.kubelets.items() if not k.ready))
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
+    def warm(self) -> None:
+        """Every replica opens its first page once (the app then warms the device workers), as class_server does."""
+        async def first() -> None:
+            for pod in self.cluster.ui:
+                tab = await Tab.open(f"http://127.0.0.1:{pod.ports[8501]}")
+                await tab.visit("", "", 300)
+                await tab.close()
+        asyncio.run(first())
+
+    def down(self) -> None:
+        for k in self.kubelets.values():
+            k.stop()
+        if self.lb:
+            self.lb.stop()
+        for p in psutil.process_iter():  # anything a pod left behind (Ray's processes keep our folder in their args)
+            try:
+                if str(self.root) in " ".join(p.cmdline()):
+                    p.kill()
+            except psutil.Error:
+                pass
+        if not self.args.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def device_worker(self) -> psutil.Process | None:
+        for p in psutil.process_iter():
+            try:
+                if "ray::DeviceActor" in " ".join(p.cmdline()) and str(self.root) in p.environ().get("TMPDIR", ""):
+                    return p
+            except psutil.Error:
+                continue
+        return None
+
+    def run(self) -> dict:
+        a = self.args
+        report: dict = {"ui_replicas": a.ui, "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners}
+        report["gate"] = self.gate()
+        report["ready_after_s"] = self.up()
+        self.warm()
+        rng = random.Random(a.seed)
+        pages = list(page_paths().items())
+        shapes = session_shapes(a.mode, a.learners, rng)
+        firsts = [rng.randrange(len(pages)) for _ in range(a.learners)]
+        report["class"] = self._class(pages, shapes, firsts)
+        report["faults"] = self._faults(pages, shapes, firsts) if a.faults else []
+        report["pods"] = {n: self._pod(k) for n, k in self.kubelets.items()}
+        report["proxy"] = self.lb.states()
+        return report
+
+    def _learners(self, pages, shapes, firsts, visits, stop, once) -> threading.Thread:
+        async def go() -> None:
+            await asyncio.gather(*(learner(i, self.lb, urlencode(s), pages, firsts[i], self.args.timeout, visits, stop,
+                                           once) for i, s in enumerate(shapes)))
+        t = threading.Thread(target=asyncio.run, args=(go(),), daemon=True)
+        t.start()
+        return t
+
+    def _class(self, pages, shapes, firsts) -> dict:
+        visits: list[Visit] = []
+        t0 = time.monotonic()
+        self._learners(pages, shapes, firsts, visits, threading.Event(), once=True).join()
+        times = [v.end - v.start for v in visits if v.ok and v.page != "connect"]
+        bad = [v for v in visits if not v.ok or v.lost]
+        return {"elapsed_s": time.monotonic() - t0, "pages_planned": len(shapes) * len(pages), "pages_served": len(times),
+                "median_page_s": statistics.median(times) if times else None, "p95_page_s": percentile(times, 95),
+                "worst_page_s": max(times, default=None), "errors": len(bad),
+                "error_messages": [f"[s{v.session} {Path(v.page).stem}] {v.failure or ''} {v.problems}" for v in bad][:10],
+                "replicas": sorted({v.replica for v in visits if v.replica})}
+
+    def _faults(self, pages, shapes, firsts) -> list[dict]:
+        visits: list[Visit] = []
+        stop = threading.Event()
+        thread = self._learners(pages, shapes, firsts, visits, stop, once=False)
+        out = []
+        try:
+            for kind in self.args.faults:
+                time.sleep(3.0)
+                out.append(self._fault(kind, visits))
+        finally:
+            stop.set()
+            thread.join(timeout=self.args.timeout + 30)
+        return out
+
+    def _fault(self, kind: str, visits: list[Visit]) -> dict:
+        n = self.args.learners
+        ui_pod = self.cluster.ui[0].name
+        on_ui = {v.session for v in visits if v.replica == ui_pod}
+        t = time.monotonic()
+        if kind == "worker":
+            victim = self.device_worker()
+            what = f"device worker pid {victim.pid}" if victim else "no device worker found"
+            if victim:
+                victim.kill()
+        else:
+            name = ui_pod if kind == "ui" else self.cluster.head.name
+            what = f"{name} container pid {self.kubelets[name].kill()}"
+        limit = TARGETS[kind] * 3 + 30
+        again: dict[int, float] = {}
+        while time.monotonic() - t < limit and len(again) < n:
+            for v in list(visits):
+                if v.start >= t and v.ok and not v.lost and v.page != "connect":
+                    again.setdefault(v.session, v.end - t)
+            time.sleep(0.25)
+        after = [v for v in visits if v.start >= t - 60]
+        closed = {v.session for v in after if v.failure and "connection closed" in v.failure and v.end >= t}
+        survivors_lost = sorted(closed - on_ui) if kind == "ui" else sorted(closed)
+        ready_fail = {name: sum(1 for (tt, kind_, src, ok, _) in k.results if tt >= t and kind_ == "readiness" and not ok)
+                      for name, k in self.kubelets.items()}
+        return {"fault": kind, "what": what, "learners_served_again": len(again), "learners": n,
+                "every_learner_served_again_s": max(again.values()) if len(again) == n else None,
+                "first_served_again_s": min(again.values(), default=None), "target_s": TARGETS[kind],
+                "sessions_lost_on_surviving_replicas": survivors_lost,
+                "readiness_failures_after": {k: v for k, v in ready_fail.items() if v},
+                "pages_that_said_lost": sum(v.lost for v in after if v.start >= t),
+                "pods_ready_again_s": {nm: k.time_to_ready(t) for nm, k in self.kubelets.items() if k.time_to_ready(t)}}
+
+    @staticmethod
+    def _pod(k: Kubelet) -> dict:
+        probes: dict[str, dict] = {}
+        for _, kind, source, ok, _ in k.results:
+            row = probes.setdefault(f"{kind} ({source})", {"passed": 0, "failed": 0})
+            row["passed" if ok else "failed"] += 1
+        return {"restarts": k.restarts, "init_exits": k.init_exits, "probes": probes, "ready": k.ready,
+                "command": " ".join(k.pod.command)[:400]}
+
+
+def check(report: dict) -> list[str]:
+    """What misses the issue's targets (an empty list: all met)."""
+    bad = []
+    if not report["gate"]["as_it_should"]:
+        bad.append(f"the GPU gate: {report['gate']}")
+    c = report["class"]
+    if c["errors"] or c["pages_served"] != c["pages_planned"]:
+        bad.append(f"class: {c['errors']} errors, {c['pages_served']}/{c['pages_planned']} pages: {c['error_messages'][:3]}")
+    for f in report["faults"]:
+        s = f["every_learner_served_again_s"]
+        if s is None or s > f["target_s"]:
+            bad.append(f"{f['fault']} fault: every learner served again after {s} s (target {f['target_s']} s)")
+        if f["sessions_lost_on_surviving_replicas"]:
+            bad.append(f"{f['fault']} fault: sessions lost on surviving replicas {f['sessions_lost_on_surviving_replicas']}")
+        if f["fault"] == "head" and not any(n.startswith("ui-") for n in f["readiness_failures_after"]):
+            bad.append("head fault: no UI replica's readiness said that Ray could not be reached")
+    for name, p in report["pods"].items():
+        if not p["ready"]:
+            bad.append(f"{name} is not ready at the end")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ui", type=int, default=2, help="UI replicas (the Deployment's)")
+    ap.add_argument("--workers", type=int, default=2, help="device workers (GPU pods; fake GPUs without one)")
+    ap.add_argument("--learners", type=int, default=20)
+    ap.add_argument("--mode", choices=["shared", "own"], default="shared")
+    ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=list(TARGETS))
+    ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
+    ap.add_argument("--rendered", type=Path, help="manifests already rendered (a machine without kubectl)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--logs", type=Path)
+    ap.add_argument("--keep", action="store_true", help="keep the pods' folders")
+    ap.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
+    args = ap.parse_args(argv)
+    r = Rehearsal(args)
+    try:
+        report = r.run()
+    finally:
+        r.down()
+    report["missed"] = check(report)
+    text = json.dumps(report, indent=1, default=str)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    print(summary(report))
+    return 1 if args.check and report["missed"] else 0
+
+
+def summary(r: dict) -> str:
+    c = r["class"]
+    lines = [f"rehearsal: {r['ui_replicas']} UI replicas, {r['device_workers']} device workers"
+             f"{' (fake GPUs)' if r['fake_gpus'] else ''}, {r['learners']} learners; every pod ready after "
+             f"{r['ready_after_s']:.1f} s; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'})",
+             f"class: {c['pages_served']}/{c['pages_planned']} pages, median {c['median_page_s']} s, p95 {c['p95_page_s']} s, "
+             f"{c['errors']} errors, replicas {c['replicas']}"]
+    for f in r["faults"]:
+        lines.append(f"fault {f['fault']:6s} ({f['what']}): every learner served again after "
+                     f"{f['every_learner_served_again_s']} s (target {f['target_s']} s), {f['learners_served_again']}/"
+                     f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
+                     f"readiness failures {f['readiness_failures_after']}")
+    for name, p in r["pods"].items():
+        lines.append(f"pod {name}: restarts {p['restarts']}, probes {p['probes']}")
+    lines.append("missed: " + ("; ".join(r["missed"]) if r["missed"] else "nothing"))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
