@@ -1458,3 +1458,153 @@ def test_the_quota_preflight_counts_the_spot_fallback_and_compares_with_gpus(tmp
     assert (out.returncode == 2) is stops, out.stdout + out.stderr
     assert says in out.stdout + out.stderr
     assert any(c.startswith("terraform") for c in calls) is not stops
+
+
+def _readme_section(number: int) -> str:
+    text = (DEPLOY / "README.md").read_text()
+    start = text.index(f"\n## {number}. ")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_by_hand_gpu_pools_carry_the_compute_class_the_workers_ask_for():
+    by_hand = _readme_section(4)
+    (klass,) = yaml.safe_load_all((DEPLOY / "k8s-cluster" / "computeclass.yaml").read_text())
+    name = klass["metadata"]["name"]
+    assert by_hand.index("kubectl apply -f deploy/k8s-cluster/computeclass.yaml") < by_hand.index("kubectl apply -k deploy/k8s")
+    assert _gpu_group()["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == name
+    pools = {p for priority in klass["spec"]["priorities"] for p in priority["nodepools"]}
+    commands = re.findall(r"gcloud container node-pools create (\S+)((?:.*\\\n)*.*)", by_hand)
+    assert len(commands) >= 2
+    for pool, args in commands:
+        assert pool in pools, f"{pool} is not in the compute class's priorities"
+        assert f"cloud.google.com/compute-class={name}" in args.split("--node-labels=")[1].split()[0]
+        assert f"--node-taints=cloud.google.com/compute-class={name}:NoSchedule" in args
+        assert "--enable-autoscaling" in args and "--total-min-nodes=0" in args  # the workers' pods bring the nodes
+
+
+def test_setup_runs_on_bash_32_and_bsd_tools():
+    text = (DEPLOY / "setup.sh").read_text()
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "getent" not in code  # macOS has none
+    for sed in re.findall(r"sed [^|]*", code):
+        assert "\\|" not in sed and " -r" not in sed and " -E" not in sed, sed  # GNU alternation in a BRE
+    # bash < 4.4 calls an empty array unbound under set -u: every possibly empty one is expanded with ${a[@]+...}
+    for name in ("TF_ARGS", "SPOT_FLAG"):
+        assert f'"${{{name}[@]}}"' not in code.replace(f'${{{name}[@]+"${{{name}[@]}}"}}', "")
+    assert "base64 --decode" in code and "base64 -d" not in code  # old macOS base64 knows only -D and --decode
+
+
+@pytest.mark.parametrize(("answer", "waits"), [("203.0.113.9", False), ("198.51.100.1", True)])
+def test_setup_waits_for_dns_without_getent(tmp_path, answer, waits):
+    out, calls = _setup_with_stubs(tmp_path, DNS_WAIT="1", STUB_DNS=answer)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any(c.startswith("python3") for c in calls)  # resolved with python3, not getent
+    assert ("waiting for lab.example.edu to resolve to 203.0.113.9" in out.stdout) is waits
+    assert ("does not resolve to 203.0.113.9" in out.stderr) is waits
+
+
+@pytest.mark.parametrize(("env", "zone"), [({"GPUS_OFF_TZ": "America/Chicago"}, "America/Chicago"),
+                                           ({"TZ": "Europe/Berlin"}, "Europe/Berlin"),
+                                           ({}, None)])
+def test_the_nightly_scale_down_runs_in_the_instructors_time_zone(tmp_path, env, zone):
+    zoneinfo = pytest.importorskip("zoneinfo")
+    out, _ = _setup_with_stubs(tmp_path, **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cron,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "CronJob"]
+    tz = cron["spec"]["timeZone"]
+    zoneinfo.ZoneInfo(tz)  # a name the tz database knows, as Kubernetes requires
+    if zone:
+        assert tz == zone
+    assert f"'0 22 * * *' ({tz};" in out.stdout
+
+
+def test_quick_down_removes_the_load_balancer_before_the_cluster_and_checks_its_forwarding_rule(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, "--quick-down", PROJECT_ID="my-project")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def first(fragment: str) -> int:
+        return next(i for i, call in enumerate(calls) if fragment in call)
+
+    # the stub says the quick cluster does not exist: nothing to delete, but its forwarding rules are still checked
+    assert not any("clusters delete" in c for c in calls)
+    assert "description~attnlab-quick/attnlab" in calls[first("forwarding-rules list")]
+    out, calls = _setup_with_stubs(tmp_path / "left", "--quick-down", PROJECT_ID="my-project",
+                                   STUB_LEFT_RULE="a1b2c3")
+    assert out.returncode == 1 and "STILL THERE" in out.stdout and "a1b2c3" in out.stdout
+
+
+def test_quick_down_deletes_the_service_first_when_the_cluster_is_there(tmp_path):
+    # a stub gcloud for which the quick cluster exists
+    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project")  # makes bin/ and the copy
+    gcloud = tmp_path / "bin" / "gcloud"
+    gcloud.write_text(gcloud.read_text().replace('  *"clusters describe attnlab-quick"*) exit 1 ;;\n', ""))
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
+           "PROJECT_ID": "my-project"}
+    done = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh"), "--quick-down"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = log.read_text().splitlines()
+    order = [next(i for i, c in enumerate(calls) if f in c)
+             for f in ("delete service attnlab", "forwarding-rules list", "clusters delete attnlab-quick")]
+    assert order == sorted(order)
+
+
+def test_quick_mode_retries_a_503_offers_spot_and_streams_nothing(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project", STUB_CREATE_FAILS="2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    creates = [c for c in calls if "clusters create" in c]
+    assert len(creates) == 3 and "--spot" not in creates[-1] and "--enable-image-streaming" not in creates[-1]
+    assert "sleep 15" in calls and "sleep 30" in calls  # backoff between the tries
+    out, calls = _setup_with_stubs(tmp_path / "h100", "--quick", PROJECT_ID="my-project", GPU="h100")
+    assert "run again with --spot" in out.stderr
+    out, calls = _setup_with_stubs(tmp_path / "spot", "--quick", "--spot", PROJECT_ID="my-project", GPU="h100",
+                                   STUB_QUOTA="0.0", STUB_SPOT_QUOTA="1.0", STUB_ALL_QUOTA="1.0")
+    assert out.returncode == 0, out.stdout + out.stderr  # the Spot quota is what counts
+    assert any("clusters create" in c and "--spot" in c for c in calls) and "--spot" not in out.stderr
+    out, calls = _setup_with_stubs(tmp_path / "down", "--quick", PROJECT_ID="my-project", STUB_CREATE_FAILS="9")
+    assert out.returncode != 0 and len([c for c in calls if "clusters create" in c]) == 4  # gives up
+
+
+def _e2_standard_8_allocatable_cpu() -> float:
+    """GKE Standard's allocatable CPU on an 8-vCPU node: 6 % of the first core, 1 % of the second, 0.5 % of the
+    next two, 0.25 % of the rest reserved (GKE's documented formula), less 0.5 CPU for GKE's own DaemonSets."""
+    return 8 - (0.06 + 0.01 + 2 * 0.005 + 4 * 0.0025) - 0.5
+
+
+def test_the_ui_node_holds_the_replicas_the_guide_says():
+    (config,) = _tf_resources()[("google_container_node_pool", "ui")]["node_config"]
+    assert _tf_value(config["machine_type"]) == "e2-standard-8"
+    ui = float(_container()["resources"]["requests"]["cpu"])
+    head = float(_one("RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"][
+        "requests"]["cpu"])
+    cron = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    job = float(cron["resources"]["requests"]["cpu"].rstrip("m")) / 1000
+    fits = int((_e2_standard_8_allocatable_cpu() - head - job) // ui)
+    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    text = _readme_section(5)
+    assert f"**{words[fits]}** UI replicas ({ui:g} CPUs each)" in text
+    assert f"--replicas={fits}`" in text
+    assert _one("Deployment")["spec"]["replicas"] <= fits
+    # the second node holds as many again: what the guide scales to after `ui_nodes = 2`
+    second = int(_e2_standard_8_allocatable_cpu() // ui)
+    assert "`ui_nodes = 2`" in text and f"--replicas={fits + second}`" in text
+
+
+def test_a_page_says_the_gpus_are_off_outside_class_hours_not_back_in_seconds(monkeypatch):
+    from attnlab import service
+    from pages import common
+
+    monkeypatch.setattr(service, "workers", lambda: [])
+    for hosted in (True, False):
+        monkeypatch.setattr(common, "in_class", lambda hosted=hosted: hosted)
+        common.worker_info.clear()
+        with pytest.raises(service.WorkerLost) as lost:
+            common.worker_info()
+        said = str(lost.value)
+        if hosted:
+            assert "few seconds" not in said and "instructor" in said and "few minutes" in said
+        else:
+            assert "few seconds" in said
+        assert len(said) < 200  # page text stays short
