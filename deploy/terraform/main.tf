@@ -26,6 +26,7 @@ locals {
     "iap.googleapis.com",
     "storage.googleapis.com",
     "billingbudgets.googleapis.com",
+    "containerfilesystem.googleapis.com", # image streaming (gcfs_config on the node pools)
   ]
 
   # The default compute service account runs Cloud Build in new projects, which may not grant it
@@ -84,8 +85,10 @@ resource "google_compute_global_address" "ingress" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Least-privilege service account for the nodes: GKE's node role (logs, metrics) and reading the
-# image repository, nothing else (not the default compute account, which is often project Editor).
+# Least-privilege service account for the nodes: GKE's node role (logs, metrics), reading the image
+# repository and, for image streaming, calling the Container File System API on this project (GKE requires
+# Service Usage Consumer for a node account other than the default), nothing else (not the default compute
+# account, which is often project Editor).
 
 resource "google_service_account" "nodes" {
   account_id   = "${var.cluster_name}-nodes"
@@ -96,6 +99,13 @@ resource "google_service_account" "nodes" {
 resource "google_project_iam_member" "nodes_default_role" {
   project    = var.project_id
   role       = "roles/container.defaultNodeServiceAccount"
+  member     = google_service_account.nodes.member
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_project_iam_member" "nodes_image_streaming" {
+  project    = var.project_id
+  role       = "roles/serviceusage.serviceUsageConsumer"
   member     = google_service_account.nodes.member
   depends_on = [google_project_service.apis]
 }
@@ -342,7 +352,9 @@ resource "google_container_node_pool" "ui" {
 # region (gpu_zones: the autoscaler takes whichever zone has one), may consume a reservation (gpu_reservation),
 # and a Spot pool (gpu_spot_fallback) is tried when no on-demand GPU is to be had: both pools carry the
 # compute class attnlab-gpu (deploy/k8s-cluster/computeclass.yaml), which says in which order to try them.
-# Image streaming (gcfs_config) starts a pod before the several-GB image has been pulled in full.
+# Image streaming (gcfs_config) starts a pod before the several-GB image has been pulled in full; it needs the
+# Container File System API and the node account's Service Usage Consumer role (both above), and an image in
+# Artifact Registry (the lab's is).
 resource "google_container_node_pool" "gpu" {
   name               = "gpu-pool"
   cluster            = google_container_cluster.attnlab.id
@@ -485,6 +497,8 @@ resource "google_iap_web_iam_member" "class" {
   project = var.project_id
   role    = "roles/iap.httpsResourceAccessor"
   member  = "group:${var.class_group}"
+
+  depends_on = [google_project_service.apis]
 }
 
 # How long an IAP sign-in lasts before IAP asks for it again (a reauthentication policy at the project's level,
@@ -568,4 +582,6 @@ resource "google_billing_budget" "attnlab" {
   threshold_rules {
     threshold_percent = 1.0
   }
+
+  depends_on = [google_project_service.apis]
 }
