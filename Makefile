@@ -5,16 +5,17 @@
 # Python 3.11 on Linux x86_64 and is what gets installed. After editing requirements.txt:
 #   make lock   re-resolve the lock with uv (keeps existing pins where they still fit;
 #               UPGRADE=1 moves everything to the newest allowed versions)
-#   make lock-image   the GPU image's own lock, requirements-image.lock (Python 3.12, against the base image's
-#               accelerator stack in deploy/image-base.txt, none of which it pins; deploy/Dockerfile installs it)
+#   make lock-image   the GPU image's own lock, requirements-image.lock (CPython 3.12, JAX's CUDA 13 wheels and
+#               TransformerEngine included, with hashes; deploy/Dockerfile installs exactly it; UPGRADE=1 as above)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
 
 UV_VERSION := 0.13.9
 LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
-IMAGE_LOCK_FLAGS := --python-version 3.12 --python-platform x86_64-unknown-linux-gnu
-IMAGE_BASE := $(shell grep -E '^[A-Za-z0-9]' deploy/image-base.txt | sed 's/==.*//')
+# deploy/uv-image.toml: the static metadata of TransformerEngine's JAX sdist, so uv resolves it without building it
+IMAGE_LOCK_FLAGS := --python-version 3.12 --python-platform x86_64-unknown-linux-gnu --generate-hashes \
+  --config-file deploy/uv-image.toml
 
 $(VENV)/.installed: requirements.lock
 	python3 -m venv $(VENV)
@@ -31,8 +32,8 @@ lock:
 lock-image:
 	python3 -m venv $(VENV)/uv
 	$(VENV)/uv/bin/python -m pip install -q uv==$(UV_VERSION)
-	$(VENV)/uv/bin/uv pip compile requirements-image.txt $(IMAGE_LOCK_FLAGS) -c deploy/image-base.txt \
-	  $(addprefix --no-emit-package ,$(IMAGE_BASE)) $(if $(UPGRADE),--upgrade) -o requirements-image.lock
+	$(VENV)/uv/bin/uv pip compile requirements-image.txt $(IMAGE_LOCK_FLAGS) $(if $(UPGRADE),--upgrade) \
+	  -o requirements-image.lock
 
 run: $(VENV)/.installed
 	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(PY) serve.py --server.port $(PORT)
