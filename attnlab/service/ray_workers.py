@@ -12,14 +12,11 @@ every request at one shape meets the worker that compiled that shape's programs,
 moves only its share of the shapes); a timing goes to its owner when the owner is idle, else to the
 least busy worker. Ray does the rest: placement on GPUs, restarts, moving the objects, the dashboard.
 
-The connection itself can fail (the head restarted, its pod moved): a Ray client never recovers from that on its
-own (after a head restart every call failed for good: ConnectionError "Attempted to reconnect a session that has
-already been cleaned up", then Exception "Ray Client is not connected"). So any failure of the connection,
-told apart from an actor's death, fails the request with WorkerLost (LOST, a sentence for the learner) and the
-next request reconnects: ray.shutdown(), ray.init again, the workers found again by name or created again (a
-head restarted without GCS persistence has lost its detached actors). One reconnect at a time (a burst of pages
-waits for it), at most one attempt every RETRY_S, and a ray:// head whose port does not even accept a TCP
-connection is not asked at all (ray.init would retry it for 30 s).
+The connection itself can fail (the head restarted): any failure of it, told apart from an actor's death
+(attnlab/service/ray_link.py), fails the request with WorkerLost (LOST, a sentence for the learner) and the next
+request reconnects: ray.shutdown(), ray.init again, the workers found again by name or created again (a head
+restarted without GCS persistence has lost its detached actors). One reconnect at a time (a burst of pages waits
+for it), at most one attempt every RETRY_S.
 """
 
 from __future__ import annotations
@@ -27,23 +24,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import socket
 import sys
 import threading
 import time
 
+from attnlab.service.ray_link import GRACE_S, LOST, connection_failure, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
+
+__all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
 
 NAMESPACE = "attnlab"
 PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
 RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
-# how long Ray's client retries a broken connection before it says so (its default, 30 s, is how long a page would
-# hang after the head died; a restarted head refuses the old session anyway, so retrying longer gains nothing)
-GRACE_S = "5"
-LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
-        "reconnecting: press the button again in a few seconds.")
 
 
 class DeviceActor:
@@ -77,38 +71,6 @@ def _actor_class():
 def owner(route: str, names: list[str]) -> str:
     """The worker that owns `route`: the highest hash of (route, name) (rendezvous hashing)."""
     return max(names, key=lambda n: hashlib.sha256(f"{route}|{n}".encode()).digest())
-
-
-def connection_failure(e: BaseException) -> bool:
-    """Whether `e` says the connection to Ray failed (not an actor's death: RayActorError, told apart by _get).
-    The types met when a head was killed and started again under a ray:// client: ConnectionError, grpc's
-    RpcError (NOT_FOUND, a session the new head does not know), and a bare Exception "Ray Client is not
-    connected" (told by the connection's state); RaySystemError and Ray's RpcError are the same in Ray's words."""
-    import ray
-
-    types = [ConnectionError, ray.exceptions.RaySystemError, ray.exceptions.RpcError]
-    with contextlib.suppress(ImportError):
-        import grpc
-
-        types.append(grpc.RpcError)
-    if isinstance(e, tuple(types)):
-        return True
-    try:
-        return not ray.is_initialized()
-    except Exception:  # noqa: BLE001 (a client that cannot even say: not connected)
-        return True
-
-
-def reachable(address: str, timeout: float = 2.0) -> str | None:
-    """None when a ray:// head's port accepts a TCP connection (or the address is not ray://); else why not."""
-    if not address.startswith("ray://"):
-        return None
-    host, _, port = address.removeprefix("ray://").partition("/")[0].rpartition(":")
-    try:
-        socket.create_connection((host or "127.0.0.1", int(port or 10001)), timeout=timeout).close()
-        return None
-    except (OSError, ValueError) as e:
-        return f"nothing answers at {address} ({type(e).__name__}: {e})"
 
 
 class RayWorkers:
@@ -148,7 +110,7 @@ class RayWorkers:
                          logging_level="warning", num_gpus=self.fake_gpus or None,
                          runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
             else:
-                why = reachable(self.address)
+                why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
                 if why:
                     raise ConnectionError(why)
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
