@@ -186,6 +186,9 @@ def call(i):
 
 i = 0
 for line in sys.stdin:                      # "N": N calls at once, from N threads (a burst of pages)
+    if line.strip() == "ready":             # "ready": the readiness answer (serve.py's /_attnlab/ready)
+        print(json.dumps({"ready": service.ready()}), flush=True)
+        continue
     out = [None] * int(line)
     threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, call(i + k))) for k in range(len(out))]
     [t.start() for t in threads]
@@ -251,7 +254,8 @@ class _Head:
 def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its_own(tmp_path):
     """The UI's client over ray://, its head killed and started again on the same ports: the call during the
     outage fails with WorkerLost (the sentence a page shows), and a call after the head is back succeeds within
-    60 s in the same process: one reconnect for a burst of calls, the worker created again by name."""
+    60 s in the same process: one reconnect for a burst of calls, the worker created again by name. Readiness
+    says so: ready, not ready while the head is away, ready again."""
     import json
     import subprocess
     import sys
@@ -271,6 +275,12 @@ def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its
         client.stdin.flush()
         return json.loads(client.stdout.readline())
 
+    def ready() -> str | None:
+        time.sleep(2.1)  # past the answer it keeps
+        client.stdin.write("ready\n")
+        client.stdin.flush()
+        return json.loads(client.stdout.readline())["ready"]
+
     def until_served(deadline_s: float, n: int) -> tuple[float, dict]:
         t0 = time.monotonic()
         while True:
@@ -285,7 +295,12 @@ def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its
         first, seen = until_served(90, 1)  # the head starts, the client connects, the worker is created
         assert seen["calls"][0]["ok"], (seen, (tmp_path / "client.log").read_text()[-3000:])
         before = seen["reconnects"]  # the first connection may itself have been a retry (the head was starting)
+        assert ready() is None
         head.kill()
+        outage = ready()
+        # a sentence of RayWorkers.ready, or the 2 s budget's: the pod is taken out of rotation
+        assert outage.startswith((f"The Ray cluster at {env['ATTNLAB_RAY_ADDRESS']} cannot be reached",
+                                  "The device service did not answer within")), outage
         during = burst(1)["calls"][0]
         assert not during["ok"] and during["type"] == "WorkerLost" and during["error"] == LOST, during
         assert during["s"] < 15  # Ray's own reconnect grace period (5 s here) and no more
@@ -303,8 +318,11 @@ def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its
         log = (tmp_path / "client.log").read_text()
         assert all(c["ok"] for c in seen["calls"]), (seen, log[-3000:])
         assert seen["reconnects"] - before == 1, log[-3000:]  # a burst of pages reconnected once
+        assert ready() is None
         print(f"\nserved again {back:.1f} s after the head's restart, its client port open after "
-              f"{opened[0] if opened else float('nan'):.1f} s (first start {first:.1f} s); the client's log:\n"
+              f"{opened[0] if opened else float('nan'):.1f} s (first start {first:.1f} s); the call during the outage "
+              f"failed after {during['s']:.1f} s; not ready meanwhile: "
+              f"{outage!r}; the client's log:\n"
               + "\n".join(line for line in log.splitlines() if line.startswith("attnlab:")))
     finally:
         client.kill()

@@ -6,8 +6,10 @@ waited out the client's reconnect grace period and raised ConnectionError ("Fail
 request ... Attempted to reconnect a session that has already been cleaned up": grpc NOT_FOUND, the new head
 does not know the old session), the next one ConnectionError ("Request can't be sent because the Ray client
 has already been disconnected"), and every later one a bare Exception ("Ray Client is not connected"), for
-good. So: a connection failure is ConnectionError, grpc's RpcError, Ray's RaySystemError or RpcError, or any
-exception while Ray says it is not connected; an actor's death (RayActorError) is not one.
+good; a call while the client was trying its reconnect raised grpc's ValueError ("Cannot invoke RPC on closed
+channel!"). So: a connection failure is ConnectionError, grpc's RpcError or its closed-channel ValueError, Ray's
+RaySystemError or RpcError, or any exception while Ray says it is not connected; an actor's death
+(RayActorError) is not one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def connection_failure(e: BaseException) -> bool:
 
         types.append(grpc.RpcError)
     if isinstance(e, tuple(types)):
+        return True
+    if isinstance(e, ValueError) and "channel" in str(e):  # grpc: "Cannot invoke RPC on closed channel!"
         return True
     try:
         return not ray.is_initialized()
