@@ -8,6 +8,7 @@ the next request is served by a worker started again.
 
 import contextlib
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -327,6 +328,7 @@ def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its
     finally:
         client.kill()
         head.kill()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- Ray, with fake GPUs on this CPU ----------------------------------------------------------------
@@ -352,6 +354,7 @@ def ray_cluster():
     ray.shutdown()
     # ray.init sets RAY_AUTH_MODE=token in this process's environment, without the token: a later test's
     # `ray start` (scripts/capacity.py --device ray, run as a child) inherited it and refused to start
+    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
     os.environ.clear()
     os.environ.update(environ)
 
