@@ -14,7 +14,9 @@ It also puts a small ASGI middleware in front of Streamlit's own (`Harden`): sec
 every HTTP response (no framing by other sites, no MIME sniffing, no referrer to other sites) and
 Streamlit's `/_stcore/metrics` closed (404), since it describes every learner's session and cache to
 anyone who asks; ATTNLAB_METRICS=1 opens it again for an instructor who scrapes it. It also tells a
-page's HTML where the server is (BASE_URL_HINT), so a page opened by its link connects at once.
+page's HTML where the server is (BASE_URL_HINT), so a page opened by its link connects at once, and it
+answers READY_PATH, the pod's readiness: 200 "ok" while the device service can be reached, else 503 with a
+sentence (Streamlit's /_stcore/health stays the liveness: a Ray outage must not restart every UI).
 Everything else is `streamlit run app.py` as is (same options, same config.toml), plus two things
 started while the server starts: the device worker (attnlab.service: a child process by default, the
 one process that runs JAX on the device; this process runs JAX on the CPU only, for page 1's tiny
@@ -72,9 +74,26 @@ def is_page_path(path: str, base: str) -> bool:
     return bool(rest) and "/" not in rest and "." not in rest and not rest.startswith("_stcore")
 
 
+READY_PATH = "/_attnlab/ready"  # below the server's base path, as /_stcore/health is
+
+
+async def ready_answer() -> tuple[int, bytes]:
+    """(200, b"ok") when the device service can be reached, else (503, its sentence). The check runs in a thread
+    (attnlab.service.ready: at most about 2 s, its answer kept 2 s), never on the event loop; never raises."""
+    import asyncio
+
+    try:
+        from attnlab import service
+
+        why = await asyncio.to_thread(service.ready)
+    except Exception as e:  # noqa: BLE001 (a probe gets an answer, always)
+        why = f"The readiness check failed: {type(e).__name__}: {e}"
+    return (200, b"ok") if why is None else (503, why.encode())
+
+
 class Harden:
     """ASGI middleware: HEADERS on every HTTP response; /_stcore/metrics answered 404 unless ATTNLAB_METRICS=1;
-    a page's HTML (not the root's) carries BASE_URL_HINT."""
+    READY_PATH answered here (ready_answer); a page's HTML (not the root's) carries BASE_URL_HINT."""
 
     def __init__(self, app, base: str = "", metrics: bool = False):
         self.app = app
@@ -86,6 +105,13 @@ class Harden:
             return await self.app(scope, receive, send)
         if scope["method"] == "GET" and is_page_path(scope["path"], self.base):
             return await self.page_html(scope, receive, send)
+        if scope["path"].rstrip("/").endswith(READY_PATH):
+            status, body = await ready_answer()
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"cache-control", b"no-store"),
+                                    *HEADERS]})
+            await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+            return
         if scope["path"].rstrip("/").endswith("/_stcore/metrics") and not self.metrics:
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain"),
                                                                                    *HEADERS]})

@@ -301,12 +301,25 @@ def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_the_w
     assert cache["sizeLimit"].endswith("Gi") and 0 < cap < int(cache["sizeLimit"][:-2]) * 2**30
 
 
-@pytest.mark.parametrize("probe", ["startupProbe", "readinessProbe", "livenessProbe"])
+@pytest.mark.parametrize("probe", ["startupProbe", "livenessProbe"])
 def test_probes_hit_the_streamlit_health_endpoint_on_the_container_port(probe):
     container = _container()
     get = container[probe]["httpGet"]
     assert get["path"] == HEALTH_PATH
     assert _container_port(container, get["port"]) == 8501
+
+
+def test_readiness_asks_whether_the_device_service_can_be_reached_within_the_probes_timeout():
+    # serve.py's READY_PATH: 503 while Ray cannot be reached (no new learners), while liveness stays Streamlit's
+    # own health (a Ray outage must not restart every UI); its answer comes within about 2 s
+    import serve
+    from attnlab import service
+
+    container = _container()
+    get, probe = container["readinessProbe"]["httpGet"], container["readinessProbe"]
+    assert get["path"] == serve.READY_PATH
+    assert _container_port(container, get["port"]) == 8501
+    assert service.READY_WAIT_S + 1 < probe["timeoutSeconds"] <= probe["periodSeconds"]
 
 
 def test_startup_probe_allows_minutes_for_a_cold_start():

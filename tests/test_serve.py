@@ -169,3 +169,110 @@ def test_the_hint_points_the_browser_at_the_pages_parent():
               "console.log(window.__streamlit.BACKEND_BASE_URL)")
         out = subprocess.run(["node", "-e", js], capture_output=True, text=True, timeout=30)
         assert out.stdout.strip() == expected, out.stderr
+
+
+# -- readiness: /_attnlab/ready says whether the device service can be reached ---------------------------
+async def _nothing(scope, receive, send):  # Streamlit behind Harden: never reached by the readiness path
+    raise AssertionError("the readiness path went past Harden")
+
+
+def _ready(path: str = "/_attnlab/ready") -> tuple[int, str, float]:
+    import serve
+
+    t0 = time.monotonic()
+    start, body = asgi_get(serve.Harden(_nothing), path, [])
+    return start["status"], body.decode(), time.monotonic() - t0
+
+
+@pytest.fixture
+def fresh_service():
+    from attnlab import service
+
+    service.reset()
+    yield service
+    service.reset()
+
+
+def test_ready_with_the_in_process_device(fresh_service):
+    from attnlab import settings
+
+    with settings.override(device="inprocess"):
+        assert _ready()[:2] == (200, "ok")
+        assert _ready("/lab/_attnlab/ready")[:2] == (200, "ok")  # below a base path too
+
+
+def test_ready_with_the_child_device_once_its_worker_answers_and_while_it_is_started_again(fresh_service):
+    import os
+    import signal
+
+    from attnlab import service, settings
+
+    service.WORKER_ENV.update(JAX_PLATFORMS="cpu", ATTNLAB_WARM="0")
+    try:
+        with settings.override(device="child"):
+            status, body, _ = _ready()
+            assert status == 503 and "starting" in body or status == 200, body  # the first start: not ready yet
+            assert service.client().wait_ready(120)
+            time.sleep(2.1)  # past the kept answer
+            assert _ready()[:2] == (200, "ok")
+            child = service.client()
+            os.kill(child.proc.pid, signal.SIGKILL)  # a crash: one request lost, the server still ready
+            deadline = time.monotonic() + 10
+            while not child.restarts and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert child.restarts == 1 and child.ready() is None  # being started again (JAX imports for seconds)
+            time.sleep(2.1)
+            assert _ready()[:2] == (200, "ok")
+    finally:
+        service.WORKER_ENV.clear()
+
+
+def test_not_ready_with_a_sentence_when_ray_cannot_be_reached(fresh_service, monkeypatch):
+    from browser_util import free_port
+
+    from attnlab import settings
+
+    monkeypatch.setenv("RAY_CLIENT_RECONNECT_GRACE_PERIOD", "5")  # what RayWorkers would set, put back afterwards
+    address = f"ray://127.0.0.1:{free_port()}"  # nothing listens there
+    with settings.override(device="ray", ray_address=address):
+        status, body, seconds = _ready()
+        assert status == 503 and "cannot be reached" in body and address in body, body
+        assert seconds < 4.5  # inside the probe's 5 s timeout
+
+
+def test_readiness_never_raises_and_never_waits_past_its_budget(fresh_service, monkeypatch):
+    import threading
+
+    from attnlab import service
+
+    class Broken:
+        def ready(self):
+            raise RuntimeError("no such thing")
+
+    class Hung:
+        def ready(self):
+            threading.Event().wait(30)
+
+    monkeypatch.setattr(service, "client", lambda: Broken())
+    status, body, _ = _ready()
+    assert status == 503 and "RuntimeError: no such thing" in body
+    service.reset()
+    monkeypatch.setattr(service, "client", lambda: Hung())
+    status, body, seconds = _ready()
+    assert status == 503 and "did not answer within 2 s" in body and seconds < 3
+
+
+def test_a_server_stays_live_but_not_ready_while_ray_cannot_be_reached():
+    import urllib.error
+    import urllib.request
+
+    from browser_util import free_port
+
+    address = f"ray://127.0.0.1:{free_port()}"
+    with StreamlitServer(env={"ATTNLAB_WARM": "0", "ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": address}) as srv:
+        with urllib.request.urlopen(f"{srv.url}/_stcore/health", timeout=5) as r:
+            assert r.status == 200  # liveness: the UI itself is fine
+        t0 = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{srv.url}/_attnlab/ready", timeout=5)
+        assert e.value.code == 503 and "cannot be reached" in e.value.read().decode() and time.monotonic() - t0 < 5

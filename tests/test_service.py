@@ -6,8 +6,11 @@ same requests; a native abort kills only the worker, fails the request in flight
 the next request is served by a worker started again.
 """
 
+import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 
@@ -168,13 +171,181 @@ def test_signals_are_named():
     assert signal_words(-11) == "was killed by signal 11 (SIGSEGV)" and signal_words(1) == "exited with code 1"
 
 
+# -- a Ray head that dies and starts again, under a UI process connected over ray:// -------------------
+CLIENT = """
+import json, sys, threading, time
+from attnlab import service
+from attnlab.service import faults
+
+def call(i):
+    t0 = time.monotonic()
+    try:
+        service.call(faults.sleep, i / 1000)
+        return {"ok": True, "s": time.monotonic() - t0}
+    except Exception as e:
+        return {"ok": False, "type": type(e).__name__, "error": str(e), "s": time.monotonic() - t0}
+
+i = 0
+for line in sys.stdin:                      # "N": N calls at once, from N threads (a burst of pages)
+    if line.strip() == "ready":             # "ready": the readiness answer (serve.py's /_attnlab/ready)
+        print(json.dumps({"ready": service.ready()}), flush=True)
+        continue
+    out = [None] * int(line)
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, call(i + k))) for k in range(len(out))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    i += len(out)
+    print(json.dumps({"calls": out, "reconnects": service.client().reconnects}), flush=True)
+"""
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    [s.close() for s in socks]
+    return ports
+
+
+class _Head:
+    """`ray start --head --block` on fixed ports (the same after a restart, as a Service's name is): killed with
+    SIGKILL, every process of it, as a node that fails; started again on the same ports."""
+
+    def __init__(self, root: str):
+        import sys
+        from pathlib import Path
+
+        self.gcs, self.client, self.agent = _free_ports(3)
+        self.root = root
+        ray = str(Path(sys.executable).with_name("ray"))
+        self.cmd = [ray, "start", "--head", "--block", f"--port={self.gcs}", f"--ray-client-server-port={self.client}",
+                    f"--dashboard-agent-listen-port={self.agent}", "--num-cpus=2", "--num-gpus=1",
+                    "--include-dashboard=false", "--disable-usage-stats"]
+        repo = str(Path(__file__).resolve().parents[1])
+        # a clean environment: ray.init in this process leaves RAY_* behind (RAY_AUTH_MODE=token without its token)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        # and a HOME of its own: a ~/.ray/auth_token that anyone's Ray left there turns token auth on for every
+        # later `ray start` (and a client without RAY_AUTH_MODE=token then timed out)
+        self.env.update(CPU, PYTHONPATH=repo, ATTNLAB_WARM="0", HOME=root)
+        self.proc = None
+
+    def start(self, n: int) -> None:
+        import subprocess
+
+        self.log = open(os.path.join(self.root, f"head{n}.log"), "wb")
+        self.proc = subprocess.Popen([*self.cmd, f"--temp-dir={self.root}/t{n}"], env=self.env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self) -> None:
+        import psutil
+
+        try:
+            procs = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        psutil.wait_procs(procs, timeout=20)
+
+
+def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its_own(tmp_path):
+    """The UI's client over ray://, its head killed and started again on the same ports: the call during the
+    outage fails with WorkerLost (the sentence a page shows), and a call after the head is back succeeds within
+    60 s in the same process: one reconnect for a burst of calls, the worker created again by name. Readiness
+    says so: ready, not ready while the head is away, ready again."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from attnlab.service.ray_workers import LOST, reachable
+
+    root = tempfile.mkdtemp(prefix="attnlab-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    head = _Head(root)
+    env = {**head.env, "ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": f"ray://127.0.0.1:{head.client}",
+           "ATTNLAB_DEVICE_WORKERS": "1"}
+    client = subprocess.Popen([sys.executable, "-c", CLIENT], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=open(tmp_path / "client.log", "wb"), text=True)
+
+    def burst(n: int) -> dict:
+        client.stdin.write(f"{n}\n")
+        client.stdin.flush()
+        return json.loads(client.stdout.readline())
+
+    def ready() -> str | None:
+        time.sleep(2.1)  # past the answer it keeps
+        client.stdin.write("ready\n")
+        client.stdin.flush()
+        return json.loads(client.stdout.readline())["ready"]
+
+    def until_served(deadline_s: float, n: int) -> tuple[float, dict]:
+        t0 = time.monotonic()
+        while True:
+            seen = burst(n)
+            if all(c["ok"] for c in seen["calls"]) or time.monotonic() - t0 > deadline_s:
+                return time.monotonic() - t0, seen
+            assert all(c["type"] == "WorkerLost" for c in seen["calls"] if not c["ok"]), seen
+            time.sleep(0.5)
+
+    try:
+        head.start(1)
+        first, seen = until_served(90, 1)  # the head starts, the client connects, the worker is created
+        assert seen["calls"][0]["ok"], (seen, (tmp_path / "client.log").read_text()[-3000:])
+        before = seen["reconnects"]  # the first connection may itself have been a retry (the head was starting)
+        assert ready() is None
+        head.kill()
+        outage = ready()
+        # a sentence of RayWorkers.ready, or the 2 s budget's: the pod is taken out of rotation
+        assert outage.startswith((f"The Ray cluster at {env['ATTNLAB_RAY_ADDRESS']} cannot be reached",
+                                  "The device service did not answer within")), outage
+        during = burst(1)["calls"][0]
+        assert not during["ok"] and during["type"] == "WorkerLost" and during["error"] == LOST, during
+        assert during["s"] < 15  # Ray's own reconnect grace period (5 s here) and no more
+        head.start(2)
+        opened = []  # when the new head's client port accepts (the head's own start, not the client's)
+        t0 = time.monotonic()
+
+        def watch():
+            while reachable(env["ATTNLAB_RAY_ADDRESS"], 1):
+                time.sleep(0.2)
+            opened.append(time.monotonic() - t0)
+
+        threading.Thread(target=watch, daemon=True).start()
+        back, seen = until_served(60, 4)
+        log = (tmp_path / "client.log").read_text()
+        assert all(c["ok"] for c in seen["calls"]), (seen, log[-3000:])
+        assert seen["reconnects"] - before == 1, log[-3000:]  # a burst of pages reconnected once
+        assert ready() is None
+        print(f"\nserved again {back:.1f} s after the head's restart, its client port open after "
+              f"{opened[0] if opened else float('nan'):.1f} s (first start {first:.1f} s); the call during the outage "
+              f"failed after {during['s']:.1f} s; not ready meanwhile: "
+              f"{outage!r}; the client's log:\n"
+              + "\n".join(line for line in log.splitlines() if line.startswith("attnlab:")))
+    finally:
+        client.kill()
+        head.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- Ray, with fake GPUs on this CPU ----------------------------------------------------------------
+STALE = "127.0.0.1:9"  # a cluster address where nothing listens
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
     from attnlab.service import ray_workers
 
     environ = dict(os.environ)
+    # as on a machine where `ray start` ran before: a pointer to a cluster long gone (Ray's default would join it)
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="attnlab-ray-", dir="/tmp")
+    os.makedirs(os.path.join(os.environ["RAY_TMPDIR"], "ray"))
+    with open(os.path.join(os.environ["RAY_TMPDIR"], "ray", "ray_current_cluster"), "w") as f:
+        f.write(STALE)
     ray_workers.RayWorkers("local", workers=1, fake_gpus=4, worker_env=CPU)  # starts the cluster
     yield ray
     for name in ray.util.list_named_actors(all_namespaces=True):
@@ -183,8 +354,17 @@ def ray_cluster():
     ray.shutdown()
     # ray.init sets RAY_AUTH_MODE=token in this process's environment, without the token: a later test's
     # `ray start` (scripts/capacity.py --device ray, run as a child) inherited it and refused to start
+    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
     os.environ.clear()
     os.environ.update(environ)
+
+
+def test_a_local_cluster_is_its_own_even_where_a_stale_ray_pointer_is_left(ray_cluster):
+    # the fixture started it with /tmp/ray/ray_current_cluster (here under RAY_TMPDIR) naming a dead cluster
+    pointer = os.path.join(os.environ["RAY_TMPDIR"], "ray", "ray_current_cluster")
+    assert open(pointer).read() == STALE
+    assert ray_cluster.is_initialized() and ray_cluster.get_runtime_context().gcs_address != STALE
+    assert ray_cluster.cluster_resources().get("GPU") == 4  # the fake GPUs it was started with
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -255,3 +435,20 @@ def test_settings_choose_the_client():
         assert isinstance(service.client(), InProcess)
     service.reset()
     assert entries.name_of(runs.run) in entries.names()
+
+
+def test_a_lost_connection_shows_on_the_page_as_a_lost_request_not_an_exception(monkeypatch):
+    import streamlit as st
+
+    from attnlab import service
+    from attnlab.service.ray_workers import LOST
+    from tests.apptest_util import open_page
+
+    def lost(request):
+        raise WorkerLost(LOST)
+
+    st.cache_data.clear()  # no answer kept from another test
+    monkeypatch.setattr(service, "send", lost)
+    at = open_page("pages/p4_naive_vs_fused.py", {"q_len": "24", "kv_len": "24"})  # asserts: no exception shown
+    shown = [w.value for w in at.warning]
+    assert any(LOST in w for w in shown), shown

@@ -11,16 +11,18 @@
     ray_workers.py one worker per GPU as Ray actors (a hosted class; CPU tests with fake GPUs)
 
 Which one serves is ATTNLAB_DEVICE (attnlab/settings.py). The client is made on first use, once per process.
+`ready()` says whether the device service can be reached now (serve.py's /_attnlab/ready, a pod's readiness).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 from attnlab.service.request import Reply, Request, WorkerLost
 from attnlab.settings import settings
 
-__all__ = ["Reply", "Request", "WorkerLost", "call", "client", "send", "start", "workers"]
+__all__ = ["Reply", "Request", "WorkerLost", "call", "client", "ready", "send", "start", "workers"]
 
 _CLIENT: list = []
 _LOCK = threading.Lock()
@@ -67,8 +69,56 @@ def workers() -> list:
     return client().infos()
 
 
+READY_WAIT_S = 2.0  # how long ready() waits for a check (a probe's timeout is 5 s)
+READY_KEEP_S = 2.0  # how long a check's answer is reused (probes of several kinds, a curl, come together)
+
+
+class _Readiness:
+    """One check at a time, in a thread of its own: a caller waits for it at most READY_WAIT_S, and a check that
+    hangs (a Ray client waiting out its reconnect grace period) never holds more than its one thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.answer: str | None = "not checked yet"
+        self.at = -READY_KEEP_S
+        self.thread: threading.Thread | None = None
+
+    def check(self) -> None:
+        try:
+            answer = client().ready()
+        except Exception as e:  # noqa: BLE001 (a sentence, never an exception)
+            answer = f"The device service cannot be reached: {type(e).__name__}: {e}"
+        with self.lock:
+            self.answer, self.at = answer, time.monotonic()
+
+    def get(self, wait: float) -> str | None:
+        with self.lock:
+            if time.monotonic() - self.at < READY_KEEP_S:
+                return self.answer
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self.check, name="attnlab-ready", daemon=True)
+                self.thread.start()
+            thread = self.thread
+        thread.join(wait)
+        with self.lock:
+            if thread.is_alive():
+                return f"The device service did not answer within {wait:.0f} s."
+            return self.answer
+
+
+_READINESS = _Readiness()
+
+
+def ready(wait: float = READY_WAIT_S) -> str | None:
+    """None when the device service answers (the child: its worker is up or being started again; Ray: the cluster's
+    head answers); else a sentence saying why not. Within about `wait` seconds, and never raises."""
+    return _READINESS.get(wait)  # the module's current one (reset() replaces it)
+
+
 def reset() -> None:
-    """Close this process's client (tests; a new one is made on next use)."""
+    """Close this process's client (tests; a new one is made on next use), and forget the last readiness check."""
+    global _READINESS
+    _READINESS = _Readiness()
     with _LOCK:
         while _CLIENT:
             _CLIENT.pop().close()

@@ -175,6 +175,15 @@ class ChildWorker:
     def forget(self) -> int:
         return self.send("forget", timeout=30)
 
+    def ready(self) -> str | None:
+        """None when the worker has answered once and not been given up on (one being started again after a crash
+        stays ready: the crash cost one request, not the server); else why not."""
+        if self.gave_up:
+            return f"The device worker cannot run here: {self.gave_up}."
+        if not (self._ready.is_set() or self.restarts):
+            return "The device worker is starting (JAX and its device)."
+        return None
+
     def describe(self) -> str:
         return f"the device worker in a child process (pid {self.proc.pid})"
 

@@ -17,6 +17,9 @@ class InProcess:
     def wait_ready(self, timeout: float = 0.0) -> bool:
         return True
 
+    def ready(self) -> str | None:
+        return None
+
     def infos(self) -> list:
         return [self.worker.info()]
 

@@ -11,20 +11,33 @@ nodes. A request goes to the worker that owns its route (rendezvous hashing over
 every request at one shape meets the worker that compiled that shape's programs, and adding a worker
 moves only its share of the shapes); a timing goes to its owner when the owner is idle, else to the
 least busy worker. Ray does the rest: placement on GPUs, restarts, moving the objects, the dashboard.
+
+The connection itself can fail (the head restarted): any failure of it, told apart from an actor's death
+(attnlab/service/ray_link.py), fails the request with WorkerLost (LOST, a sentence for the learner) and the next
+request reconnects: ray.shutdown(), ray.init again, the workers found again by name or created again (a head
+restarted without GCS persistence has lost its detached actors). One reconnect at a time (a burst of pages waits
+for it), at most one attempt every RETRY_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import threading
 import time
 
+from attnlab.service.ray_link import GRACE_S, LOST, connection_failure, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
+
+__all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
 
 NAMESPACE = "attnlab"
 PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
+RETRY_S = 2.0  # the shortest time between two attempts to reconnect
+WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
 
 
 class DeviceActor:
@@ -63,27 +76,100 @@ def owner(route: str, names: list[str]) -> str:
 class RayWorkers:
     def __init__(self, address: str = "auto", *, workers: int | None = None, threads: int = 64,
                  fake_gpus: int = 0, worker_env: dict[str, str] | None = None):
-        import ray
-
-        self.address = address
-        if not ray.is_initialized():
-            if address == "local":
-                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
-                ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                         logging_level="warning", num_gpus=fake_gpus or None,
-                         runtime_env={"env_vars": {"PYTHONPATH": path, **(worker_env or {})}})
-            else:
-                ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
+        self.address, self.fake_gpus, self.worker_env = address, fake_gpus, worker_env or {}
         self.wanted, self.threads = workers, threads
-        # a local cluster without GPUs (a laptop, CPU tests) runs its workers on the CPU; a hosted one always asks
-        # for a GPU each (its GPU pool may be at 0 nodes now: the worker waits for one)
-        self.gpus_each = 1 if address != "local" or ray.cluster_resources().get("GPU", 0) >= 1 else 0
         self._lock = threading.Lock()
+        self._reconnecting = threading.Lock()
         self._actors: dict[str, object] = {}
         self._sent: dict[str, int] = {}  # requests this process has in flight to each worker
         self._looked = 0.0
+        self.generation = 0  # connections made so far; a failure counts only against the one it met
+        self.broken = ""  # why the connection failed, until a reconnect succeeds
+        self._tried = -RETRY_S  # when the last reconnect was tried
+        self.reconnects = 0
+        if address.startswith("ray://"):
+            os.environ.setdefault("RAY_CLIENT_RECONNECT_GRACE_PERIOD", GRACE_S)
+        try:
+            self._connect()
+        except Exception as e:
+            if address == "local" or not connection_failure(e):
+                raise
+            self.broken = f"{type(e).__name__}: {e}"  # a hosted UI starts while its head is away: the next call retries
+            print(f"attnlab: Ray at {address} cannot be reached ({self.broken}); retrying on the next request",
+                  file=sys.stderr, flush=True)
+
+    def _connect(self) -> None:
+        """ray.init (a cluster of its own for "local", never one a stale /tmp/ray pointer names), then the workers."""
+        import ray
+
+        if not ray.is_initialized():
+            if self.address == "local":
+                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
+                ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         logging_level="warning", num_gpus=self.fake_gpus or None,
+                         runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
+            else:
+                why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
+                if why:
+                    raise ConnectionError(why)
+                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
+        # a local cluster without GPUs (a laptop, CPU tests) runs its workers on the CPU; a hosted one always asks
+        # for a GPU each (its GPU pool may be at 0 nodes now: the worker waits for one)
+        self.gpus_each = 1 if self.address != "local" or ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        with self._lock:
+            self._actors = {}  # handles of the last connection are not this one's
         self._refresh(force=True)
+        self.generation += 1
+        self.broken = ""
+
+    def _reconnect(self, generation: int) -> None:
+        """Connect again if the connection `generation` failed and nobody has since; WorkerLost if it cannot be now."""
+        import ray
+
+        if not self._reconnecting.acquire(timeout=WAIT_S):
+            raise WorkerLost(LOST)
+        try:
+            if self.generation != generation or not self.broken:
+                return  # another request reconnected meanwhile
+            if time.monotonic() - self._tried < RETRY_S:
+                raise WorkerLost(LOST)
+            self._tried = time.monotonic()
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            t0 = time.monotonic()
+            try:
+                self._connect()
+            except Exception as e:
+                self.broken = f"{type(e).__name__}: {e}"
+                raise WorkerLost(LOST) from None
+            self.reconnects += 1
+            again = "reconnected" if self.generation > 1 else "connected"  # the first connection may be a retry too
+            print(f"attnlab: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s",
+                  file=sys.stderr, flush=True)
+        finally:
+            self._reconnecting.release()
+
+    @contextlib.contextmanager
+    def _connection(self):
+        """Ray calls inside it: a broken connection is made again first; a failure of the connection inside
+        raises WorkerLost(LOST) and marks it broken for the next call to reconnect."""
+        generation = self.generation
+        if self.broken:
+            self._reconnect(generation)
+            generation = self.generation
+        try:
+            yield
+        except WorkerLost:
+            raise
+        except Exception as e:
+            if not connection_failure(e):
+                raise
+            if self.generation == generation and not self.broken:
+                self.broken = f"{type(e).__name__}: {e}"
+                print(f"attnlab: the connection to Ray at {self.address} failed ({self.broken[:300]}); reconnecting "
+                      "on the next request", file=sys.stderr, flush=True)
+            raise WorkerLost(LOST) from None
 
     def _count(self) -> int:
         import ray
@@ -142,12 +228,13 @@ class RayWorkers:
         return mine
 
     def call(self, request: Request) -> Reply:
-        name = self._choose(request, reserve=True)
-        try:
-            return self._get(self._actors[name].call.remote(request))
-        finally:
-            with self._lock:
-                self._sent[name] -= 1
+        with self._connection():
+            name = self._choose(request, reserve=True)
+            try:
+                return self._get(self._actors[name].call.remote(request))
+            finally:
+                with self._lock:
+                    self._sent[name] -= 1
 
     def _infos(self, names: list[str], timeout: float) -> dict:
         import ray
@@ -157,32 +244,51 @@ class RayWorkers:
         for n, ref in refs.items():
             try:
                 out[n] = ray.get(ref, timeout=timeout)
-            except Exception:  # a worker starting, restarting or gone: no figures for it now
+            except Exception as e:  # a worker starting, restarting or gone: no figures for it now
+                if connection_failure(e):
+                    raise  # not the worker's: the connection's (_connection says so)
                 out[n] = None
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
         """Whether every worker answered within `timeout` seconds (a new actor imports JAX first; one that Ray
-        is restarting refuses calls until it is back)."""
+        is restarting refuses calls until it is back; a connection that failed is made again meanwhile)."""
         import ray
 
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ray.get([a.info.remote() for a in self._actors.values()], timeout=max(1.0, deadline - time.monotonic()))
+                with self._connection():
+                    ray.get([a.info.remote() for a in self._actors.values()],
+                            timeout=max(1.0, deadline - time.monotonic()))
                 return True
             except Exception:
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.5)
 
+    def ready(self) -> str | None:
+        """None when the cluster's head answers this process (connected, or connected again now); else a sentence.
+        Workers still starting, or waiting for a GPU node, leave it ready: each page says so for its own request,
+        and taking every UI out of rotation would not bring a worker back (a busy worker must not either)."""
+        import ray
+
+        try:
+            with self._connection():
+                ray.cluster_resources()  # an answer from the head (its GCS), through this connection
+            return None
+        except WorkerLost:
+            return f"The Ray cluster at {self.address} cannot be reached: {self.broken or 'reconnecting'}"[:500]
+
     def infos(self) -> list:
-        return [i for i in self._infos(self.names, timeout=5.0).values() if i is not None]
+        with self._connection():
+            return [i for i in self._infos(self.names, timeout=5.0).values() if i is not None]
 
     def forget(self) -> int:
         import ray
 
-        return sum(ray.get([a.forget.remote() for a in self._actors.values()]))
+        with self._connection():
+            return sum(ray.get([a.forget.remote() for a in self._actors.values()]))
 
     def describe(self) -> str:
         return f"{len(self._actors)} device worker(s) on Ray ({self.address})"

@@ -1,0 +1,58 @@
+"""What a failure of the connection to Ray looks like, told apart from a device worker's death (ray_workers.py).
+
+A Ray client (ray://) never recovers on its own from its head's restart. Reproduced with a local head killed
+and started again on the same ports under a UI process (tests/test_service.py does it): the request in flight
+waited out the client's reconnect grace period and raised ConnectionError ("Failed during this or a previous
+request ... Attempted to reconnect a session that has already been cleaned up": grpc NOT_FOUND, the new head
+does not know the old session), the next one ConnectionError ("Request can't be sent because the Ray client
+has already been disconnected"), and every later one a bare Exception ("Ray Client is not connected"), for
+good; a call while the client was trying its reconnect raised grpc's ValueError ("Cannot invoke RPC on closed
+channel!"). So: a connection failure is ConnectionError, grpc's RpcError or its closed-channel ValueError, Ray's
+RaySystemError or RpcError, or any exception while Ray says it is not connected; an actor's death
+(RayActorError) is not one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+# how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
+# default, 30 s, is how long a page hung after the head died; a restarted head refuses the old session anyway)
+GRACE_S = "5"
+LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
+        "reconnecting: press the button again in a few seconds.")
+
+
+def connection_failure(e: BaseException) -> bool:
+    """Whether `e` says the connection to Ray failed (not an actor's death: RayActorError, told apart by _get)."""
+    import ray
+
+    types = [ConnectionError, ray.exceptions.RaySystemError, ray.exceptions.RpcError]
+    with contextlib.suppress(ImportError):
+        import grpc
+
+        types.append(grpc.RpcError)
+    if isinstance(e, tuple(types)):
+        return True
+    if isinstance(e, ValueError) and "channel" in str(e):  # grpc: "Cannot invoke RPC on closed channel!"
+        return True
+    try:
+        return not ray.is_initialized()
+    except Exception:  # noqa: BLE001 (a client that cannot even say: not connected)
+        return True
+
+
+def reachable(address: str, timeout: float = 2.0) -> str | None:
+    """None when a ray:// head's port accepts a TCP connection (or the address is not ray://); else why not."""
+    if not address.startswith("ray://"):
+        return None
+    netloc = address.removeprefix("ray://").partition("/")[0]
+    host, colon, port = netloc.rpartition(":")
+    if not colon:
+        host, port = netloc, "10001"  # Ray client's default port
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+        return None
+    except (OSError, ValueError) as e:
+        return f"nothing answers at {address} ({type(e).__name__}: {e})"
