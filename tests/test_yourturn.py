@@ -154,7 +154,8 @@ HOSTILE = {
 # allowed by the allowlist, stopped by the layers around it
 LIMITED = {
     "recursion": (_fn("return attention(q, k, v)"), "stopped", "calls itself"),
-    "huge allocation": (_fn("return jnp.zeros((1048576, 1048576)) + q.sum()"), "too big", "budget"),
+    "huge allocation": (_fn("return jnp.zeros((1048576, 1048576)) + q.sum()"), "refused",
+                        "far more than this exercise needs"),
 }
 
 
