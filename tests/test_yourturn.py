@@ -253,7 +253,7 @@ def test_progress_counts_attempts_passes_and_mistakes_only():
     progress.record("attention", True)
     progress.record("attention", False, (), refused=True)
     snap = progress.snapshot()["attention"]
-    assert snap == {"attempts": 3, "passes": 1, "refused": 1, "mistakes": {"no scale": 1}}
+    assert snap == {"attempts": 3, "passes": 1, "refused": 1, "learners": 0, "mistakes": {"no scale": 1}}
     progress.reset()
 
 
