@@ -7,7 +7,10 @@
 socket (a socketpair made by the parent), each in a thread of its pool, replies sent back as they finish.
 A native abort inside XLA, cuDNN or a Pallas lowering (SIGABRT, SIGSEGV) ends only this process: the
 parent fails the requests it had in flight with `WorkerLost` (a sentence naming the signal), starts a new
-child at once, and the next request is served by it.
+child at once, and the next request is served by it. A child that keeps dying within QUICK_S of its start
+is given up on, but a death while a learner's program was in flight (the markers of
+attnlab/yourturn/suspects.py, in a folder this supervisor gives each child) never counts toward that: the
+program is remembered and refused from then on, so no learner can stop the lab for the class.
 
 Why not `concurrent.futures.ProcessPoolExecutor`: its worker runs one task at a time (a worker must
 compile several requests side by side), and one dead worker breaks the whole pool for good. Why not
@@ -22,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +68,7 @@ class ChildWorker:
         self._quick_deaths = 0  # deaths in a row, each within QUICK_S of its start (a learner's program's not counted)
         self.learner_deaths = 0  # deaths while a learner's program ran (attnlab/yourturn/suspects.py remembers it)
         # where the child marks the learners' programs it runs: this supervisor reads it after a death
+        self._own_suspects_dir = not self.env.get("ATTNLAB_SUSPECTS_DIR")
         self.suspects_dir = self.env.get("ATTNLAB_SUSPECTS_DIR") or tempfile.mkdtemp(prefix="attnlab-suspects-")
         self.restarts = 0
         self.last_death = ""
@@ -159,6 +164,8 @@ class ChildWorker:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self._own_suspects_dir:
+            shutil.rmtree(self.suspects_dir, ignore_errors=True)
 
     # -- requests --------------------------------------------------------------------------------
     def send(self, op: str, payload=None, timeout: float | None = None):

@@ -127,7 +127,7 @@ def refusal(stats: Stats, limits: Limits, entry: str = "your function") -> str |
         if not stats.outputs:
             return f"{entry} returns nothing (None): it must return {_arrays(limits.outputs)}"
         return f"{entry} returns {len(stats.outputs)} arrays; it must return {_arrays(limits.outputs)}"
-    for shape, dtype in stats.outputs:
+    for _, dtype in stats.outputs:
         if dtype not in REAL:
             return (f"{entry} returns a {dtype} array: the lab checks real numbers (floating point), so return "
                     "a float array" + (" without an imaginary part" if "complex" in dtype else ""))

@@ -8,6 +8,13 @@ elsewhere). Each program is compiled here, its memory (`memory_analysis`) admitt
 budget like any run's, and run on the case's inputs; the output is compared with the float64 reference
 at the lab's tolerances (attnlab/math/checks.py). A wrong output is compared with each of the exercise's
 mistakes run on the same inputs: the ones it matches are named, each with a hint.
+
+Bounded on the way (issue 44): the sandbox refuses a program past the exercise's bounds before anything
+compiles here; a program that crashed or hung a worker before is refused by its hash (suspects.py); the
+lab's cost model refuses one whose FLOPs would hold the device past ATTNLAB_RUN_SECONDS; a check's compile is
+untuned and quiet (it holds no place in the device's line); a run is watched, and a worker held past the
+bound is ended and restarted; a verdict carries no output, only numbers and a heatmap of at most
+HEATMAP_MAX² cells. `check` never raises: every failure is a verdict with a sentence.
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ only, under limits set before the code runs: CPU seconds, address space, no file
 (RLIMIT_FSIZE 0) and no new file descriptor (RLIMIT_NOFILE at what it holds: no file opened, no socket).
 It traces the learner's function at each case's shapes and exports it with `jax.export` (JAX's own
 serialisation of a traced program as StableHLO), for the platform of the device worker that asked. The
-parent kills it after a wall-clock limit. The device worker then deserialises the program, compiles it,
+parent kills it after a wall-clock limit. Given the exercise's limits (attnlab/yourturn/bounds.py), it also
+walks the traced program and refuses one past them (a result of more bytes than the exercise could need, one
+whose element count overflows int64, thousands of operations, far more FLOPs than a solution), and compiles
+it for its own CPU, so that a compile that aborts or does not end ends here. The device worker then
+deserialises the program, compiles it,
 admits its memory like any run's, and runs it: the learner's Python never runs in a process that holds
 a GPU or a learner's session.
 
@@ -162,8 +166,8 @@ def main() -> None:
     code = compile(source, "<your code>", "exec")
     scope = _globals()
     jax.export.export  # noqa: B018  (loaded before the limits: its modules are imported now)
-    from jax._src.export import serialization  # noqa: F401
     import jax.extend.core  # noqa: F401  (bounds.walk reads it: imported before the limits forbid opening files)
+    from jax._src.export import serialization  # noqa: F401
 
     from attnlab.yourturn import bounds
 
