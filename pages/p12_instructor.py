@@ -10,8 +10,9 @@ from attnlab.yourturn import exercises, progress
 from pages import common
 
 st.title("Instructor: where the class is")
-st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. A check is an "
-           "attempt; a refusal is code the lab would not run.")
+st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. An attempt is "
+           "one learner's distinct answer (the same code checked again counts once); a refusal is code the lab "
+           "would not run.")
 
 
 @st.fragment(run_every=5)
@@ -21,7 +22,8 @@ def live() -> None:
     for name, ex in exercises.EXERCISES.items():
         c = counts.get(name, {})
         top = ", ".join(f"{m} ({n})" for m, n in list(c.get("mistakes", {}).items())[:3])
-        rows.append({"exercise": ex.title, "page": ex.page.split("/")[-1], "attempts": c.get("attempts", 0),
+        rows.append({"exercise": ex.title, "page": ex.page.split("/")[-1], "learners": c.get("learners", 0),
+                     "attempts": c.get("attempts", 0),
                      "passed": c.get("passes", 0), "refused": c.get("refused", 0),
                      "mistakes most often named": top or None})
     st.subheader("The exercises")

@@ -10,6 +10,8 @@ process. A link's code (?ex=NAME&code=...) fills the box and is checked only whe
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,12 @@ def _page_url() -> str:
 
 
 def _press(key: str) -> None:
-    st.session_state[f"{key}_record"] = True  # this press counts once in the class's progress
+    st.session_state[f"{key}_record"] = True  # this press is sent to the class's progress (a new answer counts)
+
+
+def _learner() -> str:
+    """An anonymous token of this browser session: the class's progress counts each learner's answer once."""
+    return st.session_state.setdefault("yt_learner", secrets.token_hex(8))
 
 
 def section(name: str, shape: AttentionShape | None) -> None:
@@ -79,7 +86,8 @@ def section(name: str, shape: AttentionShape | None) -> None:
         verdict = sections.guarded(common.on_device, grade.check, name, code, what="The check")
         if verdict is not None and st.session_state.pop(f"{key}_record", False):
             common.send(Request.pinned(progress.PIN, progress.record, name, verdict.passed, verdict.mistakes,
-                                       verdict.status == "refused"))
+                                       verdict.status == "refused", learner=_learner(),
+                                       answer=hashlib.sha256(code.encode()).hexdigest()[:20]))
         if verdict is not None:
             _show(ex, verdict)
     elif asked is not None:

@@ -7,7 +7,10 @@
 socket (a socketpair made by the parent), each in a thread of its pool, replies sent back as they finish.
 A native abort inside XLA, cuDNN or a Pallas lowering (SIGABRT, SIGSEGV) ends only this process: the
 parent fails the requests it had in flight with `WorkerLost` (a sentence naming the signal), starts a new
-child at once, and the next request is served by it.
+child at once, and the next request is served by it. A child that keeps dying within QUICK_S of its start
+is given up on, but a death while a learner's program was in flight (the markers of
+attnlab/yourturn/suspects.py, in a folder this supervisor gives each child) never counts toward that: the
+program is remembered and refused from then on, so no learner can stop the lab for the class.
 
 Why not `concurrent.futures.ProcessPoolExecutor`: its worker runs one task at a time (a worker must
 compile several requests side by side), and one dead worker breaks the whole pool for good. Why not
@@ -22,10 +25,12 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -60,7 +65,11 @@ class ChildWorker:
         self._ids = itertools.count()
         self._pending: dict[int, concurrent.futures.Future] = {}
         self._ready = threading.Event()
-        self._quick_deaths = 0  # deaths in a row, each within QUICK_S of its start
+        self._quick_deaths = 0  # deaths in a row, each within QUICK_S of its start (a learner's program's not counted)
+        self.learner_deaths = 0  # deaths while a learner's program ran (attnlab/yourturn/suspects.py remembers it)
+        # where the child marks the learners' programs it runs: this supervisor reads it after a death
+        self._own_suspects_dir = not self.env.get("ATTNLAB_SUSPECTS_DIR")
+        self.suspects_dir = self.env.get("ATTNLAB_SUSPECTS_DIR") or tempfile.mkdtemp(prefix="attnlab-suspects-")
         self.restarts = 0
         self.last_death = ""
         self.gave_up = ""
@@ -70,7 +79,7 @@ class ChildWorker:
     # -- the child's life ------------------------------------------------------------------------
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "ATTNLAB_SUSPECTS_DIR": self.suspects_dir}
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "attnlab.service.child",
@@ -104,14 +113,26 @@ class ChildWorker:
         if self._closed:
             return
         how = signal_words(proc.returncode)
+        from attnlab.yourturn import suspects  # the standard library only: cheap in the app's process
+
+        learners, why = suspects.left_by(proc.pid, how, self.suspects_dir)
         self.last_death = how
-        lost = WorkerLost(f"The device worker {how} while serving this request (a crash in native code: XLA, cuDNN "
-                          "or a kernel compiler). Nothing else was lost: it has been started again, so press the "
-                          "button again, or choose another shape.")
+        if learners:  # a learner's program caused it: remembered, refused from now on, never a reason to give up
+            self.learner_deaths += 1
+            lost = WorkerLost(f"The device worker {how} while it ran a learner's program ({why}). That program is "
+                              "remembered, and the lab refuses it at once from now on, with this reason; the worker "
+                              "has been started again and nothing else was lost. If it was yours, change the code "
+                              "(a huge shape, or far more work than the exercise needs?); if not, press the button "
+                              "again.")
+        else:
+            lost = WorkerLost(f"The device worker {how} while serving this request (a crash in native code: XLA, "
+                              "cuDNN or a kernel compiler). Nothing else was lost: it has been started again, so press "
+                              "the button again, or choose another shape.")
         with self._lock:  # from here no request is sent to the dead child; the new one takes them when ready
             pending, self._pending, self.conn = self._pending, {}, None
             self._ready.clear()
-            self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - self.started < QUICK_S else 1
+            if not learners:
+                self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - self.started < QUICK_S else 1
             quick = self._quick_deaths >= QUICK_DEATHS
             if quick:
                 self.gave_up = f"the device worker {how} {QUICK_DEATHS} times in a row within {QUICK_S:.0f} s of starting"
@@ -143,6 +164,8 @@ class ChildWorker:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self._own_suspects_dir:
+            shutil.rmtree(self.suspects_dir, ignore_errors=True)
 
     # -- requests --------------------------------------------------------------------------------
     def send(self, op: str, payload=None, timeout: float | None = None):

@@ -64,7 +64,8 @@ LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
     ("attnlab.yourturn.progress:record", lambda value: False),
     ("attnlab.yourturn.progress:snapshot", lambda value: False),
 )
-FAULTS = (("attnlab.service.faults:abort", lambda value: False), ("attnlab.service.faults:sleep", lambda value: False))
+FAULTS = tuple((f"attnlab.service.faults:{name}", lambda value: False)
+               for name in ("abort", "sleep", "learner_abort", "learner_hang", "remembered"))
 
 
 @functools.cache

@@ -15,3 +15,29 @@ def sleep(seconds: float) -> float:
     """Hold a request for `seconds` (a request in flight while a test kills the worker)."""
     time.sleep(min(float(seconds), 60.0))
     return seconds
+
+
+def learner_abort(digest: str) -> None:
+    """Abort this process while a learner's program named `digest` is marked in flight (as XLA aborting on a
+    learner's program would): its supervisor must not count it toward giving up, and must remember it."""
+    from attnlab.yourturn import suspects
+
+    with suspects.running(digest):
+        os.abort()
+
+
+def learner_hang(digest: str, seconds: float, bound_s: float) -> float:
+    """Hold this process `seconds` while a learner's program is marked in flight with a bound of `bound_s`
+    (a run that does not end): past the bound the watchdog ends the worker."""
+    from attnlab.yourturn import suspects
+
+    with suspects.running(digest, bound_s):
+        time.sleep(min(float(seconds), 60.0))
+    return seconds
+
+
+def remembered(digest: str) -> str | None:
+    """The worker's sentence for a learner's program of that digest (None: it may run)."""
+    from attnlab.yourturn import suspects
+
+    return suspects.refusal(digest)

@@ -201,6 +201,8 @@ class _Checker(ast.NodeVisitor):
         if call.keywords or not 1 <= len(call.args) <= 3 or not all(_small_int(a) for a in call.args):
             self.refuse(node, f"range() takes whole numbers written out, the count at most {MAX_RANGE} "
                               "(a loop over the sequence would unroll into a huge program: use arrays)")
+        if len(call.args) == 3 and _int(call.args[2]) == 0:
+            self.refuse(node, "range()'s step must not be 0 (the loop would never end)")
         if len(range(*[_int(a) for a in call.args])) > MAX_RANGE:
             self.refuse(node, f"the loop runs more than {MAX_RANGE} times")
         if node.orelse:
@@ -381,7 +383,8 @@ def _small_int(node) -> bool:
 
 
 def refusal(source: str, entry: str) -> str | None:
-    """None when `source` may run as the exercise's function `entry`; else why not, in a sentence."""
+    """None when `source` may run as the exercise's function `entry`; else why not, in a sentence (never raises:
+    a share link's code reaches this before anything else)."""
     if not isinstance(source, str) or not source.strip():
         return "write the function first (the box is empty)"
     if len(source) > MAX_SOURCE_CHARS:
@@ -400,6 +403,8 @@ def refusal(source: str, entry: str) -> str | None:
         return str(e)
     except RecursionError:
         return "the code nests too deeply"
+    except Exception as e:  # a check of the lists above that raised: still a sentence, never a traceback
+        return f"the lab cannot read this code ({type(e).__name__}: {str(e)[:120]})"
     if entry not in {s.name for s in tree.body if isinstance(s, ast.FunctionDef)}:
         return f"define a function named {entry}(...) (the lab calls it by that name)"
     return None

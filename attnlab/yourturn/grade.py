@@ -8,12 +8,21 @@ elsewhere). Each program is compiled here, its memory (`memory_analysis`) admitt
 budget like any run's, and run on the case's inputs; the output is compared with the float64 reference
 at the lab's tolerances (attnlab/math/checks.py). A wrong output is compared with each of the exercise's
 mistakes run on the same inputs: the ones it matches are named, each with a hint.
+
+Bounded on the way (issue 44): the sandbox refuses a program past the exercise's bounds before anything
+compiles here; a program that crashed or hung a worker before is refused by its hash (suspects.py); the
+lab's cost model refuses one whose FLOPs would hold the device past ATTNLAB_RUN_SECONDS; a check's compile is
+untuned and quiet (it holds no place in the device's line); a run is watched, and a worker held past the
+bound is ended and restarted; a verdict carries no output, only numbers and a heatmap of at most
+HEATMAP_MAX² cells. `check` never raises: every failure is a verdict with a sentence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
 
 import jax
 import numpy as np
@@ -21,7 +30,12 @@ import numpy as np
 from attnlab import admission, masks
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import compiled as compiled_mod
-from attnlab.yourturn import allowlist, exercises, sandbox
+from attnlab.measure import cost
+from attnlab.settings import settings
+from attnlab.yourturn import allowlist, bounds, exercises, sandbox, suspects
+
+HEATMAP_MAX = 64  # the weights a verdict carries back to be drawn: at most this many rows and columns
+COMPILE_S = 120.0  # a learner's compile in the device worker (the sandbox compiled it for its CPU within 10 s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +76,34 @@ def _specs(case: exercises.Case) -> list[tuple[tuple[int, ...], str]]:
     return [(shape, dtype) for _, shape, dtype in case.arrays]
 
 
-def _compile(blob: bytes, specs):
+def digest(blob: bytes) -> str:
+    """The name a learner's exported program is remembered by (attnlab/yourturn/suspects.py)."""
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _compile(blob: bytes, specs, quiet: bool = True):
+    """A learner's program compiled here, remembered while it compiles (a compile that aborts or outlasts
+    COMPILE_S stops this worker, and is refused from then on). quiet: compiled without autotuning, so it
+    launches nothing on the device and holds no place in the device's line (admission.Device.building)."""
     exported = jax.export.deserialize(blob)
     args = [jax.ShapeDtypeStruct(s, d) for s, d in specs]
-    with admission.DEVICE.building():
-        return jax.jit(exported.call).lower(*args).compile()
+    with suspects.running(digest(blob), COMPILE_S), admission.DEVICE.building(quiet=quiet):
+        lowered = jax.jit(exported.call).lower(*args)
+        return lowered.compile(compiled_mod.check_options()) if quiet else lowered.compile()
+
+
+def refused_before(blob: bytes, stats: bounds.Stats | None) -> str | None:
+    """Why a learner's program is not run here, decided before it is compiled: it stopped a worker before,
+    or the lab's cost model says it would hold the device past ATTNLAB_RUN_SECONDS. None: it may run."""
+    why = suspects.refusal(digest(blob))
+    if why or stats is None or stats.flops < cost.WORTH_MEASURING:
+        return why
+    seconds = stats.flops / cost.matmul_rate("float32")
+    limit = settings().run_seconds
+    if seconds > limit:
+        return (f"would hold the device for at least {seconds:,.0f} s ({stats.flops:.3g} operations), over the lab's "
+                f"limit of {limit:,.0f} s for one run")
+    return None
 
 
 def _bytes(exe) -> int:
@@ -74,11 +111,26 @@ def _bytes(exe) -> int:
     return sum(b or 0 for b in (info.temp_bytes, info.argument_bytes, info.output_bytes))
 
 
-def _run(exe, inputs: list[np.ndarray]):
-    """Run a compiled program in a turn on the device, admitted by its own memory; outputs as float64 NumPy."""
-    with admission.DEVICE.use(_bytes(exe)):
-        out = exe(*inputs)
-        return jax.tree.map(lambda x: np.asarray(x, np.float64), out)
+def _run(exe, inputs: list[np.ndarray], name: str = ""):
+    """Run a compiled program in a turn on the device, admitted by its own memory; outputs as NumPy (their own
+    dtype). While it holds the device it is remembered as `name`: past ATTNLAB_RUN_SECONDS the watchdog ends
+    the worker (a device call cannot be stopped half way), and the program is refused from then on."""
+    with admission.DEVICE.use(_bytes(exe)), (suspects.running(name, settings().run_seconds) if name
+                                              else contextlib.nullcontext()):
+        out = jax.block_until_ready(exe(*inputs))
+        return jax.tree.map(np.asarray, out)
+
+
+def _one_real(out, entry: str, n: int = 1):
+    """(the output(s) as float64, None) or (None, a sentence): `n` real arrays, nothing else."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != n or not all(isinstance(x, np.ndarray) for x in outs):
+        got = "nothing (None)" if out is None or outs == [None] else f"{len(outs)} values"
+        return None, f"{entry} returns {got}; it should return {'one array' if n == 1 else f'{n} arrays'}"
+    if any(np.iscomplexobj(x) for x in outs):
+        return None, f"{entry} returns complex numbers; the lab checks real ones (no imaginary part)"
+    outs = [x.astype(np.float64) for x in outs]
+    return (outs[0] if n == 1 else tuple(outs)), None
 
 
 def _close(a, b, dtype: str) -> tuple[bool, float | None, float | None]:
@@ -95,20 +147,36 @@ def _close(a, b, dtype: str) -> tuple[bool, float | None, float | None]:
 
 
 def check(name: str, source: str) -> Verdict:
-    """The learner's `source` for exercise `name`, checked at every case (entry point of the device worker)."""
+    """The learner's `source` for exercise `name`, checked at every case (entry point of the device worker).
+    Never raises: whatever goes wrong is a verdict with a sentence."""
+    try:
+        return _check(name, source)
+    except Exception as e:  # noqa: BLE001 (a sentence on the page, never a traceback)
+        return Verdict(str(name), "stopped", f"the lab could not check this code ({type(e).__name__}: "
+                                             f"{(str(e).splitlines() or [''])[0][:200]})")
+
+
+def _check(name: str, source: str) -> Verdict:
     ex = exercises.get(name)
     why = allowlist.refusal(source, ex.entry)
     if why:
         return Verdict(name, "refused", why)
     if ex is exercises.STEP:
         return _check_step(ex, source)
+    cases = [(_specs(c), dict(c.numbers)) for c in ex.cases]
+    stats: list[bounds.Stats] = []
     try:
-        blobs = sandbox.export(source, ex.entry, [(_specs(c), dict(c.numbers)) for c in ex.cases], platform(),
-                               precision="highest")
+        blobs = sandbox.export(source, ex.entry, cases, platform(), precision="highest",
+                               limits=[bounds.limits_for(ex, sp, n) for sp, n in cases], stats=stats)
+    except sandbox.Refused as e:
+        return Verdict(name, "refused", str(e))
     except sandbox.Stopped as e:
         return Verdict(name, "stopped", str(e))
     results, wrong, outputs, scratch = [], [], [], None
-    for case, blob in zip(ex.cases, blobs, strict=True):
+    for case, blob, walked in zip(ex.cases, blobs, stats, strict=True):
+        why = refused_before(blob, walked)
+        if why:
+            return Verdict(name, "stopped", f"your program at {case.what} {why}" if why.startswith("would") else why)
         inputs = case.inputs()
         expected = np.asarray(ex.reference(**inputs, **dict(case.numbers)))
         try:
@@ -117,24 +185,25 @@ def check(name: str, source: str) -> Verdict:
             why = admission.DEVICE.check(_bytes(exe), 0)
             if why:
                 return Verdict(name, "too big", f"your program at {case.what} {why}")
-            out = _run(exe, list(inputs.values()))
+            raw = _run(exe, list(inputs.values()), digest(blob))
         except Exception as e:  # a compile or run error of the learner's program: a sentence, not a crash
             return Verdict(name, "stopped", f"at {case.what}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-        if isinstance(out, (tuple, list)):
-            return Verdict(name, "wrong", f"{ex.entry} returns {len(out)} arrays; it should return one")
+        out, problem = _one_real(raw, ex.entry)
+        if problem:
+            return Verdict(name, "wrong", problem)
         dtype = case.arrays[0][2]
         ok, max_err, rel = _close(out, expected, dtype)
         note = ("NaN or infinity in the output" if out.shape == expected.shape and not np.all(np.isfinite(out))
                 else "" if out.shape == expected.shape else f"shape {out.shape}, expected {expected.shape}")
         results.append(CaseResult(case.what, ok, expected.shape, out.shape, max_err, rel, note))
-        outputs.append(out)
+        outputs.append(out if out.shape == expected.shape else None)  # only what the heatmap may draw is kept
         if not ok:
             wrong.append((case, inputs, out))
     mistakes = _recognise(ex, wrong)
     heatmap = None
-    if ex.name in ("causal", "window") and outputs and outputs[0].ndim == 4:
+    if ex.name in ("causal", "window") and outputs and outputs[0] is not None and outputs[0].ndim == 4:
         ref = np.asarray(ex.reference(**ex.cases[0].inputs(), **dict(ex.cases[0].numbers)))
-        heatmap = (outputs[0][0, 0], ref[0, 0])
+        heatmap = (outputs[0][0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy(), ref[0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy())
     lab_scratch = _lab_scratch(ex) if ex.name == "gqa" else None
     status = "passed" if all(r.passed for r in results) else "wrong"
     hints = tuple(m.sentence for m in mistakes)
@@ -220,18 +289,25 @@ def exact(q, k, v, causal: bool = False, window=None, rows=None, keys: int | Non
 def _check_step(ex, source: str) -> Verdict:
     B, H = exercises.STEP_BLOCK, ex.cases[0].arrays[0][1][1]
     specs = [((B,), "float32"), ((B,), "float32"), ((B, H), "float32"), ((B, B), "float32"), ((B, H), "float32")]
+    stats: list[bounds.Stats] = []
     try:
-        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], platform(), precision="highest")
+        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], platform(), precision="highest",
+                                 limits=[bounds.limits_for(ex, specs)], stats=stats)
+        why = refused_before(blob, stats[0])
+        if why:
+            return Verdict(ex.name, "stopped", why)
         exe = _compile(blob, specs)
+    except sandbox.Refused as e:
+        return Verdict(ex.name, "refused", str(e))
     except sandbox.Stopped as e:
         return Verdict(ex.name, "stopped", str(e))
     except Exception as e:
         return Verdict(ex.name, "stopped", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
 
     def learner(m, l, o, s, v):
-        out = _run(exe, [m, l, o, s, v])
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
-            raise ValueError("update must return three arrays: (m_new, l_new, o_new)")
+        out, problem = _one_real(_run(exe, [m, l, o, s, v], digest(blob)), ex.entry, 3)
+        if problem:
+            raise ValueError(problem)
         return out
 
     results, wrong = [], []

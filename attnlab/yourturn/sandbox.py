@@ -9,7 +9,11 @@ only, under limits set before the code runs: CPU seconds, address space, no file
 (RLIMIT_FSIZE 0) and no new file descriptor (RLIMIT_NOFILE at what it holds: no file opened, no socket).
 It traces the learner's function at each case's shapes and exports it with `jax.export` (JAX's own
 serialisation of a traced program as StableHLO), for the platform of the device worker that asked. The
-parent kills it after a wall-clock limit. The device worker then deserialises the program, compiles it,
+parent kills it after a wall-clock limit. Given the exercise's limits (attnlab/yourturn/bounds.py), it also
+walks the traced program and refuses one past them (a result of more bytes than the exercise could need, one
+whose element count overflows int64, thousands of operations, far more FLOPs than a solution), and compiles
+it for its own CPU, so that a compile that aborts or does not end ends here. The device worker then
+deserialises the program, compiles it,
 admits its memory like any run's, and runs it: the learner's Python never runs in a process that holds
 a GPU or a learner's session.
 
@@ -36,10 +40,19 @@ class Stopped(RuntimeError):
     """The learner's code ran into a limit (time, memory) or raised while being traced."""
 
 
+class Refused(Stopped):
+    """The learner's traced program is past the exercise's bounds (attnlab/yourturn/bounds.py): never compiled."""
+
+
 def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...], str]], dict]],
-           platform: str, precision: str | None = None) -> list[bytes]:
+           platform: str, precision: str | None = None, limits: list | None = None,
+           stats: list | None = None) -> list[bytes]:
     """The serialised program of `entry` at each case: (input (shape, dtype) list, Python numbers) -> bytes.
     Raises Stopped with a sentence (a limit, or the code's own error while tracing).
+
+    `limits`: a `bounds.Limits` per case: the traced program past them is refused here, with a sentence, and
+    it is compiled for this CPU (under the same limits) before it is exported, so that a program whose compile
+    does not end, or aborts, ends this process only. `stats`: a list that receives each case's `bounds.Stats`.
 
     `precision`: JAX's default matmul precision while tracing ("highest" for a check: on a GPU float32 products
     otherwise run on TF32 tensor cores, whose rounding alone fails a correct function at the check's large logits
@@ -54,7 +67,7 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")])),
            "HOME": os.environ.get("TMPDIR", "/tmp"), "PYTHONDONTWRITEBYTECODE": "1",
            "XLA_FLAGS": "", "JAX_ENABLE_X64": "0", **({"JAX_DEFAULT_MATMUL_PRECISION": precision} if precision else {})}
-    request = pickle.dumps((source, entry, cases, platform))
+    request = pickle.dumps((source, entry, cases, platform, limits))
     start = time.monotonic()
     try:
         out = subprocess.run([sys.executable, "-m", "attnlab.yourturn.sandbox"], input=request, capture_output=True,
@@ -65,16 +78,22 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     if out.returncode != 0 or not out.stdout:
         tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
         how = (f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit code {out.returncode}")
-        if "MemoryError" in tail[0] or out.returncode in (-9, -6):
-            raise Stopped(f"tracing your function ran out of the memory the lab gives it ({how}): a huge number "
-                          "or array?")
+        if "MemoryError" in tail[0] or out.returncode in (-9, -6, -11):
+            raise Stopped(f"tracing or compiling your function ran out of the memory the lab gives it, or its "
+                          f"compiler gave up ({how}): a huge number or array?")
         if out.returncode == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU
-            raise Stopped(f"tracing your function used more than {CPU_S} s of CPU, so the lab stopped it")
+            raise Stopped(f"tracing and compiling your function used more than {CPU_S} s of CPU, so the lab stopped "
+                          "it (a solution takes about one): a huge program, or a huge constant to fold?")
         raise Stopped(f"the lab could not trace your function ({how}): {tail[0][:300]}")
     status, payload = pickle.loads(out.stdout)
+    if status == "refused":
+        raise Refused(payload)
     if status != "ok":
         raise Stopped(payload)
-    return payload
+    blobs, walked = payload
+    if stats is not None:
+        stats.extend(walked)
+    return blobs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -139,7 +158,7 @@ def main() -> None:
 
     from attnlab.yourturn import allowlist
 
-    source, entry, cases, platform = pickle.loads(request)
+    source, entry, cases, platform, limits = pickle.loads(request)
     why = allowlist.refusal(source, entry)
     if why:
         out.write(pickle.dumps(("refused", why)))
@@ -147,19 +166,36 @@ def main() -> None:
     code = compile(source, "<your code>", "exec")
     scope = _globals()
     jax.export.export  # noqa: B018  (loaded before the limits: its modules are imported now)
+    import jax.extend.core  # noqa: F401  (bounds.walk reads it: imported before the limits forbid opening files)
     from jax._src.export import serialization  # noqa: F401
-    # trace a trivial program once so that JAX's lowering machinery is loaded before the limits
-    jax.export.export(jax.jit(lambda x: x + 1), platforms=[platform])(jax.ShapeDtypeStruct((1,), "float32")).serialize()
+
+    from attnlab.yourturn import bounds
+
+    # trace, compile for this CPU and export a trivial program once, so that JAX's lowering machinery and its
+    # CPU client are loaded before the limits
+    trivial = jax.jit(lambda x: x + 1)
+    trivial.trace(jax.ShapeDtypeStruct((1,), "float32")).lower().compile()
+    jax.export.export(trivial, platforms=[platform])(jax.ShapeDtypeStruct((1,), "float32")).serialize()
     _limit()
     try:
         exec(code, scope)
         fn = scope[entry]
-        blobs = []
-        for specs, numbers in cases:
+        blobs, walked = [], []
+        for i, (specs, numbers) in enumerate(cases):
             args = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in specs]
-            exported = jax.export.export(jax.jit(functools.partial(fn, **numbers)), platforms=[platform])(*args)
+            jitted = jax.jit(functools.partial(fn, **numbers))
+            if limits is not None:
+                traced = jitted.trace(*args)
+                stats = bounds.walk(traced.jaxpr)
+                why = bounds.refusal(stats, limits[i], f"{entry}()")
+                if why:
+                    out.write(pickle.dumps(("refused", why)))
+                    return
+                traced.lower().compile()  # for this CPU: a compile that does not end ends here, by the CPU limit
+                walked.append(stats)
+            exported = jax.export.export(jitted, platforms=[platform])(*args)
             blobs.append(exported.serialize())
-        answer = ("ok", blobs)
+        answer = ("ok", (blobs, walked))
     except RecursionError:
         answer = ("stopped", "your function calls itself without end (RecursionError)")
     except MemoryError:

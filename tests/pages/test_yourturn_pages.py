@@ -91,3 +91,22 @@ def test_the_instructor_page_is_listed_only_with_the_token_and_shows_counts():
         with pytest.raises(ValueError, match="Could not find a navigation page"):  # no such page for a guess
             open_page("pages/p12_instructor.py", {"instructor": "guess"})
     progress.reset()
+
+
+def test_a_link_whose_code_has_range_step_zero_is_refused_with_a_sentence_and_the_exercise_still_drawn():
+    code = "def attention(q, k, v):\n    for i in range(0, 8, 0):\n        q = q + 1\n    return q\n"
+    at = open_page(P4, {"ex": "attention", "code": share.encode(code)})  # a traceback with the server's paths before
+    assert not at.exception, [e.value for e in at.exception]
+    assert "would not run here" in texts(at) and "step must not be 0" in texts(at)
+    assert at.text_area(key="yt_attention_code").value == code and at.text_area(key="yt_gqa_code")
+
+
+def test_checking_the_same_code_again_counts_once_in_the_class():
+    progress.reset()
+    at = open_page(P4)
+    for _ in range(3):
+        write_and_check(at, "attention", MISTAKES[("attention", "no scale")])
+    assert progress.snapshot()["attention"]["attempts"] == 1 and progress.snapshot()["attention"]["learners"] == 1
+    write_and_check(at, "attention", MISTAKES[("attention", "scale 1/d")])
+    assert progress.snapshot()["attention"]["attempts"] == 2
+    progress.reset()
