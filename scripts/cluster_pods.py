@@ -215,6 +215,7 @@ class Cluster:
     workers: list[Pod]
     ui: list[Pod]
     ray_version: str
+    gate: tuple[str, list[str], dict[str, str]] | None  # a worker pod's GPU gate (its first init container)
 
     @classmethod
     def from_manifests(cls, docs: list[dict], image: Image, *, ui: int, workers: int, root: Path, fake_gpus: bool,
@@ -230,16 +231,17 @@ class Cluster:
                             {k: head_ports[v] for k, v in RAY_PORTS.items()}, secrets, [])
         group = rc["spec"]["workerGroupSpecs"][0]
         tmpl = group["template"]["spec"]
-        pods = []
+        pods, gate = [], None
         for i in range(workers):
             wc = tmpl["containers"][0]
             own = _ports(wc, {k: RAY_PORTS[k] for k in ("dashboard-agent-listen-port", "metrics-export-port")})
             local = Local(root / f"w{i}", by_number)
             wait = ["/bin/bash", "-c", f"until ray health-check --address {HEAD_SVC}:6379 >/dev/null 2>&1; do sleep 5; done"]
             init = [("wait-gcs-ready", local.command(wait), local.env(image.env, {}))]
-            for c in tmpl.get("initContainers", []):
-                env = env_of(c, secrets) | ({"ATTNLAB_REQUIRE_GPU": "0"} if fake_gpus else {})
-                init.append((c["name"], local.command(c["command"]), local.env(image.env, env)))
+            gates = [(c["name"], local.command(c["command"]), local.env(image.env, env_of(c, secrets)))
+                     for c in tmpl.get("initContainers", [])]
+            gate = gates[0] if gates else None
+            init += [] if fake_gpus else gates  # a fake GPU cannot pass the gate: rehearse.py shows it refuses once
             params = dict(group["rayStartParams"], **{k: own[RAY_PORTS[k]] for k in
                                                        ("dashboard-agent-listen-port", "metrics-export-port")})
             pods.append(cls._ray_pod(f"gpu-worker-{i}", wc, params, False, image, root / f"w{i}", by_number, own,
@@ -255,7 +257,7 @@ class Cluster:
                       if f"{kind}Probe" in uc]
             uis.append(Pod(f"ui-{i}", local.command(argv), local.env(image.env, env_of(uc, secrets)), [], probes, ports,
                            local.folder))
-        return cls(head, pods, uis, rc["spec"].get("rayVersion", ""))
+        return cls(head, pods, uis, rc["spec"].get("rayVersion", ""), gate)
 
     @staticmethod
     def _ray_pod(name, container, params, head, image, folder, head_ports, ports, secrets, init) -> Pod:

@@ -97,7 +97,7 @@ async def learner(i: int, lb: Proxy, query: str, pages: list, first: int, timeou
         seen = await tab.visit(path, query, timeout)
         lost = any(m in w.lower() for w in seen.warnings for m in LOST)
         visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
-                            (cookie or "=").split("=", 1)[1], seen.failure, seen.exceptions + seen.error_boxes))
+                            (cookie or "=").split("=", 1)[1].split("|")[0], seen.failure, seen.exceptions + seen.error_boxes))
         if seen.failure and "connection closed" in seen.failure:
             tab = None
     if tab is not None:
@@ -121,9 +121,8 @@ class Rehearsal:
 
     def gate(self) -> dict:
         """The worker pod's GPU gate as the manifest runs it: on a machine without a GPU it must refuse (exit 3)."""
-        name, argv, env = next(c for c in self.cluster.workers[0].init if c[0] != "wait-gcs-ready")
-        out = subprocess.run(argv, cwd=ROOT, env=dict(env, ATTNLAB_REQUIRE_GPU="1"), capture_output=True, text=True,
-                             timeout=300)
+        name, argv, env = self.cluster.gate
+        out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         return {"init_container": name, "exit": out.returncode, "said": (out.stderr.strip().splitlines() or [""])[-1][:300],
                 "as_it_should": out.returncode == (3 if self.fake else 0)}
 

@@ -189,10 +189,24 @@ class RayWorkers:
             actors = {}
             for i in range(n):
                 name = f"{PREFIX}{i}"
-                actors[name] = self._actors.get(name) or cls.options(
-                    name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_gpus=self.gpus_each, num_cpus=0,
-                    max_restarts=-1, max_task_retries=0, max_concurrency=self.threads).remote(name)
+                actors[name] = self._actors.get(name) or self._create(cls, name)
             self._actors = actors
+
+    def _create(self, cls, name: str):
+        """The named worker, made if it is missing. Two UI processes may make it at once, and over ray:// the loser's
+        get_if_exists raises ActorAlreadyExistsError (the rehearsal's two replicas did): then it is found by name."""
+        import ray
+
+        try:
+            handle = cls.options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                                 num_gpus=self.gpus_each, num_cpus=0, max_restarts=-1, max_task_retries=0,
+                                 max_concurrency=self.threads).remote(name)
+            ref = getattr(handle, "actor_ref", None)  # a Ray client's handle is made in the background: wait for it
+            if ref is not None:
+                ref.id  # noqa: B018 - raises here, under our lock, if another process took the name
+            return handle
+        except (ValueError, getattr(ray.exceptions, "ActorAlreadyExistsError", ValueError)):
+            return ray.get_actor(name, namespace=NAMESPACE)
 
     @property
     def names(self) -> list[str]:
