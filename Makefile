@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (see README):
 #   make run    set up .venv from requirements.lock and serve the app on http://localhost:8501 (CPU)
-#   make test   set up .venv, Debian's Chromium for the browser tests, and run every test
+#   make test   set up .venv, Debian's Chromium and HAProxy for the tests, and run every test
+#   make rehearse  the hosted class (deploy/k8s) rehearsed on this machine (scripts/rehearse.py; also in make test)
 # requirements.txt says what we need (lower bounds); requirements.lock pins every package for
 # Python 3.11 on Linux x86_64 and is what gets installed. After editing requirements.txt:
 #   make lock   re-resolve the lock with uv (keeps existing pins where they still fit;
@@ -23,7 +24,7 @@ $(VENV)/.installed: requirements.lock
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-.PHONY: run test browser lint gpucheck load lock lock-image
+.PHONY: run test browser lint gpucheck load lock lock-image rehearse
 lock:
 	python3 -m venv $(VENV)/uv
 	$(VENV)/uv/bin/python -m pip install -q uv==$(UV_VERSION)
@@ -39,7 +40,7 @@ run: $(VENV)/.installed
 	JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} $(PY) serve.py --server.port $(PORT)
 
 browser:
-	@command -v chromium >/dev/null 2>&1 || bash scripts/install_chromium.sh
+	@bash scripts/install_debian_tools.sh
 
 test: $(VENV)/.installed browser
 	$(PY) -m pytest -q
@@ -49,6 +50,10 @@ lint: $(VENV)/.installed
 
 gpucheck:
 	bash scripts/gpu_check.sh
+
+# the hosted class rehearsed here: the manifests' pods as processes behind HAProxy, a class, a cluster's faults
+rehearse: $(VENV)/.installed browser
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) scripts/rehearse.py --check $(ARGS)
 
 load: $(VENV)/.installed browser
 	$(PY) -m pytest -q -m load -s

@@ -7,7 +7,8 @@ Init containers run in order, each to completion (a failure is retried with the 
 container runs, and is started again whenever it exits (restartPolicy: Always): the first time at once, then
 after 10 s, 20 s, 40 s ... at most 300 s (CrashLoopBackOff), the delay forgotten after 10 minutes of running.
 Init containers do not run again when only the container restarts (they would for a new pod). Killing a
-container kills its whole process tree, as ending a container's cgroup does.
+container kills its whole process tree, as ending a container's cgroup does. As root, each container runs in a
+PID namespace of its own (`unshare`), so that it sees only its own processes, as in a pod.
 
 Probes as the kubelet runs them: a startup probe holds back the others until it passes and restarts the
 container after `failures` misses; a liveness probe restarts it after `failures` consecutive misses; a readiness
@@ -19,6 +20,7 @@ Hand-written because no kubelet runs without a node and a container runtime, and
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -32,6 +34,7 @@ import psutil
 from cluster_pods import ROOT, Pod, Probe
 
 BACKOFF_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
+UNSHARE = shutil.which("unshare") if os.geteuid() == 0 else None
 
 
 def http_probe(probe: Probe) -> tuple[bool, str]:
@@ -57,6 +60,7 @@ class Kubelet:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._started_at = 0.0
+        self._hold_s = 0.0
         self._thread = threading.Thread(target=self._run, name=f"kubelet-{pod.name}", daemon=True)
 
     def event(self, text: str) -> None:
@@ -69,6 +73,10 @@ class Kubelet:
         return self
 
     def _spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        # A container sees only its own processes: `ray start` refuses to start a head while it sees a raylet of
+        # another pod pointing at its port, which no pod can see in a cluster. As root, a PID namespace of its own.
+        if UNSHARE:
+            argv = [UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -98,14 +106,16 @@ class Kubelet:
             self.event(f"container started (pid {self.proc.pid}): {' '.join(self.pod.command)[:300]}")
             self._probe_until_exit()
             code = self.proc.wait()
+            self._kill_all()  # what the container's main process left running ends with it
             self._set_ready(False)
             if self._stop.is_set():
                 return
             ran = time.monotonic() - self._started_at
             delay = 0.0 if ran > BACKOFF_RESET_S else delay
             self.restarts += 1
-            self.event(f"container exited {code} after {ran:.1f} s; restart {self.restarts} in {delay:.0f} s")
-            if self._stop.wait(delay):
+            wait, self._hold_s = max(delay, self._hold_s), 0.0
+            self.event(f"container exited {code} after {ran:.1f} s; restart {self.restarts} in {wait:.0f} s")
+            if self._stop.wait(wait):
                 return
             delay = min(BACKOFF_MAX_S, delay * 2 or BACKOFF_S)
 
@@ -142,27 +152,38 @@ class Kubelet:
             self.event("ready" if ready else "not ready")
             self.on_ready(ready)
 
-    def kill(self, reason: str = "fault") -> int | None:
-        """SIGKILL the container's whole process tree (what its cgroup's end does); the loop starts it again."""
+    def kill(self, reason: str = "fault", hold_s: float = 0.0) -> int | None:
+        """SIGKILL the container's whole process tree (what its cgroup's end does); the loop starts it again, after
+        `hold_s` at least (a pod made again on another node takes that long)."""
+        self._hold_s = hold_s
         with self._lock:
             proc = self.proc
         if proc is None or proc.poll() is not None:
             return None
-        victims = [proc]
+        self.event(f"killing the container ({reason}): {self._kill_all(proc.pid)} processes")
+        return proc.pid
+
+    def _kill_all(self, pid: int | None = None) -> int:
+        """SIGKILL the container's processes: its main process's tree and every process that carries the pod's own
+        TMPDIR (Ray's processes outlive their parent when it dies first; a container's end takes them all)."""
+        victims = {}
         try:
-            victims = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            victims = {q.pid: q for q in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]} if pid else {}
         except psutil.Error:
             pass
-        self.event(f"killing the container ({reason}): {len(victims)} processes")
-        for v in victims:
+        for q in psutil.process_iter():
             try:
-                v.send_signal(signal.SIGKILL)
-            except (psutil.Error, ProcessLookupError, AttributeError):
-                try:
-                    os.kill(v.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        return proc.pid
+                if q.pid not in victims and q.environ().get("TMPDIR") == str(self.pod.folder):
+                    victims[q.pid] = q
+            except psutil.Error:
+                continue
+        for q in victims.values():
+            try:
+                q.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(list(victims.values()), timeout=5)
+        return len(victims)
 
     def stop(self) -> None:
         self._stop.set()

@@ -73,8 +73,8 @@ class Visit:
     problems: list[str] = field(default_factory=list)
 
 
-async def learner(i: int, lb: Proxy, query: str, pages: list, first: int, timeout: float, visits: list[Visit],
-                  stop: threading.Event, once: bool) -> None:
+async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeout: float, visits: list[Visit],
+                  stop: threading.Event, once: bool, epoch: list[int]) -> None:
     """A browser tab through the proxy: the page first (the proxy sets its cookie), then the websocket with it;
     when the websocket closes, it opens again as Streamlit's frontend does, and goes on with the next page."""
     cookie, tab, k = None, None, first
@@ -94,6 +94,8 @@ async def learner(i: int, lb: Proxy, query: str, pages: list, first: int, timeou
         file, path = pages[k % len(pages)]
         k += 1
         t0 = time.monotonic()
+        # after each fault a new batch size: shapes nobody computed, so every page needs the device again
+        query = urlencode(dict(shape, batch=str(4 + epoch[0])) if epoch[0] else shape)
         seen = await tab.visit(path, query, timeout)
         lost = any(m in w.lower() for w in seen.warnings for m in LOST)
         visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
@@ -118,6 +120,7 @@ class Rehearsal:
                                               cookie_secret=secrets.token_hex(32))
         self.lb: Proxy | None = None
         self.kubelets: dict[str, Kubelet] = {}
+        self.epoch = [0]  # faults so far: the learners' shapes change with it
 
     def gate(self) -> dict:
         """The worker pod's GPU gate as the manifest runs it: on a machine without a GPU it must refuse (exit 3)."""
@@ -183,14 +186,17 @@ class Rehearsal:
         firsts = [rng.randrange(len(pages)) for _ in range(a.learners)]
         report["class"] = self._class(pages, shapes, firsts)
         report["faults"] = self._faults(pages, shapes, firsts) if a.faults else []
+        deadline = time.monotonic() + 180
+        while not all(k.ready for k in self.kubelets.values()) and time.monotonic() < deadline:
+            time.sleep(0.5)  # the faults' pods back before the report
         report["pods"] = {n: self._pod(k) for n, k in self.kubelets.items()}
         report["proxy"] = self.lb.states()
         return report
 
     def _learners(self, pages, shapes, firsts, visits, stop, once) -> threading.Thread:
         async def go() -> None:
-            await asyncio.gather(*(learner(i, self.lb, urlencode(s), pages, firsts[i], self.args.timeout, visits, stop,
-                                           once) for i, s in enumerate(shapes)))
+            await asyncio.gather(*(learner(i, self.lb, s, pages, firsts[i], self.args.timeout, visits, stop, once,
+                                           self.epoch) for i, s in enumerate(shapes)))
         t = threading.Thread(target=asyncio.run, args=(go(),), daemon=True)
         t.start()
         return t
@@ -226,6 +232,7 @@ class Rehearsal:
         ui_pod = self.cluster.ui[0].name
         on_ui = {v.session for v in visits if v.replica == ui_pod}
         t = time.monotonic()
+        self.epoch[0] += 1
         if kind == "worker":
             victim = self.device_worker()
             what = f"device worker pid {victim.pid}" if victim else "no device worker found"
@@ -233,7 +240,8 @@ class Rehearsal:
                 victim.kill()
         else:
             name = ui_pod if kind == "ui" else self.cluster.head.name
-            what = f"{name} container pid {self.kubelets[name].kill()}"
+            hold = self.args.head_down_s if kind == "head" else 0.0
+            what = f"{name} container pid {self.kubelets[name].kill(hold_s=hold)}" + (f", down {hold:.0f} s" if hold else "")
         limit = TARGETS[kind] * 3 + 30
         again: dict[int, float] = {}
         while time.monotonic() - t < limit and len(again) < n:
@@ -246,8 +254,11 @@ class Rehearsal:
         survivors_lost = sorted(closed - on_ui) if kind == "ui" else sorted(closed)
         ready_fail = {name: sum(1 for (tt, kind_, src, ok, _) in k.results if tt >= t and kind_ == "readiness" and not ok)
                       for name, k in self.kubelets.items()}
+        held = self.args.head_down_s if kind == "head" else 0.0
+        every = max(again.values()) if len(again) == n else None
         return {"fault": kind, "what": what, "learners_served_again": len(again), "learners": n,
-                "every_learner_served_again_s": max(again.values()) if len(again) == n else None,
+                "every_learner_served_again_s": every, "held_down_s": held,
+                "served_again_after_started_again_s": every - held if every is not None else None,
                 "first_served_again_s": min(again.values(), default=None), "target_s": TARGETS[kind],
                 "sessions_lost_on_surviving_replicas": survivors_lost,
                 "readiness_failures_after": {k: v for k, v in ready_fail.items() if v},
@@ -273,9 +284,10 @@ def check(report: dict) -> list[str]:
     if c["errors"] or c["pages_served"] != c["pages_planned"]:
         bad.append(f"class: {c['errors']} errors, {c['pages_served']}/{c['pages_planned']} pages: {c['error_messages'][:3]}")
     for f in report["faults"]:
-        s = f["every_learner_served_again_s"]
+        s = f["served_again_after_started_again_s"]  # the issue's clock: from the (re)start of what was killed
         if s is None or s > f["target_s"]:
-            bad.append(f"{f['fault']} fault: every learner served again after {s} s (target {f['target_s']} s)")
+            bad.append(f"{f['fault']} fault: every learner served again {s} s after it was started again "
+                       f"(target {f['target_s']} s)")
         if f["sessions_lost_on_surviving_replicas"]:
             bad.append(f"{f['fault']} fault: sessions lost on surviving replicas {f['sessions_lost_on_surviving_replicas']}")
         if f["fault"] == "head" and not any(n.startswith("ui-") for n in f["readiness_failures_after"]):
@@ -293,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learners", type=int, default=20)
     ap.add_argument("--mode", choices=["shared", "own"], default="shared")
     ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=list(TARGETS))
+    ap.add_argument("--head-down-s", type=float, default=15.0,
+                    help="how long the killed head stays down before its kubelet starts it again")
     ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
     ap.add_argument("--rendered", type=Path, help="manifests already rendered (a machine without kubectl)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page")
@@ -316,16 +330,21 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if args.check and report["missed"] else 0
 
 
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def summary(r: dict) -> str:
     c = r["class"]
     lines = [f"rehearsal: {r['ui_replicas']} UI replicas, {r['device_workers']} device workers"
              f"{' (fake GPUs)' if r['fake_gpus'] else ''}, {r['learners']} learners; every pod ready after "
              f"{r['ready_after_s']:.1f} s; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'})",
-             f"class: {c['pages_served']}/{c['pages_planned']} pages, median {c['median_page_s']} s, p95 {c['p95_page_s']} s, "
+             f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
              f"{c['errors']} errors, replicas {c['replicas']}"]
     for f in r["faults"]:
         lines.append(f"fault {f['fault']:6s} ({f['what']}): every learner served again after "
-                     f"{f['every_learner_served_again_s']} s (target {f['target_s']} s), {f['learners_served_again']}/"
+                     f"{_s(f['every_learner_served_again_s'])} s, {_s(f['served_again_after_started_again_s'])} s after "
+                     f"it was started again (target {f['target_s']} s), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
     for name, p in r["pods"].items():

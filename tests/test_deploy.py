@@ -1149,7 +1149,9 @@ def test_quick_modes_pod_serves_the_lab_with_the_token_door_on_the_nvidia_image(
     (container,) = pod["spec"]["containers"]
     repo, _, tag = container["image"].partition(":")  # NVIDIA's JAX image as built, a pinned monthly release
     assert repo == "nvcr.io/nvidia/jax" and re.fullmatch(r"\d{2}\.\d{2}-py3(@sha256:[0-9a-f]{64})?", tag), tag
-    assert "requirements-image.lock" in container["command"][-1] and "scripts/entrypoint.py" in container["command"][-1]
+    line = container["command"][-1]
+    # the container's own JAX kept (-c its pins); not the image's lock, whose JAX and CUDA wheels it does not have
+    assert "-c /tmp/base.txt" in line and "requirements-image.lock" not in line and "scripts/entrypoint.py" in line
     names = {e["name"] for e in container["env"]}
     assert "ATTNLAB_ACCESS_TOKEN" in names and "ATTNLAB_IAP_AUDIENCE" not in names
     assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == 1
