@@ -14,7 +14,8 @@
    every probe of the manifests and the ones KubeRay injects, run as Kubernetes runs them.
 3. HAProxy in front of the UI replicas (scripts/proxy.py), pinning each browser by a generated cookie.
 4. A class through the proxy (N learners as headless tabs, scripts/st_client.py: every page once, shapes as
-   scripts/capacity.py's), then the learners keep going while the cluster's faults come one after another: a
+   scripts/capacity.py's), then the learners keep going (after a device fault on shapes nobody computed, so a page
+   served again has used the device) while the cluster's faults come one after another: a
    device worker killed (SIGKILL, as a native abort), a UI replica killed, the Ray head killed (the kubelet
    starts each again). For each: how soon every learner was served a page again, sessions lost on the replicas
    that survived, and what the probes said meanwhile.
@@ -232,7 +233,7 @@ class Rehearsal:
         ui_pod = self.cluster.ui[0].name
         on_ui = {v.session for v in visits if v.replica == ui_pod}
         t = time.monotonic()
-        self.epoch[0] += 1
+        self.epoch[0] += kind != "ui"  # a lost device: new shapes, so that a page served again used the device
         if kind == "worker":
             victim = self.device_worker()
             what = f"device worker pid {victim.pid}" if victim else "no device worker found"
