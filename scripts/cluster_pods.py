@@ -20,7 +20,8 @@ What Kubernetes and KubeRay would run, translated for one machine and nothing el
 What one machine changes, and only that: every port a pod listens on is a free port of this machine (several pods
 would all want 8501 or 52365), written into the command where the pod's own flag names it; a Service's DNS name is
 127.0.0.1; the pod's volumes are folders under `root` (its /tmp is TMPDIR, so Ray's /tmp/ray is the pod's own);
-/app (the image's WORKDIR) is this checkout; `python3` and `ray` are this environment's.
+/app (the image's WORKDIR) is this checkout; `python3`, `ray` and their native libraries (`NATIVE`) are this
+environment's.
 """
 
 from __future__ import annotations
@@ -148,6 +149,10 @@ def quantity(q: str) -> float:
     return float(m.group(1)) * units.get(m.group(2), 1)
 
 
+# Where this machine's python3 finds its native libraries (TransformerEngine's on the H200: ../shared/te-on-h200/env.sh)
+NATIVE = ("LD_LIBRARY_PATH", "CUDNN_PATH", "NVTE_FRAMEWORK")
+
+
 def env_of(container: dict, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
     env = {}
     for e in container.get("env", []):
@@ -187,6 +192,9 @@ class Local:
         env["TMPDIR"] = str(self.folder)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]))
+        for name in NATIVE:  # where this environment's native libraries are (the image's paths are the image's)
+            if name in os.environ:
+                env[name] = os.environ[name]
         for sub in ("cache", "home"):
             (self.folder / sub).mkdir(exist_ok=True)
         return env

@@ -34,7 +34,19 @@ import psutil
 from cluster_pods import ROOT, Pod, Probe
 
 BACKOFF_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
-UNSHARE = shutil.which("unshare") if os.geteuid() == 0 else None
+
+
+def _unshare() -> list[str]:
+    """unshare's argv for a PID namespace of the container's own, or [] where this machine cannot make one (not
+    root, or a container without CAP_SYS_ADMIN, as on the H200 machine may be)."""
+    tool = shutil.which("unshare") if os.geteuid() == 0 else None
+    argv = [tool, "--pid", "--fork", "--mount-proc", "--kill-child"] if tool else []
+    if argv and subprocess.run([*argv, "true"], capture_output=True, timeout=10).returncode != 0:
+        return []
+    return argv
+
+
+UNSHARE = _unshare()
 
 
 def http_probe(probe: Probe) -> tuple[bool, str]:
@@ -76,7 +88,7 @@ class Kubelet:
         # A container sees only its own processes: `ray start` refuses to start a head while it sees a raylet of
         # another pod pointing at its port, which no pod can see in a cluster. As root, a PID namespace of its own.
         if UNSHARE:
-            argv = [UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
+            argv = [*UNSHARE, *argv]
         return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -102,5 +102,9 @@ def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
     assert report["class"]["errors"] == 0 and report["class"]["pages_served"] == report["class"]["pages_planned"]
     assert [f["fault"] for f in report["faults"]] == ["worker", "ui", "head"]
     for f in report["faults"]:
-        assert f["learners_served_again"] == f["learners"] == 20, f  # within 3x its target + 30 s
+        # within 3x its target + 30 s: after a device fault all 20; after a UI replica's, the learners it had
+        assert f["learners_served_again"] == f["learners"], f
+        assert f["learners"] == 20 if f["fault"] != "ui" else 0 < f["learners"] < 20, f
+        if f["fault"] == "ui":
+            assert f["others_served_again_s"] is not None, f  # the other replica's learners went on
         assert f["sessions_lost_on_surviving_replicas"] == [], f
