@@ -39,9 +39,9 @@ def bare(shape: AttentionShape, iterations: int = 20) -> tuple[float, list[str]]
     from jax.experimental.mosaic.gpu import profiler
 
     keys = jax.random.split(jax.random.key(0), 3)
-    q = jax.random.normal(keys[0], shape.q_shape, jnp.bfloat16)
-    k = jax.random.normal(keys[1], shape.kv_shape, jnp.bfloat16)
-    v = jax.random.normal(keys[2], shape.kv_shape, jnp.bfloat16)
+    q = jax.random.normal(keys[0], shape.q_shape(), jnp.bfloat16)
+    k = jax.random.normal(keys[1], shape.kv_shape(), jnp.bfloat16)
+    v = jax.random.normal(keys[2], shape.kv_shape(), jnp.bfloat16)
     f = jax.jit(partial(jax.nn.dot_product_attention, implementation="cudnn", is_causal=shape.causal))
     jax.block_until_ready(f(q, k, v))
     t_end = time.perf_counter() + 0.3

@@ -295,3 +295,23 @@ def test_image_stack_compares_this_python_with_the_lock_and_lists_the_other_whee
     wheels = stack.wheel_commands(LOCK, "/tmp/w")
     assert len(wheels) == len([n for n in LOCKED if not stack.ACCELERATOR.match(n)]) > 100
     assert any(w.endswith(f" ray=={LOCKED['ray']}") for w in wheels) and not any(" jax==" in w for w in wheels)
+
+
+def stack_row(name: str) -> bool:
+    return bool(re.match(r"^(jax|jaxlib|jax-cuda\d+-(plugin|pjrt)|nvidia-.+|transformer-engine(-.+)?|numpy|ml-dtypes|scipy)$", name))
+
+
+def test_the_images_accelerator_stack_is_the_one_the_h200_test_machine_runs():
+    """Every accelerator package the H200 machine has installed (deploy/h200-stack.json: scripts/image_stack.py --json
+    there, 2026-12-03) is locked at its version there, so the GPU tests on that machine test the image's JAX, CUDA
+    and cuDNN; the packages that machine lacks are the ones it gets elsewhere (its system CUDA 13.0 toolkit's nvcc)
+    or that travel to it as wheels of the locked versions (TransformerEngine 2.20.2)."""
+    recorded = json.loads((REPO / "deploy" / "h200-stack.json").read_text())["installed"]
+    there = {n: v for n, v in recorded.items() if v not in (None, "-")}
+    locked = {n: v for n, v in LOCKED.items() if n in there}
+    assert len(locked) > 15 and {n: there[n] for n in locked} == locked
+    missing = {n for n in LOCKED if stack_row(n) and n not in there}
+    assert all(n.startswith(("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cutlass-dsl",
+                             "nvidia-cudnn-frontend", "transformer-engine", "nvidia-cuda-cccl")) for n in missing), missing
+    assert {LOCKED[n] for n in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm")} == {there["nvidia-cuda-nvrtc"]}
+    assert {LOCKED[n] for n in LOCKED if n.startswith("transformer-engine")} == {"2.20.2"}  # ../shared/te-on-h200
