@@ -221,6 +221,9 @@ class Rehearsal:
         return {"elapsed_s": time.monotonic() - t0, "pages_planned": len(shapes) * len(pages), "pages_served": len(times),
                 "median_page_s": statistics.median(times) if times else None, "p95_page_s": percentile(times, 95),
                 "worst_page_s": max(times, default=None), "errors": len(bad),
+                "by_page": {Path(f).stem: {"median_s": round(statistics.median(ts), 2), "worst_s": round(max(ts), 2)}
+                            for f in sorted({v.page for v in visits if v.page != "connect"})
+                            if (ts := [v.end - v.start for v in visits if v.page == f and v.ok])},
                 "error_messages": [f"[s{v.session} {Path(v.page).stem}] {v.failure or ''} {v.problems}" for v in bad][:10],
                 "replicas": sorted({v.replica for v in visits if v.replica})}
 
