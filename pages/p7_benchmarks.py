@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab.measure import timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
-from pages import codeblock, common, sections
+from pages import codeblock, common, sections, vendor_ui
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
@@ -15,8 +15,8 @@ info = common.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
 names = common.runnable(shape)
-here, how, sweeps, long_tab = sections.tabs("p7_tab", ["At your shape", "How it is timed", "Sweeps",
-                                                        "Long context on an H200"])
+here, how, sweeps, long_tab, vendor_tab = sections.tabs("p7_tab", ["At your shape", "How it is timed", "Sweeps",
+                                                                    "Long context on an H200", "NVIDIA's H200 table"])
 
 
 dispatch = common.cached(timing_demo.dispatch_demo)
@@ -138,3 +138,7 @@ if sweeps.open:
 if long_tab.open:
     with long_tab:
         ui.long_context()
+
+if vendor_tab.open:
+    with vendor_tab:
+        vendor_ui.section()

@@ -243,3 +243,15 @@ def test_a_long_decode_step_on_cudnn_follows_the_kv_bytes():
     ms = {r["variant"]: r["device_ms"] for r in rows if r["status"] == runs.OK}
     assert set(ms) == {"MHA", "GQA", "MQA"}, rows
     assert ms["MHA"] > 3 * ms["GQA"] and ms["GQA"] > ms["MQA"], ms
+
+
+def test_nvidias_8k_rows_measured_live_come_within_reach_of_nvidias_figures():
+    """The vendor table's live measurement on a Hopper GPU: every 8k row gets a number, its clock, and a ratio to
+    NVIDIA's figure that is plausible for the same kernel family (0.7-1.15x: a wrong FLOP count or a wrong kernel
+    lands outside)."""
+    from attnlab.studies import vendor
+
+    t = vendor.measure(("bf16 T8192", "bf16 T8192 causal", "fp8 T8192"))
+    assert t["lab_tflops"].notna().all(), list(t["note"])
+    assert t["lab_over_nvidia"].between(0.7, 1.15).all(), t[["precision", "mask", "lab_tflops", "nvidia_tflops"]]
+    assert t["clock_mhz"].notna().all()

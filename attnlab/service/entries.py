@@ -55,6 +55,7 @@ LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
     ("attnlab.studies.fp8_study:te_autocast_study", None),
     ("attnlab.studies.fp8_study:te_block_study", None),
     ("attnlab.studies.fp8_study:fp8_attention_study", None),
+    ("attnlab.studies.vendor:measure", _not_busy),
     ("attnlab.backends.tokamax:inner_loop_source", None),
     ("attnlab.studies.ring_live:unmet", None),
     ("attnlab.studies.ring_live:compare", None),

@@ -115,9 +115,10 @@ def test_benchmarks_page_at_a_custom_shape_from_the_url(without_shipped):
     assert sorted(timings(every_implementation(at))["implementation"]) == sorted(supported(SMALL_SHAPE))
 
 
-def test_the_page_is_four_tabs_each_saying_what_to_look_at(without_shipped):
+def test_the_page_is_five_tabs_each_saying_what_to_look_at(without_shipped):
     at = open_page(P7, SMALL)
-    assert [t.label for t in at.tabs] == ["At your shape", "How it is timed", "Sweeps", "Long context on an H200"]
+    assert [t.label for t in at.tabs] == ["At your shape", "How it is timed", "Sweeps", "Long context on an H200",
+                                          "NVIDIA's H200 table"]
     said = [texts(open_page(P7, SMALL, tab=("p7_tab", t.label)), "caption").count("What to look at")
             for t in at.tabs[:3]]  # the long-context tab says it only with data
     assert said == [1, 1, 1]
@@ -338,3 +339,19 @@ def test_the_clock_note_on_page_7_points_to_this_pages_tab_by_its_name():
         words = texts(open_page(P7, SMALL, tab=tab), "caption")
         assert "timed warm, with the clock not read" in words
         assert "page 7's" not in words and "this page's *Long context on an H200* tab" in words
+
+
+@pytest.mark.skipif(not ON_CPU, reason="a Hopper GPU measures live (tests/test_gpu.py)")
+def test_nvidias_table_on_a_cpu_shows_the_h200_measurement_labelled_beside_nvidias_figures(without_shipped):
+    from attnlab.studies import vendor
+
+    at = open_page(P7, SMALL, tab=("p7_tab", "NVIDIA's H200 table"))
+    assert not at.exception, [e.value for e in at.exception]
+    (table,) = [d for d in frames(at, "nvidia_tflops")]
+    assert list(table["nvidia_tflops"]) == [r.tflops for r in vendor.VENDOR]
+    measured = table.dropna(subset=["lab_tflops"])
+    assert set(measured["seq"]) == {8192} and len(measured) == 4  # the H200 run: 8k rows, bf16 and FP8
+    assert (measured["lab_over_nvidia"] - measured["lab_tflops"] / measured["nvidia_tflops"]).abs().max() < 1e-9
+    said = f"{texts(at, 'info')} {texts(at, 'caption')}"
+    assert "no Hopper GPU" in said and "measured on an H200" in said and "2026-12-03" in said
+    assert not [b for b in at.button if b.key == "btn_p7_vendor"]  # nothing to press without a GPU
