@@ -50,8 +50,11 @@ def on_device(fn, *args, **kwargs):
     """fn(*args, **kwargs), run by the device worker (fn: an entry point, attnlab/service/entries.py, or its
     "module:function" name), kept per arguments: everyone who asks the same thing shares one answer."""
     r = Request.of(fn, *args, **kwargs)
+    from pages import waiting  # (it reads worker_info, below)
+
     try:
-        return _on_device(r.fn, r.args, r.kwargs)
+        with waiting.spinner(r):  # shown only if the answer is not kept already (after half a second)
+            return _on_device(r.fn, r.args, r.kwargs)
     except _NotKept as e:
         return e.value
 

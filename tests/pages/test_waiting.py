@@ -1,0 +1,49 @@
+"""What a page says while it waits for the device (pages/waiting.py): every entry point has a phrase, a run says what
+it times at which shape, and a request that takes time shows a spinner naming its work (a kept answer none)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("streamlit")
+
+from attnlab.service import entries
+from attnlab.service.request import Request
+from attnlab.shapes import AttentionShape
+from pages import waiting
+
+
+def test_every_entry_point_has_a_phrase_a_learner_can_read():
+    missing = [name for name, _ in entries.LISTED if name not in waiting.WORK]
+    assert missing == []
+
+
+def test_a_run_says_what_it_does_at_which_shape():
+    shape = AttentionShape(q_len=256, kv_len=256)
+    said = waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive", "sdpa_xla", "sdpa_cudnn"),
+                                       accuracy=False, timed=True, backward=True))
+    assert said == f"timing 3 implementations (forward and backward) at {shape.describe()}"
+    assert waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive",))).startswith(
+        "running and checking against float64 1 implementation at")
+
+
+def test_every_device_request_of_a_page_waits_under_a_spinner_naming_its_work(monkeypatch):
+    """common.on_device (every page's way to the device) waits inside waiting.spinner, whose text names the work
+    and counts the seconds (Streamlit shows it only after half a second: a kept answer shows nothing)."""
+    import contextlib
+
+    from pages import common
+
+    shown = []
+
+    @contextlib.contextmanager
+    def spinner(text, show_time=False):
+        shown.append((text, show_time))
+        yield
+
+    monkeypatch.setattr(waiting.st, "spinner", spinner)
+    monkeypatch.setattr(waiting, "line_now", lambda: " The device had 1 run going and 2 waiting a moment ago.")
+    monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs: "answer")
+    assert common.on_device("attnlab.yourturn.grade:check", 1) == "answer"
+    assert shown == [("The device worker is checking your answer against float64 at every case … The device had 1 "
+                      "run going and 2 waiting a moment ago.", True)]
