@@ -6,6 +6,7 @@ in the URL, and the device). Each page is a thin script in pages/ over the `attn
 
 import gc
 import threading
+from pathlib import Path
 
 import jax
 import streamlit as st
@@ -36,6 +37,13 @@ PAGES = [
     st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
     st.Page("pages/p10_across_gpus.py", title="10 · Across GPUs", icon="🔗", url_path="across-gpus"),
 ]
+
+def page_file(page) -> str:
+    """The running page's file as app.py names it ("pages/p4_....py"), or "" (Streamlit keeps it as `_page`; a test
+    of the footers, tests/pages/test_guide.py, fails if that changes)."""
+    source = getattr(page, "_page", None)
+    return f"pages/{Path(source).name}" if isinstance(source, (str, Path)) else ""
+
 
 def _first_page() -> None:
     """/formula, /attention and /home: the first page is served at the root URL, so these links lead there."""
@@ -100,6 +108,7 @@ with activity.page_running():
         with st.sidebar.expander("📖 Glossary"):
             guide.glossary()
         page.run()
+        guide.step_footer(page_file(page))
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
 freeze_once()

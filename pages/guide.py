@@ -10,14 +10,14 @@ import streamlit as st
 CODELAB = [
     ("How attention works", "pages/p1_attention.py", "the four stages on a tiny example"),
     ("Setup: is the default backend a GPU?", "pages/p2_gpu_check.py", "*This machine*"),
-    ("Build Q, K, V test arrays", "pages/p3_qkv.py", "button **Make Q, K and V … on the device**"),
+    ("Build Q, K, V test arrays", "pages/p3_qkv.py", "*Q, K and V on the device* (made as the page opens; a button at large shapes)"),
     ("Naive attention", "pages/p4_naive_vs_fused.py",
-     "*Same answer?*, button **Run naive, SDPA and the float64 reference**; ✍️ write it yourself at the end"),
+     "*Same answer?* (run as the page opens; a button at large shapes); ✍️ write it yourself at the end"),
     ("JAX native SDPA (`implementation=None`)", "pages/p4_naive_vs_fused.py", "*What does `implementation=None` run?*"),
     ("cuDNN fused attention (`HAS_CUDNN_SDPA`)", "pages/p5_cudnn.py",
-     "*The code you would write*, button **Run in bfloat16 against float64**"),
+     "*The code you would write*, then bfloat16 against float64 (run as the page opens; a button at large shapes)"),
     ("Causal masking", "pages/p6_causal.py",
-     "button **Compute the heatmaps**; *First position against last*, button **Compare first and last**"),
+     "the heatmaps and *First position against last* (computed as the page opens up to T 512; buttons above)"),
     ("Timing attention variants (`benchmark_attention`)", "pages/p7_benchmarks.py",
      "tab *At your shape* (timed on load); tab *How it is timed*"),
     ("Sequence-length sweep", "pages/p7_benchmarks.py", "tab *Sweeps*, button **Run the sequence sweep**"),
@@ -71,6 +71,27 @@ def codelab_path() -> None:
     st.caption("Beyond the codelab:")
     for step, page in BEYOND:
         st.page_link(page, label=step)
+
+
+def steps_on(page: str) -> list[int]:
+    """The codelab's step numbers (1-based) that `page` (its file) covers."""
+    return [i for i, (_, p, _) in enumerate(CODELAB, 1) if p == page]
+
+
+def step_footer(page: str) -> None:
+    """Under a page: which codelab steps it covers, and a link to the page of the next step (or beyond the codelab)."""
+    mine = steps_on(page)
+    if not mine:
+        return
+    st.divider()
+    names = "; ".join(f"{i}. {CODELAB[i - 1][0]}" for i in mine)
+    st.caption(f"📓 The codelab's Lesson 5, step{'s' * (len(mine) > 1)} on this page: {names}.")
+    following = [(i, step, p) for i, (step, p, _) in enumerate(CODELAB, 1) if i > mine[-1] and p != page]
+    if following:
+        i, step, p = following[0]
+        st.page_link(p, label=f"Next: codelab step {i}. {step}", icon="➡️")
+    else:
+        st.page_link(BEYOND[0][1], label=f"Beyond the codelab: {BEYOND[0][0]}", icon="➡️")
 
 
 def glossary() -> None:

@@ -2,11 +2,16 @@
 names is a button that page draws, and each glossary word is one the lab uses."""
 
 import re
+import sys
 from pathlib import Path
 
 from tests.apptest_util import APP, open_page
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+from capacity import page_paths  # noqa: E402
+
+URLS = page_paths()  # {page file: its URL path}
 
 
 def _sources(page: str) -> str:
@@ -59,3 +64,23 @@ def test_the_sidebar_has_the_codelab_path_and_the_glossary_on_every_page():
         assert "📓 The codelab, step by step" in labels and "📖 Glossary" in labels
         links = [p.proto.label for p in at.get("page_link")]
         assert "4. Naive attention" in links and "10. Batch-size sweep" in links
+
+
+def test_each_codelab_page_says_its_steps_and_links_the_next_steps_page():
+    """Under each page: the codelab steps it covers, and a link to the next step's page (the last: beyond it)."""
+    from pages import guide
+
+    pages = list(dict.fromkeys(p for _, p, _ in guide.CODELAB))
+    for here, following in zip(pages, [*pages[1:], None]):
+        at = open_page(here)
+        assert not at.exception, (here, [e.value for e in at.exception])
+        main = [p.proto for p in at.get("page_link") if p.proto.label.startswith(("Next: ", "Beyond the codelab"))]
+        assert len(main) == 1, (here, [p.proto.label for p in at.get("page_link")])
+        captions = " ".join(c.value for c in at.caption)
+        assert all(f"{i}. {guide.CODELAB[i - 1][0]}" in captions for i in guide.steps_on(here)), here
+        if following:
+            first = guide.steps_on(following)[0]
+            assert main[0].label == f"Next: codelab step {first}. {guide.CODELAB[first - 1][0]}", here
+            assert main[0].page == URLS[following], here
+        else:
+            assert main[0].label.startswith("Beyond the codelab")
