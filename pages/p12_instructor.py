@@ -7,7 +7,7 @@ import streamlit as st
 from attnlab import service
 from attnlab.service.request import Request
 from attnlab.yourturn import exercises, progress
-from pages import common
+from pages import common, p12_instructor_titles
 
 st.title("Instructor: where the class is")
 st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. An attempt is "
@@ -22,7 +22,7 @@ def live() -> None:
     for name, ex in exercises.EXERCISES.items():
         c = counts.get(name, {})
         top = ", ".join(f"{m} ({n})" for m, n in list(c.get("mistakes", {}).items())[:3])
-        rows.append({"exercise": ex.title, "page": ex.page.split("/")[-1], "learners": c.get("learners", 0),
+        rows.append({"exercise": ex.title, "page": p12_instructor_titles.TITLES.get(ex.page, ex.page), "learners": c.get("learners", 0),
                      "attempts": c.get("attempts", 0),
                      "passed": c.get("passes", 0), "refused": c.get("refused", 0),
                      "mistakes most often named": top or None})

@@ -143,7 +143,8 @@ def notes(df: pd.DataFrame, on_gpu: bool) -> list[str]:
         return []
     out = []
     spread = ok["wall_ms_iqr"] / ok["wall_ms"] * 100
-    out.append(f"Wall spread (the middle half of the samples, IQR) is {spread.min():.0f}–{spread.max():.0f} % of the "
+    low, high = round(spread.min()), round(spread.max())
+    out.append(f"Wall spread (the middle half of the samples, IQR) is {low}{f'–{high}' if high != low else ''} % of the "
                "median here." + ("" if on_gpu else " CPU timings are noisy: the cores are shared with the operating "
                                  "system, the server and other learners; a difference smaller than the spread is noise."))
     rows = ok.set_index("implementation")

@@ -84,3 +84,24 @@ def test_each_codelab_page_says_its_steps_and_links_the_next_steps_page():
             assert main[0].page == URLS[following], here
         else:
             assert main[0].label.startswith("Beyond the codelab")
+
+
+def test_the_instructors_page_names_each_exercises_page_by_its_title_in_the_navigation():
+    from attnlab.yourturn import exercises
+    from pages import p12_instructor_titles as titles
+
+    app = (ROOT / APP).read_text()
+    for ex in exercises.EXERCISES.values():
+        assert f'st.Page("{ex.page}", title="{titles.TITLES[ex.page]}"' in app, ex.page
+
+
+def test_one_timed_implementation_gives_one_spread_not_a_range_of_one():
+    import pandas as pd
+
+    from attnlab.measure import runs
+    from attnlab.studies import timing_demo
+
+    df = pd.DataFrame([{"implementation": "naive", "status": runs.OK, "wall_ms": 2.0, "wall_ms_iqr": 0.5,
+                        "throughput_ms": 2.0, "compiled_before": None}])
+    first = timing_demo.notes(df, on_gpu=False)[0]
+    assert "is 25 % of the median" in first and "–" not in first.split("median")[0]
