@@ -187,9 +187,15 @@ def requirements_table(shape: AttentionShape, info: device.DeviceInfo | None = N
     return pd.DataFrame(on_device(backends.requirement_rows, shape, tuple(names) if names else None))
 
 
-def support_table(shape: AttentionShape) -> pd.DataFrame:
-    return pd.DataFrame([{"implementation": n, "label": REGISTRY[n].label, "runs here": "no" if why else "yes",
-                          "why not": why or ""} for n, why in unmet(shape).items()])
+def support_table(shape: AttentionShape, merged: bool = False) -> pd.DataFrame:
+    """Each implementation, whether it runs this shape here and why not; `merged`: implementations refused for the
+    same reason share one row (four tokamax kernels missing one package are one sentence, not four)."""
+    df = pd.DataFrame([{"implementation": n, "label": REGISTRY[n].label, "runs here": "no" if why else "yes",
+                        "why not": why or ""} for n, why in unmet(shape).items()])
+    if not merged or df.empty:
+        return df
+    return (df.groupby(["runs here", "why not"], sort=False, as_index=False)
+            .agg({"implementation": ", ".join, "label": "; ".join})[list(df.columns)])
 
 
 # One label, unit and format per measurement column, on every page's tables.

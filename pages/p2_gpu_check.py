@@ -22,7 +22,7 @@ if info.backend != "gpu":
 
 shape = common.require_shape()
 st.subheader(f"Implementations at {shape.describe()}")
-common.text_table(common.support_table(shape))
+common.text_table(common.support_table(shape, merged=True))
 
 st.subheader("Each implementation's requirements")
 st.write("What each backend declares it needs, what is here, and whether it is met. The first unmet one is the "

@@ -69,7 +69,7 @@ if here.open:
                 common.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
         else:
             st.info(f"This shape is {shape.flops() / 1e9:,.1f} GFLOP per call; press the button to time it here.")
-        cannot = common.support_table(shape).query("`runs here` == 'no'")
+        cannot = common.support_table(shape, merged=True).query("`runs here` == 'no'")
         if len(cannot):
             st.markdown("**Cannot run this shape here**")
             common.text_table(cannot[["implementation", "label", "why not"]])

@@ -105,3 +105,15 @@ def test_one_timed_implementation_gives_one_spread_not_a_range_of_one():
                         "throughput_ms": 2.0, "compiled_before": None}])
     first = timing_demo.notes(df, on_gpu=False)[0]
     assert "is 25 % of the median" in first and "–" not in first.split("median")[0]
+
+
+def test_implementations_refused_for_one_reason_share_one_row(monkeypatch):
+    from attnlab.shapes import AttentionShape
+    from pages import common
+
+    why = "needs tokamax: installed and importable (here: tokamax is not installed (pip install tokamax))"
+    monkeypatch.setattr(common, "unmet", lambda shape: {"naive": None, "tokamax_triton": why, "tokamax_mosaic": why,
+                                                        "sdpa_cudnn": "needs an NVIDIA GPU"})
+    t = common.support_table(AttentionShape(), merged=True)
+    assert list(t["implementation"]) == ["naive", "tokamax_triton, tokamax_mosaic", "sdpa_cudnn"]
+    assert list(t["why not"]).count(why) == 1 and len(common.support_table(AttentionShape())) == 4
