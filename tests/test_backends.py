@@ -150,3 +150,16 @@ def test_cudnns_head_dim_rule_is_said_per_gpu_family_and_for_the_gpu_it_judged()
     assert all(family in row.needed for family in ("Ampere", "Hopper", "Blackwell"))
     if not device.info().is_cuda:  # judged for the H200 the shipped numbers come from, and said so
         assert row.met and "H200" in row.here
+
+
+def test_a_known_compiler_abort_is_refused_in_one_plain_sentence_without_xlas_internals():
+    import dataclasses
+
+    from attnlab import device
+    from attnlab.backends import known_aborts
+
+    k = known_aborts.KNOWN[0]
+    info = dataclasses.replace(device.info(), backend=k.backend)
+    said = known_aborts.refusal(k.backends[0], AttentionShape(dtype=k.dtype, head_dim=k.head_dim), info)
+    assert said and "known to crash" in said and "head_dim" in said
+    assert not any(w in said for w in ("Check failed", ".cc", "HloOpcode", "SIGABRT")), said
