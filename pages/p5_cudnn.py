@@ -137,7 +137,8 @@ if len(ref):
     if cu is not None and xla is not None and ok["device_ms"].notna().all() and cu["wall_ms"] >= 0.9 * xla["wall_ms"]:
         # said only when the walls hide the kernel's lead, as they did on the H200 at this shape
         n_cu = int(cu["kernel_count"])
-        st.info(f"At a shape this small the GPU works for microseconds: cuDNN's {'one kernel' if n_cu == 1 else f'{n_cu} kernels'} "
+        st.info(f"At the codelab's shape ({cu['shape']}, this table's; not necessarily yours) the GPU works for "
+                f"microseconds: cuDNN's {'one kernel' if n_cu == 1 else f'{n_cu} kernels'} "
                 f"took {cu['device_ms'] * 1e3:.1f} µs against XLA's {xla['device_ms'] * 1e3:.1f} µs in "
                 f"{int(xla['kernel_count'])} kernels, but each call's wall time (cuDNN {cu['wall_ms']:.3f} ms, XLA "
                 f"{xla['wall_ms']:.3f} ms) is mostly Python and the launch, so the walls tie or even favour XLA. "
