@@ -22,7 +22,9 @@ st.write(
     "`implementation=None` it does not: today JAX picks **XLA's own code**, which keeps the whole T × S score "
     "matrix just as naive does. This page shows both facts from the programs compiled on this machine."
 )
-codeblock.code(inspect.getsource(attention.weights) + "\n\n" + inspect.getsource(attention.attention))
+codeblock.code("import jax.numpy as jnp\n\n" + inspect.getsource(attention.naive_attention))
+with st.expander("The lab's own naive attention (masks, GQA, the float64 reference): `attnlab.math.attention`"):
+    codeblock.code(inspect.getsource(attention.weights) + "\n\n" + inspect.getsource(attention.attention))
 
 shape = common.require_shape()
 info = common.device_info()

@@ -163,3 +163,16 @@ def test_a_known_compiler_abort_is_refused_in_one_plain_sentence_without_xlas_in
     said = known_aborts.refusal(k.backends[0], AttentionShape(dtype=k.dtype, head_dim=k.head_dim), info)
     assert said and "known to crash" in said and "head_dim" in said
     assert not any(w in said for w in ("Check failed", ".cc", "HloOpcode", "SIGABRT")), said
+
+
+def test_the_four_line_naive_attention_page_4_shows_matches_the_float64_reference():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attnlab.math import attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 16, 4, 8)) for _ in range(3))
+    want = attention.attention(q, k, v, xp=np)  # float64, NumPy
+    got = np.asarray(attention.naive_attention(*(jnp.asarray(x, jnp.float32) for x in (q, k, v))))
+    assert np.abs(got - want).max() < 1e-5

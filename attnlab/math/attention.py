@@ -99,3 +99,11 @@ def attention(q, k, v, *, mask: Mask | None = None, xp=jnp,
     w = weights(q, k, causal=causal, window=window, kv_lengths=kv_lengths, mask=mask, xp=xp)
     out = attend(w, v, xp)
     return out.astype(q.dtype) if xp is jnp else out
+
+
+def naive_attention(q, k, v):
+    """Attention from scratch in four lines, as a notebook writes it: Q, K, V all (B, T, N, H), no mask."""
+    s = jnp.einsum("btnh,bsnh->bnts", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)  # scores, scaled
+    w = jnp.exp(s - s.max(axis=-1, keepdims=True))  # softmax over the keys, safely:
+    w = w / w.sum(axis=-1, keepdims=True)  # subtract the row's max, exponentiate, normalise
+    return jnp.einsum("bnts,bsnh->btnh", w, v)  # attend: weights times values
