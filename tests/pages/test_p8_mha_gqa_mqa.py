@@ -170,3 +170,13 @@ def test_a_decode_step_that_would_take_minutes_is_refused_before_its_button():
     assert not at.exception
     assert any("would hold this CPU for at least" in w.value and "limit of 60 s" in w.value for w in at.warning)
     assert "btn_p8_decode" not in [b.key for b in at.button]
+
+
+def test_the_variants_forward_pass_is_timed_on_its_button_one_row_per_variant_and_implementation():
+    at = open_page(PAGE, SMALL)
+    assert not [d for d in frames(at, "wall_ms") if "variant" in d]  # nothing timed before the click
+    button(at, "btn_p8_forward").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (timed,) = [d for d in frames(at, "wall_ms") if "variant" in d and "kv_heads" in d]
+    assert set(timed["variant"]) == {"MHA", "GQA", "MQA"} and (timed["wall_ms"] > 0).all()
+    assert len(timed) == 3 * timed["implementation"].nunique()
