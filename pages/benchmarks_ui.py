@@ -145,6 +145,10 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
     if not ship.empty:  # the page's width: one column per implementation
         st.markdown("**📦 The H200's sweep as the codelab prints it: ms per call (wall), one column per implementation**")
         common.table(ms_per_call(ship, field))
+        st.caption("This sweep and the table of the codelab's shape (tab *At your shape*) are separate runs on the "
+                   "H200, minutes apart: where a shape appears in both (B4 T128, say) their wall times differ by about "
+                   "their spread (the IQR columns), since a call there lasts tens of microseconds, mostly Python "
+                   "and the launch. Compare rows within one table.")
     if df is not None:
         cols = [field, "implementation", "dtype", "pass", "wall_ms", "wall_ms_iqr", "throughput_ms", "device_ms",
                 "tflops", "device_tflops", "pct_of_peak", "timing_note"]
