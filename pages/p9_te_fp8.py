@@ -68,6 +68,12 @@ if df is not None:
     sections.results(df, ["q_len", "implementation", "wall_ms", "throughput_ms", "device_ms", "tflops",
                           "device_tflops", "pct_of_peak", "kernel_count"], failed=False)
     sections.not_run(df, keys=("q_len", "implementation"))
+    st.caption("Two TFLOP/s columns, two questions. **device TFLOP/s** is the kernels' own speed (FLOPs over CUPTI "
+               "kernel time): read it to compare kernels. **TFLOP/s** is over the throughput time, which at short "
+               "sequences is mostly launching the call: a few microseconds of Python and driver work per call swamp "
+               "a kernel of a few microseconds, so there a one-kernel cuDNN call can look slower than XLA's and even "
+               "slower than at twice the length. Up to about T 512 this sweep is launch-bound; beyond, the two "
+               "columns converge.")
     common.download(df, "te_sweep", "Download the TE sweep (CSV)")
 
 st.header("FP8, told truthfully")
