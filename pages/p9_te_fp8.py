@@ -72,7 +72,7 @@ if df is not None:
                "kernel time): read it to compare kernels. **TFLOP/s** is over the throughput time, which at short "
                "sequences is mostly launching the call: a few microseconds of Python and driver work per call swamp "
                "a kernel of a few microseconds, so there a one-kernel cuDNN call can look slower than XLA's and even "
-               "slower than at twice the length. Here cuDNN and TE stay near 0.07 ms a call up to T 1,024 whatever the "
+               "slower than at twice the length. In the shipped H200 sweep cuDNN and TE stay near 0.07 ms a call up to T 1,024 whatever the "
                "length (launch-bound); at T 2,048 the two columns come close. XLA's kernels are slower, so its "
                "columns meet from T 512.")
     common.download(df, "te_sweep", "Download the TE sweep (CSV)")
