@@ -4,6 +4,7 @@
     results = service.call(runs.run, shape, ("naive", "sdpa_cudnn"), timed=True)
 
     request.py     a Request (an entry point and its arguments) and its Reply; WorkerLost
+    client.py      DeviceClient: the methods every home of the worker below implements (the one boundary)
     entries.py     the entry points a request may name: the lab's functions that run on the device
     worker.py      the device worker: owns one GPU, serves requests, shares and keeps results
     local.py       the worker in this process (the CLI and unit tests: no process boundary)
@@ -19,7 +20,9 @@ from __future__ import annotations
 import threading
 import time
 
+from attnlab.service.client import DeviceClient
 from attnlab.service.request import Reply, Request, WorkerLost
+from attnlab.service.worker import WorkerInfo
 from attnlab.settings import settings
 
 __all__ = ["Reply", "Request", "WorkerLost", "call", "client", "ready", "send", "start", "workers"]
@@ -29,8 +32,9 @@ _LOCK = threading.Lock()
 WORKER_ENV: dict[str, str] = {}  # what the app's device worker runs with (serve.py: the GPU's JAX_PLATFORMS)
 
 
-def client():
-    """This process's way to the device worker(s), made on first use as ATTNLAB_DEVICE says."""
+def client() -> DeviceClient:
+    """This process's way to the device worker(s), made on first use as ATTNLAB_DEVICE says (the declared
+    boundary: attnlab/service/client.py)."""
     with _LOCK:
         if not _CLIENT:
             s = settings()
@@ -64,7 +68,7 @@ def call(fn, *args, **kwargs):
     return send(Request.of(fn, *args, **kwargs)).unwrap()
 
 
-def workers() -> list:
+def workers() -> list[WorkerInfo]:
     """Every device worker's figures now (attnlab.service.worker.WorkerInfo), those that answer."""
     return client().infos()
 
