@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from attnlab.measure import timing
+from attnlab.measure import cost, timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
-from pages import codeblock, common, sections, vendor_ui
+from pages import codeblock, common, sections, vendor_ui, waiting
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
@@ -69,6 +69,9 @@ if here.open:
                 common.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
         else:
             st.info(f"This shape is {shape.flops() / 1e9:,.1f} GFLOP per call; press the button to time it here.")
+            note = waiting.long_work_note(common.on_device(cost.timing_seconds, (shape,), len(timed)))
+            if note:
+                st.warning(note)
         cannot = common.support_table(shape, merged=True).query("`runs here` == 'no'")
         if len(cannot):
             st.markdown("**Cannot run this shape here**")

@@ -34,6 +34,7 @@ WORK = {
     "attnlab.backends:refusal": "reading why an implementation refuses",
     "attnlab.measure.timing:launch_note": "reading how this server launches kernels",
     "attnlab.measure.cost:too_slow_plan": "estimating how long these runs would hold the device",
+    "attnlab.measure.cost:timing_seconds": "estimating how long a timing would hold the device",
     "attnlab.studies.memory:same_program": "comparing two compiled programs",
     "attnlab.studies.layout:placement": "reading where the arrays live",
     "attnlab.backends.tokamax:inner_loop_source": "reading tokamax's kernel source",
@@ -75,3 +76,15 @@ def line_now() -> str:
 def spinner(request: Request):
     with st.spinner(f"The device worker is {describe(request)} …{line_now()}", show_time=True):
         yield
+
+
+LONG_S = 20.0  # work the cost model says holds the device longer than this is announced before its button
+
+
+def long_work_note(seconds: float) -> str:
+    """A sentence before a button whose work holds the device at least `seconds` (over LONG_S), else ''."""
+    if seconds <= LONG_S:
+        return ""
+    return (f"⏳ This will hold the device for at least {seconds:,.0f} s here (the lab's cost model: its FLOPs at the "
+            "rate a plain matmul reaches on this device; attention is slower than that), and other learners' runs "
+            "wait behind it. A smaller shape answers in seconds.")

@@ -72,3 +72,12 @@ def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls:
     return (f"These {sum(cells)} runs would hold {where} for at least {seconds:,.0f} s (their FLOPs at the rate a plain "
             f"matmul reaches here), over the lab's limit of {limit_s:,.0f} s for one button: make the shape smaller (kv_len, "
             "q_len, heads or head_dim) or choose fewer cells.")
+
+
+def timing_seconds(shapes: Sequence[AttentionShape], implementations: int) -> float:
+    """A lower bound on the device seconds timing `implementations` implementations at each of `shapes` takes here
+    (the run layer's fewest calls each: timing.MIN_CALLS, plus one checked against float64): what a page says
+    before such a button, so a learner knows when it will take a while."""
+    from attnlab.measure import timing
+
+    return implementations * sum(at_least_seconds(s, timing.MIN_CALLS + 1) for s in shapes)

@@ -46,6 +46,7 @@ LISTED: tuple[tuple[str, Callable[[Any], bool] | None], ...] = (
     ("attnlab.backends:refusal", None),
     ("attnlab.measure.timing:launch_note", None),
     ("attnlab.measure.cost:too_slow_plan", None),
+    ("attnlab.measure.cost:timing_seconds", None),
     ("attnlab.studies.memory:compiled_memory", _not_busy),
     ("attnlab.studies.memory:same_program", None),
     ("attnlab.studies.layout:placement", None),
