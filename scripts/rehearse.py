@@ -46,6 +46,9 @@ from urllib.parse import urlencode
 import psutil
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attnlab.procs import tree  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import page_paths, percentile, session_shapes  # noqa: E402
 from cluster_pods import ROOT, Cluster, Image  # noqa: E402
@@ -150,14 +153,41 @@ class Rehearsal:
             time.sleep(0.5)
         return time.monotonic() - t0
 
-    def warm(self) -> None:
-        """Every replica opens its first page once (the app then warms the device workers), as class_server does."""
+    def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 240.0) -> float:
+        """Every replica opens its first page once (the app then warms the device workers), then wait until the UI
+        pods and the device workers are idle, as class_server does: a class arrives after its server has warmed
+        (the runbook's step 1 is 30 minutes ahead), not into its warm-up's tuned compiles. Seconds it took."""
+        t0 = time.monotonic()
+
         async def first() -> None:
             for pod in self.cluster.ui:
                 tab = await Tab.open(f"http://127.0.0.1:{pod.ports[8501]}")
                 await tab.visit("", "", 300)
                 await tab.close()
         asyncio.run(first())
+        seen: dict[int, float] = {}
+
+        def cpu_s() -> float:  # the UI containers' trees and the device workers (Ray's own daemons never idle)
+            procs = {q.pid: q for k in self.kubelets.values() if k.proc and k.pod.name.startswith("ui-")
+                     for q in tree(k.proc.pid)}
+            procs.update({w.pid: w for w in self.device_workers()})
+            for p in procs.values():
+                try:
+                    t = p.cpu_times()
+                    seen[p.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+            return sum(seen.values())
+
+        last, quiet_since = cpu_s(), None
+        while time.monotonic() - t0 < timeout:
+            time.sleep(0.5)
+            now = cpu_s()
+            busy, last = (now - last) / 0.5, now
+            quiet_since = (quiet_since or time.monotonic()) if busy < idle_cores else None
+            if quiet_since and time.monotonic() - quiet_since >= quiet_s:
+                break
+        return time.monotonic() - t0
 
     def down(self) -> None:
         for k in self.kubelets.values():
@@ -173,14 +203,18 @@ class Rehearsal:
         if not self.args.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def device_worker(self) -> psutil.Process | None:
+    def device_workers(self) -> list[psutil.Process]:
+        found = []
         for p in psutil.process_iter():
             try:
                 if "ray::DeviceActor" in " ".join(p.cmdline()) and str(self.root) in p.environ().get("TMPDIR", ""):
-                    return p
+                    found.append(p)
             except psutil.Error:
                 continue
-        return None
+        return found
+
+    def device_worker(self) -> psutil.Process | None:
+        return next(iter(self.device_workers()), None)
 
     def run(self) -> dict:
         a = self.args
@@ -188,7 +222,7 @@ class Rehearsal:
                         "mode": a.mode}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
-        self.warm()
+        report["warm_s"] = self.warm()
         rng = random.Random(a.seed)
         pages = list(page_paths().items())
         shapes = session_shapes(a.mode, a.learners, rng)
@@ -366,7 +400,7 @@ def summary(r: dict) -> str:
     c = r["class"]
     lines = [f"rehearsal: {r['ui_replicas']} UI replicas, {r['device_workers']} device workers"
              f"{' (fake GPUs)' if r['fake_gpus'] else ''}, {r['learners']} learners; every pod ready after "
-             f"{r['ready_after_s']:.1f} s; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'})",
+             f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'})",
              f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
              f"{c['errors']} errors, replicas {c['replicas']}"]
     for f in r["faults"]:
