@@ -59,7 +59,7 @@ def test_dot_product_attention_is_accepted_in_decode_its_prompt_says_so_and_from
 
 
 def test_a_decode_step_with_a_top_left_causal_mask_is_named():
-    v = grade.check("decode", DPA.replace("v_cache)", "v_cache, is_causal=True)"))
+    v = grade.check("decode", DPA.replace("k_cache, v_cache)\n", "k_cache, v_cache, is_causal=True)\n"))
     assert v.status == "wrong" and "causal mask from the top left" in v.mistakes, (v.status, v.mistakes, v.message)
     assert exercises.DECODE_CAUSAL.sentence in v.hints
 
