@@ -151,6 +151,10 @@ HOSTILE = {
     "no function of that name": "def helper(q):\n    return q\n",
     "top-level statement": "x = 1\n" + _fn("return q"),
     "a connection": _fn("c = socket.create_connection(('127.0.0.1', 1))\nreturn q"),
+    "bool's methods": _fn("return bool.mro()"),
+    "bool's dunders": _fn("return bool.__subclasses__()"),
+    "an array method not listed": _fn("return q.any().item()"),
+    "dot_product_attention from scratch": _fn("return jax.nn.dot_product_attention(q, k, v)"),
 }
 # allowed by the allowlist, stopped by the layers around it
 LIMITED = {
