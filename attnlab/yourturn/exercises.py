@@ -187,12 +187,13 @@ KV_COPIED = Mistake(
 
 def copies_kv(case: Case, shapes) -> bool:
     """Whether a traced program (the shapes of what it built) holds K or V at N heads: an array with the
-    case's S and H axes and at least B·S·N·H elements. Decided only at cases where T ≠ S (otherwise the output,
-    (B, T, N, H), has that size too) and a K/V head serves more than one query head."""
+    case's S and H axes and exactly B·S·N·H elements (a repeat, a tile, a gather or a broadcast to the N heads;
+    not a larger outer product, which is wasteful but no copy of K/V). Decided only at cases where T ≠ S
+    (otherwise the output, (B, T, N, H), has that size too) and a K/V head serves more than one query head."""
     (_, (B, T, N, H), _), (_, (_, S, K, _), _) = case.arrays[0], case.arrays[1]
     if T == S or N == K or S == H:
         return False
-    return any(S in shape and H in shape and math.prod(shape) >= B * S * N * H for shape in shapes)
+    return any(S in shape and H in shape and math.prod(shape) == B * S * N * H for shape in shapes)
 
 
 # ------------------------------------------------------------------------------------------------
