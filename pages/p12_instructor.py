@@ -1,18 +1,37 @@
 """For the instructor: where the class is stuck (counts only) and the GPU queue, refreshed every 5 s.
 Listed only for a browser that opened the lab with ?instructor=<ATTNLAB_INSTRUCTOR_TOKEN> (app.py)."""
 
+import ast
+import functools
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
 from attnlab import service
 from attnlab.service.request import Request
 from attnlab.yourturn import exercises, progress
-from pages import common, p12_instructor_titles
+from pages import common
 
 st.title("Instructor: where the class is")
 st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. An attempt is "
            "one learner's distinct answer (the same code checked again counts once); a refusal is code the lab "
            "would not run.")
+
+
+@functools.cache
+def page_title(path: str) -> str:
+    """The title a learner sees for the page at `path` (its own st.title, as the sidebar names it), read from its
+    source; the file name where it has none."""
+    try:
+        tree = ast.parse((Path(__file__).resolve().parents[1] / path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return path.split("/")[-1]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "title"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            return node.args[0].value
+    return path.split("/")[-1]
 
 
 @st.fragment(run_every=5)
@@ -22,7 +41,7 @@ def live() -> None:
     for name, ex in exercises.EXERCISES.items():
         c = counts.get(name, {})
         top = ", ".join(f"{m} ({n})" for m, n in list(c.get("mistakes", {}).items())[:3])
-        rows.append({"exercise": ex.title, "page": p12_instructor_titles.TITLES.get(ex.page, ex.page), "learners": c.get("learners", 0),
+        rows.append({"exercise": ex.title, "page": page_title(ex.page), "learners": c.get("learners", 0),
                      "attempts": c.get("attempts", 0),
                      "passed": c.get("passes", 0), "refused": c.get("refused", 0),
                      "mistakes most often named": top or None})

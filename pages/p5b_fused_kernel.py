@@ -62,9 +62,10 @@ if tabs[0].open:
         charts.draw(st, kernel_ui.error_chart, walk, n, width="stretch")
         st.caption("Each query block's partial output starts at 0, so its line starts high (the exact output's size), "
                    "and falls on its own; after its last tile the difference is rounding (float32 against float64).")
-        codeblock.code(kernel_ui.flash_update_source())
-        st.caption("attnlab/math/flash.py: the online-softmax update of one tile, as it runs on the GPU through JAX. "
-                   + kernel_ui.LINES_NOTE)
+        with yourturn_ui.answer("online_softmax", "The lab's own update of one tile (Algorithm 1, lines 8-10)"):
+            codeblock.code(kernel_ui.flash_update_source())
+            st.caption("attnlab/math/flash.py: the online-softmax update of one tile, as it runs on the GPU through "
+                       "JAX. " + kernel_ui.LINES_NOTE)
         yourturn_ui.exercises_of(__file__, shape)
 
 if tabs[1].open:
@@ -134,9 +135,10 @@ if tabs[4].open:
                 "the datasheet's and the one measured in the same run, by the bytes it moves.")
         kernel_ui.ladder_block(found)
         st.subheader("The same loop, two ways")
-        codeblock.code(kernel_ui.flash_update_source())
-        st.caption("Plain JAX (attnlab/math/flash.py): the running max m, the rescale, the sum l, the accumulator O. "
-                   + kernel_ui.LINES_NOTE)
+        with yourturn_ui.answer("online_softmax", "Plain JAX: the lab's update of one tile"):
+            codeblock.code(kernel_ui.flash_update_source())
+            st.caption("Plain JAX (attnlab/math/flash.py): the running max m, the rescale, the sum l, the accumulator "
+                       "O. " + kernel_ui.LINES_NOTE)
         which = st.radio("Pallas kernel", ["mosaic", "triton"], horizontal=True, key="p10_kernel",
                          format_func={"mosaic": "Mosaic GPU (Hopper)", "triton": "Triton"}.get)
         text, where = kernel_ui.pallas_source(which)

@@ -51,11 +51,25 @@ def _page_url() -> str:
 
 def _press(key: str) -> None:
     st.session_state[f"{key}_record"] = True  # this press is sent to the class's progress (a new answer counts)
+    st.session_state[f"{key}_tried"] = True  # before the rerun: what sits above the exercise (answer()) opens now
 
 
 def _learner() -> str:
     """An anonymous token of this browser session: the class's progress counts each learner's answer once."""
     return st.session_state.setdefault("yt_learner", secrets.token_hex(8))
+
+
+def tried(name: str) -> bool:
+    """Whether this session pressed Check on exercise `name` at least once (the lab's answer may show from then)."""
+    return bool(st.session_state.get(f"yt_{name}_tried"))
+
+
+def answer(name: str, label: str):
+    """A container for what answers exercise `name` (the lab's own code): collapsed, and saying so, until a first
+    Check; open from then on, as the solution toggle."""
+    done = tried(name)
+    return st.expander(label if done else f"{label}: it answers the exercise below, so it opens after your first Check",
+                       expanded=done)
 
 
 def section(name: str, shape: AttentionShape | None) -> None:
@@ -115,6 +129,10 @@ def _show(ex: exercises.Exercise, v: grade.Verdict) -> None:
     if v.passed:
         st.success(f"✅ Right at every case: {len(v.cases)} of {len(v.cases)} match the float64 reference within the "
                    "lab's tolerances.")
+    elif v.cases and all(c.passed for c in v.cases):  # right numbers, made the way the task forbids
+        st.error(f"Not yet: all {len(v.cases)} cases match the float64 reference, but not the way the task asks.")
+        for hint in v.hints:
+            st.info(hint)
     else:
         st.error(f"Not yet: {sum(c.passed for c in v.cases)} of {len(v.cases)} cases match the float64 reference.")
         for hint in v.hints:
@@ -128,8 +146,7 @@ def _show(ex: exercises.Exercise, v: grade.Verdict) -> None:
     if v.lab_scratch_bytes is not None and v.scratch_bytes is not None:
         st.caption(f"Compiled scratch at the first case: yours {common.fmt_bytes(v.scratch_bytes)}, the lab's "
                    f"{common.fmt_bytes(v.lab_scratch_bytes)}"
-                   + (" (more than the lab's: does your program copy K and V?)" if v.scratch_bytes > v.lab_scratch_bytes
-                      else " (no copy of K and V)."))
+                   + (" (your program builds copies of K and V)." if "K/V copied" in v.mistakes else "."))
     if v.heatmap is not None:
         yours, lab = (np.asarray(m) for m in v.heatmap)
         c1, c2 = st.columns(2)

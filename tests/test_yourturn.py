@@ -65,7 +65,8 @@ def test_a_copy_of_k_and_v_is_seen_in_the_scratch_memory():
     return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(s, axis=-1), vv)
 '''
     v = grade.check("gqa", copy)
-    assert v.passed and v.scratch_bytes is not None and v.lab_scratch_bytes is not None
+    assert v.mistakes == ("K/V copied",) and all(c.passed for c in v.cases)  # right numbers, a named mistake
+    assert v.scratch_bytes is not None and v.lab_scratch_bytes is not None
     assert v.scratch_bytes >= v.lab_scratch_bytes
 
 
@@ -150,6 +151,10 @@ HOSTILE = {
     "no function of that name": "def helper(q):\n    return q\n",
     "top-level statement": "x = 1\n" + _fn("return q"),
     "a connection": _fn("c = socket.create_connection(('127.0.0.1', 1))\nreturn q"),
+    "bool's methods": _fn("return bool.mro()"),
+    "bool's dunders": _fn("return bool.__subclasses__()"),
+    "an array method not listed": _fn("return q.any().item()"),
+    "dot_product_attention from scratch": _fn("return jax.nn.dot_product_attention(q, k, v)"),
 }
 # allowed by the allowlist, stopped by the layers around it
 LIMITED = {

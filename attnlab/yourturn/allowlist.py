@@ -8,7 +8,7 @@ comparisons,
 subscripts and slices, `for i in range(n)` with a small constant n, calls to the listed `jnp`, `jax.nn`,
 `jax.lax` and `math` functions, the listed array attributes and methods, and calls to the learner's
 own functions. No import, no name or attribute starting with `_`, no builtins beyond `range`, `len`,
-`min`, `max`, `abs`, `int`, `float`, no callbacks into Python, no I/O, only ASCII names.
+`min`, `max`, `abs`, `int`, `float`, `bool`, no callbacks into Python, no I/O, only ASCII names.
 
 What this guarantees, and what it does not: it refuses every construct not listed, so a learner's text
 cannot name `open`, `__import__`, `getattr`, a dunder attribute, `jax.debug.callback` or `jnp.save`, and
@@ -41,15 +41,26 @@ NAMESPACES: dict[str, frozenset[str]] = {
         where tril triu ones zeros ones_like zeros_like full full_like arange broadcast_to expand_dims squeeze
         swapaxes transpose reshape concatenate stack repeat tile logical_and logical_or logical_not isfinite
         isinf isnan inf nan newaxis finfo float32 bfloat16 float16 int32 bool_ tanh clip einsum_path take
-        take_along_axis tensordot less less_equal greater greater_equal equal not_equal asarray""".split()),
-    "jax.nn": frozenset("softmax log_softmax logsumexp relu one_hot".split()),
+        take_along_axis tensordot less less_equal greater greater_equal equal not_equal asarray any all bool
+        int8 argmax argmin cumsum""".split()),
+    "jax.nn": frozenset("softmax log_softmax logsumexp relu one_hot dot_product_attention".split()),
     "jax.lax": frozenset("dot_general exp max min rsqrt select broadcast_in_dim stop_gradient".split()),
     "math": frozenset("sqrt log exp inf pi isqrt".split()),
 }
 ALIASES = {"lax": "jax.lax", "nn": "jax.nn", "jax.numpy": "jnp", "np": None}  # np: refused with a hint
 ARRAY_ATTRS = frozenset("""shape ndim dtype size T astype reshape swapaxes transpose max min sum mean squeeze
-    real""".split())
-BUILTINS = frozenset("range len min max abs int float".split())
+    real any all argmax argmin""".split())
+BUILTINS = frozenset("range len min max abs int float bool".split())
+# what a few exercises take that the others do not: the name, the entries (functions) it is accepted in, and why not
+# elsewhere (the from-scratch exercises ask for the attention itself)
+ONLY_IN = {"dot_product_attention": (("decode",), "this exercise asks you to write the attention itself (the lab's "
+                                     "rule here): use jnp.einsum and jax.nn.softmax; jax.nn.dot_product_attention is "
+                                     "accepted in the decode exercise (page 8), and page 4 times it beside yours")}
+# Python a learner reaches for that does not trace: what to use instead
+INSTEAD = {"sum": "jnp.sum(x) or x.sum()", "any": "jnp.any(x) or x.any()", "all": "jnp.all(x) or x.all()",
+           "round": "jnp.round is not needed here: compare with <, >", "print": "return what you want to see",
+           "list": "a [a, b] list or jnp.stack", "tuple": "a (a, b) tuple", "zip": "arrays and jnp functions",
+           "enumerate": "for i in range(n)", "pow": "x ** c", "divmod": "// and %", "sorted": "jnp functions"}
 BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult, ast.BitAnd, ast.BitOr)
 UNARY = (ast.UAdd, ast.USub, ast.Not, ast.Invert)
 COMPARE = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -83,7 +94,8 @@ def _namespace_of(name: str) -> tuple[str, str] | None:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self):
+    def __init__(self, entry: str = ""):
+        self.entry = entry
         self.nodes = 0
         self.loop_depth = 0
         self.depth = 0
@@ -297,20 +309,24 @@ class _Checker(ast.NodeVisitor):
                 if name in ("jax.nn", "jax.lax", "jax.numpy"):
                     return  # the head of a longer name, checked there
                 if found is None or found[1] not in NAMESPACES[found[0]]:
-                    self.refuse(node, f"{name} is not among the functions this lab runs "
+                    self.refuse(node, f"the lab's rule: {name} is not among the functions its exercises run "
                                       f"({_offer(name)})")
+                if found[1] in ONLY_IN and self.entry not in ONLY_IN[found[1]][0]:
+                    self.refuse(node, ONLY_IN[found[1]][1])
                 return
         if node.attr not in ARRAY_ATTRS:
-            self.refuse(node, f".{node.attr} is not an array attribute used here (allowed: "
-                              f"{', '.join(sorted(ARRAY_ATTRS))})")
+            self.refuse(node, f"the lab's rule: .{node.attr} is not among the array attributes its exercises use "
+                              f"(allowed: {', '.join(sorted(ARRAY_ATTRS))}; jnp offers the rest as functions)")
         self.generic_visit(node)
 
     def visit_Call(self, node):
         f = node.func
         if isinstance(f, ast.Name):
             if f.id not in BUILTINS and f.id not in self.functions:
-                self.refuse(node, f"{f.id}() is not something this lab runs (functions you may call: the listed "
-                                  f"jnp / jax.nn / jax.lax / math ones, {', '.join(sorted(BUILTINS))}, and your own)")
+                instead = f"; use {INSTEAD[f.id]} instead" if f.id in INSTEAD else ""
+                self.refuse(node, f"the lab's rule: {f.id}() is not among what its exercises run{instead} (functions "
+                                  f"you may call: the listed jnp / jax.nn / jax.lax / math ones, "
+                                  f"{', '.join(sorted(BUILTINS))}, and your own)")
         elif not isinstance(f, ast.Attribute):
             self.refuse(node, "call functions by name (jnp.exp(x), x.sum(axis=-1))")
         for k in node.keywords:
@@ -338,7 +354,8 @@ class _Checker(ast.NodeVisitor):
         if name.startswith("_") and name != "_":  # a lone _ is the usual throwaway name
             self.refuse(node, f"names starting with _ are not used here ({name})")
         if name in FORBIDDEN:
-            self.refuse(node, f"{name} is not something this lab runs")
+            self.refuse(node, f"the lab's rule: {name} is never run here (no I/O, imports, callbacks or looking "
+                              "inside Python objects): use array arithmetic and the jnp / jax.nn functions instead")
 
 
 FORBIDDEN = frozenset("""eval exec compile open input print getattr setattr delattr hasattr globals locals vars
@@ -398,7 +415,7 @@ def refusal(source: str, entry: str) -> str | None:
     except (RecursionError, MemoryError, ValueError):
         return "the code nests too deeply for Python to read"
     try:
-        _Checker().visit(tree)
+        _Checker(entry).visit(tree)
     except Refused as e:
         return str(e)
     except RecursionError:

@@ -40,6 +40,9 @@ class Limits:
     outputs: int = 1  # arrays the function returns
 
 
+MAX_SHAPES = 512
+
+
 @dataclasses.dataclass(frozen=True)
 class Stats:
     eqns: int = 0
@@ -47,6 +50,7 @@ class Stats:
     peak_bytes: int = 0
     peak_what: str = ""  # the largest result: "broadcast_in_dim -> float32[1099511627776, 8]"
     outputs: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, dtype) of each output
+    shapes: frozenset = frozenset()  # the distinct shapes of every result inside (at most MAX_SHAPES): what it built
 
 
 def _size(shape) -> int:
@@ -75,6 +79,7 @@ def walk(jaxpr) -> Stats:
     """The program's operations, cost and largest result (a ClosedJaxpr or Jaxpr), sub-programs inlined."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     memo: dict[int, tuple[int, float, int, str]] = {}
+    shapes: set[tuple[int, ...]] = set()
 
     def one(j) -> tuple[int, float, int, str]:
         if id(j) in memo:
@@ -92,6 +97,8 @@ def walk(jaxpr) -> Stats:
                 aval = v.aval
                 shape = getattr(aval, "shape", ())
                 elems = _size(shape)
+                if len(shapes) < MAX_SHAPES:
+                    shapes.add(tuple(int(d) for d in shape))
                 out_elems += elems
                 nbytes = elems * _itemsize(getattr(aval, "dtype", "float32"))
                 if nbytes > peak:
@@ -109,7 +116,7 @@ def walk(jaxpr) -> Stats:
     eqns, flops, peak, what = one(jaxpr)
     outputs = tuple((tuple(int(d) for d in getattr(v.aval, "shape", ())), str(getattr(v.aval, "dtype", "?")))
                     for v in jaxpr.outvars)
-    return Stats(eqns, flops, peak, what, outputs)
+    return Stats(eqns, flops, peak, what, outputs, frozenset(shapes))
 
 
 def refusal(stats: Stats, limits: Limits, entry: str = "your function") -> str | None:

@@ -45,6 +45,7 @@ class Mistake:
     name: str
     sentence: str  # what the lab says: the mistake and a hint, never the fix itself
     fn: Callable  # the same signature as the learner's function, making the mistake
+    knobs: tuple[tuple[str, bool], ...] = ()  # the online-softmax step's: how `_step` makes it (mistakes combine)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,14 +168,32 @@ ATTENTION = Exercise(
 GQA = Exercise(
     name="gqa", page="pages/p4_naive_vs_fused.py", title="the same with grouped K/V heads (GQA), without copying",
     task="Now `k` and `v` have K ≤ N heads, (B, S, K, H), with N = K·G: each K/V head serves G consecutive query "
-         "heads. Return (B, T, N, H) without copying K or V (`jnp.repeat` would make G copies: the lab compares "
-         "your program's scratch memory with the lab's).",
+         "heads. Return (B, T, N, H) without copying K or V: `jnp.repeat` (or a broadcast to N heads) would make G "
+         "copies, and the lab names that a mistake even when the numbers are right.",
     entry="attention", skeleton=GQA_SKELETON, solution=GQA_SOLUTION,
     cases=(Case("B1 T8 S8 N4 K2 H16 float32 (GQA)", _qkv(1, 8, 8, 4, 2, 16), seed=4),
            Case("B2 T6 S10 N6 K3 H8 float32 (GQA, T ≠ S)", _qkv(2, 6, 10, 6, 3, 8), seed=5),
            Case("B1 T4 S9 N4 K1 H8 float32 (MQA)", _qkv(1, 4, 9, 4, 1, 8), seed=6)),
     reference=_ref_attention, mistakes=_common_mistakes(True),
 )
+
+
+KV_COPIED = Mistake(
+    "K/V copied", "Your program builds K or V at all N query heads (G copies of each K/V head, as jnp.repeat, "
+    "jnp.tile or a broadcast do): the numbers are right, but GQA exists to not hold those copies. Hint: give the "
+    "query heads a group axis instead, so that each K/V head meets its G query heads inside one einsum.",
+    _ref_attention)
+
+
+def copies_kv(case: Case, shapes) -> bool:
+    """Whether a traced program (the shapes of what it built) holds K or V at N heads: an array with the
+    case's S and H axes and exactly B·S·N·H elements (a repeat, a tile, a gather or a broadcast to the N heads;
+    not a larger outer product, which is wasteful but no copy of K/V). Decided only at cases where T ≠ S
+    (otherwise the output, (B, T, N, H), has that size too) and a K/V head serves more than one query head."""
+    (_, (B, T, N, H), _), (_, (_, S, K, _), _) = case.arrays[0], case.arrays[1]
+    if T == S or N == K or S == H:
+        return False
+    return any(S in shape and H in shape and math.prod(shape) == B * S * N * H for shape in shapes)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -329,19 +348,24 @@ def _step(m, l, o, s, v, *, rescale_o=True, rescale_l=True, new_max=True, guard=
     return m_new, l_new, o_new
 
 
+def step_with(knobs):
+    """The online-softmax step making several of STEP_MISTAKES at once (their knobs together)."""
+    return lambda m, l, o, s, v: _step(m, l, o, s, v, **dict(knobs))
+
+
 STEP_MISTAKES = (
     Mistake("o not rescaled", "The running output o is not rescaled when the max grows: its old terms were "
             "computed against the old max. Hint: those terms are exp(score − m) for the old m; what turns them into "
             "exp(score − m_new)?",
-            lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_o=False)),
+            lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_o=False), (("rescale_o", False),)),
     Mistake("l not rescaled", "The running sum l is not rescaled when the max grows. Hint: l holds exp(score − m) "
-            "for the old m.", lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_l=False)),
+            "for the old m.", lambda m, l, o, s, v: _step(m, l, o, s, v, rescale_l=False), (("rescale_l", False),)),
     Mistake("max of this block only", "m_new is the max of this block only; it must be the max of everything seen "
             "so far (the old m too), or earlier terms can overflow and the rescale is wrong.",
-            lambda m, l, o, s, v: _step(m, l, o, s, v, new_max=False)),
+            lambda m, l, o, s, v: _step(m, l, o, s, v, new_max=False), (("new_max", False),)),
     Mistake("NaN before the first key", "A query whose keys so far were all masked has m = −∞, and exp(−∞ − (−∞)) is "
             "NaN. Hint: when m_new is −∞, shift by 0 instead.",
-            lambda m, l, o, s, v: _step(m, l, o, s, v, guard=False)),
+            lambda m, l, o, s, v: _step(m, l, o, s, v, guard=False), (("guard", False),)),
 )
 
 _QKV_TILES = (("q", (16, 8), "float32"), ("k", (16, 8), "float32"), ("v", (16, 8), "float32"))
@@ -383,10 +407,24 @@ DECODE_SOLUTION = '''def decode(q, k_cache, v_cache):
     return out.reshape(B, 1, N, H)
 '''
 
+def _first_key_only(q, k_cache, v_cache):
+    """What a causal mask aligned top-left makes of a decode step: its one query sees key 0 only."""
+    N, K = q.shape[2], k_cache.shape[2]
+    return v_cache[:, :1, jnp.arange(N) // (N // K)].astype(q.dtype)
+
+
+DECODE_CAUSAL = Mistake(
+    "causal mask from the top left", "Each output is the first cached value: a causal mask aligned top-left (as "
+    "is_causal=True in jax.nn.dot_product_attention) lets query 0 see key 0 only, but the one query of a decode "
+    "step is the newest token, the last position. Hint: which cached keys may the newest token see?",
+    _first_key_only)
+
 DECODE = Exercise(
     name="decode", page="pages/p8_mha_gqa_mqa.py", title="a decode step with a KV cache",
     task="Generating a token attends one new query to every cached key: `q` is (B, 1, N, H), the caches "
-         "`k_cache`, `v_cache` are (B, S, K, H). Return (B, 1, N, H), for MHA (K = N) and GQA (K < N).",
+         "`k_cache`, `v_cache` are (B, S, K, H). Return (B, 1, N, H), for MHA (K = N) and GQA (K < N). Write it "
+         "with einsum, or call `jax.nn.dot_product_attention` (accepted here: the point is what a decode step "
+         "attends to, and which mask it needs).",
     entry="decode", skeleton=DECODE_SKELETON, solution=DECODE_SOLUTION,
     cases=(Case("B2 S16 N4 K4 H16 (MHA)", (("q", (2, 1, 4, 16), "float32"), ("k_cache", (2, 16, 4, 16), "float32"),
                                           ("v_cache", (2, 16, 4, 16), "float32")), seed=13),
@@ -394,7 +432,7 @@ DECODE = Exercise(
                                          ("v_cache", (1, 24, 2, 8), "float32")), seed=14)),
     reference=lambda q, k_cache, v_cache: _ref_attention(q, k_cache, v_cache),
     mistakes=tuple(dataclasses.replace(m, fn=(lambda f: lambda q, k_cache, v_cache: f(q, k_cache, v_cache))(m.fn))
-                   for m in _common_mistakes(True) if m.name != "no max subtracted"),
+                   for m in _common_mistakes(True) if m.name != "no max subtracted") + (DECODE_CAUSAL,),
 )
 
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (ATTENTION, GQA, CAUSAL, WINDOW, STEP, DECODE)}

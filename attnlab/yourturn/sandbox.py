@@ -119,7 +119,8 @@ def _globals():
             raise ValueError("range() here runs at most 64 times")
         return r
 
-    builtins = {"range": bounded_range, "len": len, "min": min, "max": max, "abs": abs, "int": int, "float": float}
+    builtins = {"range": bounded_range, "len": len, "min": min, "max": max, "abs": abs, "int": int, "float": float,
+                "bool": bool}
     return {"__builtins__": builtins, "jnp": np_ns, "jax": SimpleNamespace(nn=nn, lax=lax, numpy=np_ns), "lax": lax,
             "nn": nn, "math": only(math, NAMESPACES["math"])}
 
@@ -198,6 +199,13 @@ def main() -> None:
         answer = ("ok", (blobs, walked))
     except RecursionError:
         answer = ("stopped", "your function calls itself without end (RecursionError)")
+    except NameError as e:  # a name the code never set, or a built-in the lab does not offer
+        name = getattr(e, "name", None) or ""
+        import builtins as py
+
+        answer = ("stopped", f"NameError while tracing your function: {e}" if not hasattr(py, name) else
+                  f"the lab's rule: Python's built-in {name} is not among what its exercises run (they offer "
+                  f"{', '.join(sorted(scope['__builtins__']))}, and jnp, jax.nn, jax.lax and math functions)")
     except MemoryError:
         answer = ("stopped", "tracing your function ran out of the memory the lab gives it: a huge number or array?")
     except Exception as e:

@@ -86,15 +86,6 @@ def test_each_codelab_page_says_its_steps_and_links_the_next_steps_page():
             assert main[0].label.startswith("Beyond the codelab")
 
 
-def test_the_instructors_page_names_each_exercises_page_by_its_title_in_the_navigation():
-    from attnlab.yourturn import exercises
-    from pages import p12_instructor_titles as titles
-
-    app = (ROOT / APP).read_text()
-    for ex in exercises.EXERCISES.values():
-        assert f'st.Page("{ex.page}", title="{titles.TITLES[ex.page]}"' in app, ex.page
-
-
 def test_one_timed_implementation_gives_one_spread_not_a_range_of_one():
     import pandas as pd
 

@@ -87,6 +87,7 @@ def test_the_instructor_page_is_listed_only_with_the_token_and_shows_counts():
         at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
         said = " ".join(f.to_string() for f in frames(at))
         assert "attention from scratch" in said and "no scale (1)" in said
+        assert "4 · Naive vs fused" in said and "5b · Inside the fused kernel" in said and ".py" not in said  # titles
         assert "instructor" not in at.query_params  # not left in the address bar
         with pytest.raises(ValueError, match="Could not find a navigation page"):  # no such page for a guess
             open_page("pages/p12_instructor.py", {"instructor": "guess"})
@@ -110,3 +111,28 @@ def test_checking_the_same_code_again_counts_once_in_the_class():
     write_and_check(at, "attention", MISTAKES[("attention", "scale 1/d")])
     assert progress.snapshot()["attention"]["attempts"] == 2
     progress.reset()
+
+
+def _update_box(at):
+    return next(e for e in at.expander if "update of one tile (Algorithm 1" in e.label)
+
+
+def test_the_labs_own_update_stays_collapsed_above_its_exercise_until_a_first_check():
+    at = open_page(P10, tab=("p10_tab", "Step through"))
+    box = _update_box(at)
+    assert not box.proto.expanded and "opens after your first Check" in box.label
+    write_and_check(at, "online_softmax", MISTAKES[("online_softmax", "o not rescaled")])
+    box = _update_box(at)
+    assert box.proto.expanded and "opens after" not in box.label
+
+
+def test_a_gqa_answer_that_copies_k_and_v_is_not_right_and_says_why_on_the_page():
+    copy = '''def attention(q, k, v):
+    G = q.shape[2] // k.shape[2]
+    s = jnp.einsum("btnh,bsnh->bnts", q, jnp.repeat(k, G, axis=2)) / jnp.sqrt(q.shape[-1])
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(s, axis=-1), jnp.repeat(v, G, axis=2))
+'''
+    at = write_and_check(open_page(P4), "gqa", copy)
+    assert not any("Right at every case" in s.value for s in at.success)
+    said = texts(at)
+    assert "not the way the task asks" in said and exercises.KV_COPIED.sentence in said
