@@ -20,8 +20,8 @@ import pandas as pd
 import streamlit as st
 
 from attnlab.measure import runs
-from attnlab.settings import settings
 from attnlab.service.request import Request
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 from attnlab.yourturn import allowlist, exercises, grade, pace, progress, share, timed
 from pages import charts, codeblock, common, sections
