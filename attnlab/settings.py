@@ -24,6 +24,8 @@ and what it means. A process reads them on first use; `override(**fields)` chang
                               memory and half of the host's available memory when it started)
     ATTNLAB_RUN_SECONDS       the longest one run may hold the device, in seconds (default 60): a run whose
                               lower bound (attnlab/measure/cost.py) is longer is refused before it starts
+    ATTNLAB_CHECKS_PER_MINUTE how many times one browser session may press Check (an exercise's) in any 60 s
+                              (default 10; 0: no limit): attnlab/yourturn/pace.py
     ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
@@ -63,6 +65,17 @@ def _whole(env: Mapping[str, str], name: str, default: int | None) -> int | None
     return int(raw) if raw.isdigit() and int(raw) > 0 else default
 
 
+def _count(env: Mapping[str, str], name: str, default: int, problems: list[str]) -> int:
+    """A whole number, 0 included; anything else is said in `problems` and the default used."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.isdigit():
+        return int(raw)
+    problems.append(f"{name}={raw!r} is not a whole number; using {default}")
+    return default
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     device: str = "child"
@@ -73,6 +86,7 @@ class Settings:
     compile_threads: int | None = None
     memory_limit_gib: float | None = None
     run_seconds: float = 60.0
+    checks_per_minute: int = 10
     warm: bool = True
     metrics: bool = False
     allow_clear_cache: bool = False
@@ -110,6 +124,7 @@ class Settings:
         return cls(
             device=device,
             run_seconds=float(run_seconds or 60),
+            checks_per_minute=_count(env, "ATTNLAB_CHECKS_PER_MINUTE", 10, problems),
             ray_address=env.get("ATTNLAB_RAY_ADDRESS", "").strip() or "auto",
             device_workers=_whole(env, "ATTNLAB_DEVICE_WORKERS", None),
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,9 @@ import streamlit as st
 
 from attnlab.measure import runs
 from attnlab.service.request import Request
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
-from attnlab.yourturn import allowlist, exercises, grade, progress, share, timed
+from attnlab.yourturn import allowlist, exercises, grade, pace, progress, share, timed
 from pages import charts, codeblock, common, sections
 from pages.weights_ui import heatmap
 
@@ -92,7 +94,13 @@ def section(name: str, shape: AttentionShape | None) -> None:
                         key=f"{key}_code", height=220)
     c1, c2, c3 = st.columns([1, 1, 2])
     if c1.button("Check", key=f"{key}_check", type="primary", on_click=_press, args=(key,)):
-        st.session_state[f"{key}_asked"] = code
+        paced = pace.admit(st.session_state.setdefault("yt_presses", []), time.monotonic(),
+                           settings().checks_per_minute)  # one session's presses, every exercise's together
+        if paced:
+            st.session_state.pop(f"{key}_record", None)
+            st.warning(paced)
+        else:
+            st.session_state[f"{key}_asked"] = code
         st.session_state[f"{key}_tried"] = True
     asked = st.session_state.get(f"{key}_asked")
     verdict = None

@@ -48,7 +48,8 @@ Longest wait for the device and the peak bytes of one run: the device's own stat
 `--serve K`: the class on a real server instead (scripts/class_server.py): K UI processes, the device work in
 the embedded child (`--device child`, K = 1) or in W device workers on a Ray head started here (`--device ray
 --device-workers W ...`, one per GPU; on a machine without GPUs, fake GPUs: each worker on the CPU);
-`--kill-after S` kills one device worker S seconds into each class (the fault test).
+`--kill-after S` kills one device worker S seconds into each class (the fault test); `--hostile-every S` adds
+a learner pressing Check on issue 44's hostile corpus every S seconds (scripts/hostile_learner.py).
 
 Exit status: 0 when every planned page was served with no errors, 1 otherwise.
 """
@@ -624,7 +625,8 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                 for (mode, n), deadline in zip(plan, deadlines, strict=True):
                     r = class_server.run_served(n, mode, k, args.timeout, args.seed, deadline, variant, cache,
                                                 args.server_log.resolve(), session_shapes, page_paths, percentile,
-                                                device=args.device, device_workers=w, kill_after_s=args.kill_after)
+                                                device=args.device, device_workers=w, kill_after_s=args.kill_after,
+                                                hostile_every_s=args.hostile_every)
                     variant += mode == "own"
                     results.append(r)
                     if args.json:  # after every class: a run stopped by its time limit keeps what it measured
@@ -638,6 +640,7 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                                         f"{x['kept_hits']} kept answers)" for x in r["workers"] if "name" in x)
                               + (f", {r['pages_per_s']:.2f} pages/s" if r.get("pages_per_s") else "")
                               + (f"; fault: {r['fault']}" if r.get("fault") else "")
+                              + (f"; hostile learner: {r['hostile']}" if r.get("hostile") else "")
                               + "] " + summary_line(r), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -694,6 +697,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --device ray: device workers (one per GPU, or fake GPUs on a CPU); several: each")
     ap.add_argument("--kill-after", type=float, default=0.0, metavar="S",
                     help="with --serve: kill one device worker S seconds into each class (the fault test)")
+    ap.add_argument("--hostile-every", type=float, default=0.0, metavar="S",
+                    help="with --serve: one more learner pressing Check on the hostile corpus every S seconds "
+                         "(scripts/hostile_learner.py); the others' figures are the class's")
     ap.add_argument("--compile-cache", type=Path, default=None,
                     help="with --serve: JAX's persistent compilation cache, kept across the classes "
                          "(default: a temporary directory for this benchmark)")

@@ -338,22 +338,31 @@ def _kill_one_worker(after_s: float, start: float, killed: list) -> None:
 
 
 async def _class(urls: list[str], shapes, pages, firsts, timeout: float, deadline_s: float, visits, lost,
-                 kill_after_s: float, killed: list) -> tuple[float, int, float]:
+                 kill_after_s: float, killed: list, hostile_every_s: float = 0.0,
+                 presses: list | None = None) -> tuple[float, int, float]:
     start = time.monotonic()
     if kill_after_s:
         threading.Thread(target=_kill_one_worker, args=(kill_after_s, start, killed), daemon=True).start()
+    stop, bad = asyncio.Event(), None
+    if hostile_every_s:  # one more learner, pressing Check on the hostile corpus the whole class long
+        from hostile_learner import hostile
+
+        bad = asyncio.create_task(hostile(urls[-1], urlencode(shapes[0]), hostile_every_s, stop, timeout))
     tasks = [asyncio.create_task(_learner(i, urls[i % len(urls)], urlencode(shape), pages, firsts[i], timeout, visits,
                                           lost)) for i, shape in enumerate(shapes)]
     limit = deadline_s or (len(pages) + 1) * timeout + 60
     done, pending = await asyncio.wait(tasks, timeout=limit)
     for t in pending:
         t.cancel()
+    if bad is not None:
+        stop.set()
+        presses.extend(await bad)
     return time.monotonic() - start, len(pending), start
 
 
 def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s: float, variant: int,
                compile_cache: Path, log: Path, session_shapes, page_paths, percentile, *, device: str = "child",
-               device_workers: int = 1, kill_after_s: float = 0.0) -> dict[str, Any]:
+               device_workers: int = 1, kill_after_s: float = 0.0, hostile_every_s: float = 0.0) -> dict[str, Any]:
     """One class of `n` learners on a fresh server of `ui` UI processes; figures as capacity.run_one's."""
     rng = random.Random(seed + n)
     pages = list(page_paths().items())
@@ -363,13 +372,15 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
     visits: list[dict[str, Any]] = []
     lost: list[int] = []
     killed: list = []
+    presses: list[dict[str, Any]] = []
     try:
         start_s = server.healthy()
         warm_s = server.warm(server.pids)
         with Watch(server.pids) as watch, server.sampled() as sampled:
             cpu0 = watch.cpu_s()
             elapsed, stuck, class_start = asyncio.run(_class(server.urls, shapes, pages, firsts, timeout, deadline_s,
-                                                             visits, lost, kill_after_s, killed))
+                                                             visits, lost, kill_after_s, killed,
+                                                             hostile_every_s, presses))
             cpu = watch.cpu_s() - cpu0
         if getattr(sampled, "error", None):
             print(f"ATTNLAB_SAMPLE_TO: no samples ({sampled.error})", file=sys.stderr, flush=True)
@@ -418,10 +429,19 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
         "gpu": {"backend": "gpu" if watch.gpu_peak else "n/a", "peak_bytes_in_use": max(watch.gpu_peak, default=None),
                 "per_gpu_peak_bytes": watch.gpu_peak, "source": "nvidia-smi memory.used and utilization.gpu",
                 "mean_utilisation_pct": statistics.mean(busy) if busy else None, "per_gpu_utilisation_pct": busy},
-        "workers": workers, "fault": fault,
+        "workers": workers, "fault": fault, "hostile": _hostile_figures(presses) if hostile_every_s else None,
         "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
         "cpu_s": cpu, "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
         "exceptions": sum(len(v["exceptions"]) for v in visits), "error_boxes": sum(len(v["error_boxes"]) for v in visits),
         "error_messages": messages, "per_page": per_page, "shapes": shapes,
         "first_pages": [pages[f][0] for f in firsts], "visits": visits, "profile": None,
     }
+
+
+def _hostile_figures(presses: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the hostile learner's presses showed: how many, what each said (counted), its exceptions."""
+    said: dict[str, int] = {}
+    for p in presses:
+        said[p["said"]] = said.get(p["said"], 0) + 1
+    return {"presses": len(presses), "said": said, "exceptions": sum(len(p["exceptions"]) for p in presses),
+            "median_press_s": statistics.median([p["wall_s"] for p in presses]) if presses else None}

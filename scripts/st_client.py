@@ -40,6 +40,7 @@ class Seen:
     exceptions: list[str] = dataclasses.field(default_factory=list)
     error_boxes: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    widgets: list[str] = dataclasses.field(default_factory=list)  # the ids of the widgets drawn (a key ends one)
     failure: str | None = None
 
     @property
@@ -64,11 +65,17 @@ class Tab:
                                       ping_interval=None, compression=None)
         return cls(ws)
 
-    async def visit(self, page: str, query: str = "", timeout: float = 300.0) -> Seen:
-        """Run `page` (its URL path; "" for the main page) with `query`; what came back."""
+    async def visit(self, page: str, query: str = "", timeout: float = 300.0, *, texts: dict[str, str] | None = None,
+                    press: str | None = None) -> Seen:
+        """Run `page` (its URL path; "" for the main page) with `query`; what came back. `texts` (widget id: value)
+        and `press` (a button's widget id) are what a browser sends after typing into text boxes and a click."""
         msg = BackMsg()
         msg.rerun_script.query_string = query
         msg.rerun_script.page_name = page
+        for wid, value in (texts or {}).items():
+            msg.rerun_script.widget_states.widgets.add(id=wid, string_value=value)
+        if press:
+            msg.rerun_script.widget_states.widgets.add(id=press, trigger_value=True)
         start = time.perf_counter()
         seen = Seen(page or "entry", 0.0)
         await self.ws.send(msg.SerializeToString())
@@ -101,6 +108,9 @@ class Tab:
         seen.elements += 1
         el = delta.new_element
         which = el.WhichOneof("type")
+        wid = getattr(getattr(el, which, None), "id", "") if which else ""
+        if isinstance(wid, str) and wid:
+            seen.widgets.append(wid)
         if which == "exception":
             seen.exceptions.append(f"{el.exception.type}: {el.exception.message}")
         elif which == "alert" and el.alert.format == Alert.ERROR:

@@ -409,6 +409,30 @@ def test_a_ray_worker_that_aborts_is_restarted_and_serves_the_next_request(ray_c
     assert after[victim] != before[victim] and len(after) == 2
 
 
+def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_remembered(ray_cluster):
+    """More learner-caused aborts in a row than the child's supervisor allows quick deaths: each is a sentence, the
+    actor is restarted each time (Ray's restarts unbounded), and the restarted actor refuses the program."""
+    import uuid
+
+    from attnlab.service import faults
+    from attnlab.service.child import QUICK_DEATHS
+    from attnlab.service.ray_workers import RayWorkers
+
+    client = RayWorkers("local", workers=1, worker_env=CPU)
+    assert client.wait_ready(180)
+    bad, pids = uuid.uuid4().hex, {client.infos()[0].pid}
+    for _ in range(QUICK_DEATHS + 1):
+        with pytest.raises(WorkerLost, match=r"learner's program\. That program is remembered"):
+            client.call(Request.of(faults.learner_abort, bad))
+        assert client.wait_ready(120)
+        pids.add(client.infos()[0].pid)
+    assert len(pids) == QUICK_DEATHS + 2  # a new actor process after every crash
+    assert client.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok
+    words = client.call(Request.of(faults.remembered, bad)).value
+    assert words and "stopped the device worker" in words
+    assert client.call(Request.of(faults.remembered, uuid.uuid4().hex)).value is None
+
+
 def test_a_timing_goes_to_an_idle_worker_when_its_owner_is_busy(ray_cluster):
     from attnlab.service import faults
     from attnlab.service.ray_workers import RayWorkers

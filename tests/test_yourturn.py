@@ -299,3 +299,23 @@ def test_the_solution_still_passes_with_the_skeletons_docstring_kept(name):
 
 def test_an_untouched_skeleton_is_told_to_replace_the_dots():
     assert "replace the `...`" in (allowlist.refusal("def attention(q, k, v):\n    ...\n", "attention") or "")
+
+
+def test_pace_admits_limit_presses_in_any_window_and_then_says_how_long_to_wait():
+    from attnlab.yourturn import pace
+
+    presses: list[float] = []
+    assert [pace.admit(presses, t, 3) for t in (0.0, 1.0, 2.0)] == [None] * 3
+    why = pace.admit(presses, 30.0, 3)
+    assert why and "Wait 30 s" in why and len(presses) == 3  # refused presses are not counted
+    assert pace.admit(presses, 60.5, 3) is None  # the first press left the window
+    assert all(pace.admit([], float(t), 0) is None for t in range(5))  # 0: no limit
+
+
+def test_the_check_limit_is_a_setting():
+    from attnlab.settings import Settings
+
+    assert Settings.from_env({}).checks_per_minute == 10
+    assert Settings.from_env({"ATTNLAB_CHECKS_PER_MINUTE": "0"}).checks_per_minute == 0
+    bad = Settings.from_env({"ATTNLAB_CHECKS_PER_MINUTE": "lots"})
+    assert bad.checks_per_minute == 10 and any("ATTNLAB_CHECKS_PER_MINUTE" in p for p in bad.problems)

@@ -23,6 +23,23 @@ GRACE_S = "5"
 LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
         "reconnecting: press the button again in a few seconds.")
 
+# the entry points that run a learner's program (under attnlab/yourturn/suspects.py's markers)
+LEARNERS = frozenset({"attnlab.yourturn.grade:check", "attnlab.yourturn.timed:time_solution",
+                      "attnlab.service.faults:learner_abort", "attnlab.service.faults:learner_hang"})
+
+
+def died(e: BaseException, learners: bool) -> str:
+    """The sentence for a request whose actor died serving it (`learners`: it ran a learner's program, which the
+    restarted actor remembers and refuses: the marker its dead process left, attnlab/yourturn/suspects.py)."""
+    if learners:
+        return ("The GPU worker stopped while it ran a learner's program. That program is remembered, and the lab "
+                "refuses it at once from now on; Ray is starting the worker again and nothing else was lost. If it "
+                "was yours, change the code (a huge shape, or far more work than the exercise needs?); if not, press "
+                f"the button again. ({type(e).__name__})")
+    return ("The GPU worker serving this request stopped (a crash in native code: XLA, cuDNN or a kernel compiler, "
+            f"or its machine went away). Ray is starting it again: press the button again in a few seconds. "
+            f"({type(e).__name__})")
+
 
 def connection_failure(e: BaseException) -> bool:
     """Whether `e` says the connection to Ray failed (not an actor's death: RayActorError, told apart by _get)."""

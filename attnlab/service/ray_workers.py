@@ -4,10 +4,10 @@
     client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it
 
 Each worker is a named, detached actor (`attnlab-device-0`, `-1`, ...) asking for one GPU
-(`num_gpus=1`), restarted by Ray without limit (`max_restarts=-1`) and never retried (a request that
-killed a worker would kill the next one too). Every UI process finds the same actors by name, and
-creates the missing ones when the cluster has more GPUs than workers: a class grows by adding GPU
-nodes. A request goes to the worker that owns its route (rendezvous hashing over the workers' names:
+(`num_gpus=1`), restarted by Ray without limit (`max_restarts=-1`: no budget for learners' crashes to use up)
+and never retried; a learner's program that crashed it is refused by the restarted actor (suspects.py's
+markers). Every UI process finds the same actors by name, and creates the missing ones when the cluster has more
+GPUs than workers: a class grows by adding GPU nodes. A request goes to the worker that owns its route (rendezvous hashing over the workers' names:
 every request at one shape meets the worker that compiled that shape's programs, and adding a worker
 moves only its share of the shapes); a timing goes to its owner when the owner is idle, else to the
 least busy worker. Ray does the rest: placement on GPUs, restarts, moving the objects, the dashboard.
@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from attnlab.service.ray_link import GRACE_S, LOST, connection_failure, reachable
+from attnlab.service.ray_link import GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
 __all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
@@ -213,15 +213,14 @@ class RayWorkers:
         self._refresh()
         return list(self._actors)
 
-    def _get(self, ref, timeout: float | None = None):
+    def _get(self, ref, timeout: float | None = None, learners: bool = False):
+        """The reply; WorkerLost with died()'s sentence when the actor died serving it."""
         import ray
 
         try:
             return ray.get(ref, timeout=timeout)
         except (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError)) as e:
-            raise WorkerLost("The GPU worker serving this request stopped (a crash in native code: XLA, cuDNN or a "
-                             "kernel compiler, or its machine went away). Ray is starting it again: press the button "
-                             f"again in a few seconds. ({type(e).__name__})") from None
+            raise WorkerLost(died(e, learners)) from None
 
     def _choose(self, request: Request, reserve: bool = False) -> str:
         """The owner of the request's route; for a timing, the owner if it is idle, else the least busy worker
@@ -245,7 +244,7 @@ class RayWorkers:
         with self._connection():
             name = self._choose(request, reserve=True)
             try:
-                return self._get(self._actors[name].call.remote(request))
+                return self._get(self._actors[name].call.remote(request), learners=request.fn in LEARNERS)
             finally:
                 with self._lock:
                     self._sent[name] -= 1

@@ -21,7 +21,8 @@ from attnlab.math import checks
 from attnlab.measure import compiled, runs, timing
 from attnlab.settings import settings
 from attnlab.shapes import NO_MASK, AttentionShape
-from attnlab.yourturn import bounds, exercises, grade, sandbox, suspects
+from attnlab.yourturn import bounds, exercises, sandbox, suspects
+from attnlab.yourturn import program as learner
 
 TIMING_CALLS = 10  # a timing's calls at least (warm-up, repeats, the device-time pass): the watchdog's bound is
 # this many runs' ATTNLAB_RUN_SECONDS
@@ -53,12 +54,12 @@ def time_solution(name: str, source: str, shape: AttentionShape) -> runs.Result:
     specs = [(s.q_shape(), s.dtype), (s.kv_shape(), s.dtype), (s.kv_shape(), s.dtype)]
     stats: list[bounds.Stats] = []
     try:
-        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], grade.platform(),
+        (blob,) = sandbox.export(source, ex.entry, [(specs, {})], learner.platform(),
                                  limits=[bounds.limits_for(ex, specs)], stats=stats)
-        why = grade.refused_before(blob, stats[0])
+        why = learner.refused_before(blob, stats[0])
         if why:
             return runs.Result(s, "yours", runs.TOO_SLOW if why.startswith("would") else runs.ERROR, why)
-        exe = grade._compile(blob, specs, quiet=False)
+        exe = learner.compile_program(blob, specs, quiet=False)
     except sandbox.Stopped as e:
         return runs.Result(s, "yours", runs.ERROR, str(e))
     except Exception as e:
@@ -71,7 +72,7 @@ def time_solution(name: str, source: str, shape: AttentionShape) -> runs.Result:
         return runs.Result(s, "yours", runs.OVER_BUDGET, why, program=program)
     bound_s = TIMING_CALLS * settings().run_seconds
     try:
-        with admission.DEVICE.use(held) as waited, suspects.running(grade.digest(blob), bound_s):
+        with admission.DEVICE.use(held) as waited, suspects.running(learner.digest(blob), bound_s):
             inputs = runs.make_inputs(s)
             out = exe(*inputs)
             wrong = _wrong_at(s, ex.entry, out, inputs)  # checked at this very shape before it is timed

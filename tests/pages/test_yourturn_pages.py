@@ -136,3 +136,18 @@ def test_a_gqa_answer_that_copies_k_and_v_is_not_right_and_says_why_on_the_page(
     assert not any("Right at every case" in s.value for s in at.success)
     said = texts(at)
     assert "not the way the task asks" in said and exercises.KV_COPIED.sentence in said
+
+
+def test_check_is_limited_per_session_with_a_sentence_and_the_other_sessions_go_on():
+    progress.reset()
+    wrong = [MISTAKES[("attention", m)] for m in ("no scale", "scale 1/d", "softmax over queries")]
+    with settings.override(checks_per_minute=2):
+        at = open_page(P4)
+        for code in wrong:  # three different answers: each would be a new request to the worker
+            write_and_check(at, "attention", code)
+        said = texts(at)
+        assert "pressed Check 2 times in the last 60 s" in said and "Wait" in said, said[:2000]
+        assert progress.snapshot()["attention"]["attempts"] == 2  # the third was never sent
+        other = write_and_check(open_page(P4), "attention", exercises.ATTENTION.solution)  # another session
+        assert any("Right at every case" in s.value for s in other.success)
+    progress.reset()
