@@ -49,6 +49,10 @@ class OverBudget(ValueError):
     """One run needs more memory than the whole budget: it can never be admitted."""
 
 
+class OutsideTurn(RuntimeError):
+    """Work for the device was about to launch, in a request being served, from a thread without a turn."""
+
+
 @dataclasses.dataclass
 class Stats:
     admitted: int = 0
@@ -109,6 +113,23 @@ class Device:
     def held_here(self) -> bool:
         """True in the thread that holds the device (it compiles what it needs itself: `compiled.compile_many`)."""
         return self._holder == threading.get_ident()
+
+    @contextlib.contextmanager
+    def serving(self):
+        """This thread serves an entry point (the device worker): from here every launch must hold a turn (`launch`)."""
+        before = getattr(self._local, "serving", False)
+        self._local.serving = True
+        try:
+            yield
+        finally:
+            self._local.serving = before
+
+    def launch(self, what: str) -> None:
+        """Called where work is put on the device (inputs, a compiled program's call). In a request being served,
+        a thread that does not hold the device is refused with a sentence: the rule is kept by construction."""
+        if getattr(self._local, "serving", False) and not self.held_here():
+            raise OutsideTurn(f"{what} would launch on the device outside a turn (admission.DEVICE.use): refused, "
+                              "so that no timing shares the device")
 
     @property
     def waiting(self) -> int:

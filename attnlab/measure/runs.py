@@ -124,6 +124,7 @@ def make_inputs(shape: AttentionShape, seed: int = 0):
 
     Call it while holding the device for `shape.input_bytes()` (`inputs()` does both). The same shape
     and seed give the same arrays every time."""
+    DEVICE.launch(f"inputs at {shape.describe()}")
     q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
     if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
         # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)

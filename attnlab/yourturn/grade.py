@@ -202,7 +202,8 @@ def _check(name: str, source: str) -> Verdict:
     mistakes = _recognise(ex, wrong)
     heatmap = None
     if ex.name in ("causal", "window") and outputs and outputs[0] is not None and outputs[0].ndim == 4:
-        ref = np.asarray(ex.reference(**ex.cases[0].inputs(), **dict(ex.cases[0].numbers)))
+        with admission.DEVICE.use():  # the lab's reference runs on the device too
+            ref = np.asarray(ex.reference(**ex.cases[0].inputs(), **dict(ex.cases[0].numbers)))
         heatmap = (outputs[0][0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy(), ref[0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy())
     lab_scratch = _lab_scratch(ex) if ex.name == "gqa" else None
     status = "passed" if all(r.passed for r in results) else "wrong"
@@ -221,7 +222,9 @@ def _recognise(ex: exercises.Exercise, wrong) -> list[exercises.Mistake]:
         matched = bool(wrong)
         for case, inputs, out in wrong:
             try:  # at the precision the learner's program was exported with: a TF32 matmul's rounding, at a case
-                with jax.default_matmul_precision("highest"):  # with large scores, moves the softmax past 2e-2
+                # with large scores, moves the softmax past 2e-2; in a turn, admitted for its inputs and output
+                with admission.DEVICE.use(4 * sum(np.asarray(x).nbytes for x in inputs.values())), \
+                        jax.default_matmul_precision("highest"):
                     theirs = np.asarray(jax.jit(functools.partial(m.fn, **dict(case.numbers)))(*inputs.values()),
                                         np.float64)
             except Exception:
@@ -246,7 +249,8 @@ def _lab_scratch(ex: exercises.Exercise) -> int | None:
     scope = sandbox._globals()
     exec(compile(ex.solution, "<the lab's solution>", "exec"), scope)
     args = [jax.ShapeDtypeStruct(s, d) for s, d in _specs(ex.cases[0])]
-    return compiled_mod.describe_compiled(jax.jit(scope[ex.entry]).lower(*args).compile()).temp_bytes
+    with admission.DEVICE.building():  # a tuned compile (its autotuner runs kernels): between runs
+        return compiled_mod.describe_compiled(jax.jit(scope[ex.entry]).lower(*args).compile()).temp_bytes
 
 
 # ------------------------------------------------------------------------------------------------
