@@ -145,3 +145,15 @@ def test_a_launch_outside_a_turn_is_refused_while_serving_and_allowed_in_a_turn(
             q, _, _ = runs.make_inputs(SMALL)
     assert q.shape == SMALL.q_shape()
     runs.make_inputs(SMALL)  # outside a served request (a script, a test) nothing is enforced
+
+
+def test_the_worker_serves_every_entry_under_the_rule(monkeypatch):
+    from attnlab.service.request import Request
+    from attnlab.service.worker import DeviceWorker
+
+    def careless(shape, names, **kw):  # an entry point that forgot its turn
+        return runs.make_inputs(shape)
+
+    monkeypatch.setattr(runs, "run", careless)  # entries look their function up when a request is served
+    reply = DeviceWorker("rule-test").call(Request.of("attnlab.measure.runs:run", SMALL, ("naive",)))
+    assert "outside a turn" in str(reply.error), reply
