@@ -22,6 +22,11 @@ phase ahead of it (on the H200 a class's stream of runs kept tuned builds, and s
 20 s when builds waited for an empty queue; in a plain first-come line, builds between runs went in as
 many phases; with every build in line in one phase, a phase took 4-6 s and checks of 10 ms waited for it).
 
+The rule holds by construction in the device worker: it serves every entry point under `DEVICE.serving()`, and
+the places that put work on the device (`runs.make_inputs`, a `compiled.ForCheck` program's call) call
+`DEVICE.launch`, which refuses with a sentence (`OutsideTurn`) a thread that does not hold the device;
+tests/test_device_rule.py runs every entry point against a device that records each launch and each turn.
+
 A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
 the budget gets `OverBudget`. Both are expected events a page shows as a message.
 

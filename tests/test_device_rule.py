@@ -1,10 +1,12 @@
 """Issue 41, section 1: the device rule by construction. Every entry point of the device worker
 (attnlab/service/entries.py) runs, at small shapes, against a device that records each turn and each launch
-(arrays put on the device, a jitted or compiled program called, a wait for results); a launch from a thread
-that does not hold the device fails the test."""
+(arrays put on the device, a jitted or compiled program called, a wait for results, a compile outside
+`DEVICE.building()`); a launch from a thread that does not hold the device fails the test. On this CPU the
+TransformerEngine and FP8 studies refuse at once (no TE, no cuDNN): their turns are exercised on a GPU only."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import jax
@@ -83,6 +85,21 @@ def recorder(monkeypatch):
     rec = Recorder()
     real_use, real_jit, real_put, real_ready = DEVICE.use, jax.jit, jax.device_put, jax.block_until_ready
     real_call, real_launch = jax.stages.Compiled.__call__, DEVICE.launch
+    real_building, real_compile, building = DEVICE.building, jax.stages.Lowered.compile, threading.local()
+
+    @contextlib.contextmanager
+    def builds(*a, **k):
+        with real_building(*a, **k):
+            building.depth = getattr(building, "depth", 0) + 1
+            try:
+                yield
+            finally:
+                building.depth -= 1
+
+    def compile_(self, *a, **k):  # a compile (tuned, on a GPU) between runs, or by the holder of a turn
+        if not getattr(building, "depth", 0) and not DEVICE.held_here():
+            rec.launch("a compile outside DEVICE.building()")
+        return real_compile(self, *a, **k)
 
     def use(*a, **k):
         if not DEVICE.held_here():
@@ -112,6 +129,8 @@ def recorder(monkeypatch):
 
     monkeypatch.setattr(DEVICE, "use", use)
     monkeypatch.setattr(DEVICE, "launch", launch)
+    monkeypatch.setattr(DEVICE, "building", builds)
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile_)
     monkeypatch.setattr(jax, "jit", jit)
     monkeypatch.setattr(jax, "device_put", put)
     monkeypatch.setattr(jax, "block_until_ready", ready)
