@@ -50,6 +50,14 @@ def test_the_float64_gradients_are_those_jax_takes_of_the_same_attention(mask):
         np.testing.assert_allclose(mine, np.asarray(theirs), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["naive", "sdpa_xla", "flash_jax"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_lab_s_correct_backends_pass_at_mqa_and_causal(name, dtype):
+    for shape in (AttentionShape(**{**SMALL, "kv_heads": 1}, dtype=dtype), AttentionShape(**SMALL, dtype=dtype, causal=True)):
+        (r,) = runs.run(shape, [name], backward=True)
+        assert r.status == runs.OK and not r.reason, (shape.describe(), r.reason)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_correct_backward_passes_and_is_timed(dtype):
     shape = AttentionShape(**SMALL, dtype=dtype, causal=True)
@@ -76,3 +84,9 @@ def test_a_non_finite_gradient_fails():
     dv[0, 0, 0, 0] = np.inf
     check = gradients.check(shape, (dq, dk, dv), q, k, v)
     assert check.failing() == ["dv"] and check.errors["dv"] == np.inf
+
+
+def test_gradients_too_large_to_check_are_said_not_checked(monkeypatch, broken_backend):
+    monkeypatch.setattr(gradients, "MAX_BYTES", 0)
+    (r,) = runs.run(AttentionShape(**SMALL), [broken_backend], backward=True)
+    assert r.status == runs.OK and r.reason.startswith("gradients not checked")
