@@ -40,9 +40,9 @@ def broken_backend(monkeypatch):
     return "broken_dv"
 
 
-@pytest.mark.parametrize("mask", [{}, {"causal": True}, {"window": (8, 0)}, {"kv_lengths": (20,)}])
+@pytest.mark.parametrize("mask", [{}, {"causal": True}, {"window": (8, 0)}, {"kv_lengths": (20, 9)}])
 def test_the_float64_gradients_are_those_jax_takes_of_the_same_attention(mask):
-    shape = AttentionShape(**SMALL, dtype="float32", **mask)
+    shape = AttentionShape(**{**SMALL, "batch": 2}, dtype="float32", **mask)
     q, k, v = (np.asarray(x) for x in runs.host_inputs(shape))
     dq, dk, dv = gradients.float64_gradients(shape, q, k, v)
     auto = jax.grad(lambda q, k, v: naive.NAIVE.fn(q, k, v, shape).sum(), argnums=(0, 1, 2))(q, k, v)

@@ -29,25 +29,35 @@ MAX_BYTES = 1 << 30  # float64 (B, N, T, S) matrices the reference holds at once
 
 
 def reference_bytes(shape: AttentionShape) -> int:
-    """Host bytes of the float64 gradients: four (B, N, T, S) matrices (P, dP, dS and a temporary)."""
-    return 4 * 8 * shape.batch * shape.heads * shape.q_len * shape.kv_len
+    """Host bytes the float64 gradients hold at once: one sequence and K/V head at a time, four (G, T, S) matrices
+    (P, dP, dS and a temporary), beside float64 copies of the inputs and the three gradients."""
+    group = shape.heads // shape.kv_heads
+    return 8 * (4 * group * shape.q_len * shape.kv_len + 2 * shape.batch * (shape.q_len * shape.heads
+                                                                            + 2 * shape.kv_len * shape.kv_heads)
+                * shape.head_dim)
 
 
 def float64_gradients(shape: AttentionShape, q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dQ, dK, dV of sum(attention(q, k, v)) in float64 NumPy, by the formulas above."""
+    """dQ, dK, dV of sum(attention(q, k, v)) in float64 NumPy, by the formulas above, a sequence and a K/V head at
+    a time (a K/V head's gradients depend only on its own group of query heads)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     G = N // K
-    allowed = shape.mask.matrix(T, S, B, xp=np)
-    p = attention.softmax(attention.scale(attention.scores(q, k, np), H), allowed, np).reshape(B, K, G, T, S)
-    do = np.ones((B, T, K, G, H))
-    dv = np.einsum("bkgts,btkgh->bskh", p, do)
-    dp = np.einsum("btkgh,bskh->bkgts", do, v)
-    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / math.sqrt(H)
-    dq = np.einsum("bkgts,bskh->btkgh", ds, k).reshape(B, T, N, H)
-    dk = np.einsum("bkgts,btkgh->bskh", ds, q.reshape(B, T, K, G, H))
-    return dq, dk, dv
+    qg = q.reshape(B, T, K, G, H)
+    dq, dk, dv = np.zeros((B, T, K, G, H)), np.zeros_like(k), np.zeros_like(v)
+    for b in range(B):
+        allowed = shape.mask.matrix(T, S, B, xp=np)
+        allowed = allowed if allowed is None or allowed.ndim == 2 else allowed[b, 0]  # (T, S) for this sequence
+        for h in range(K):
+            qh, kh, vh = qg[b, :, h].transpose(1, 0, 2), k[b, :, h], v[b, :, h]  # (G, T, H), (S, H), (S, H)
+            p = attention.softmax(np.einsum("gth,sh->gts", qh, kh) / math.sqrt(H), allowed, np)  # (G, T, S)
+            dv[b, :, h] = p.sum(axis=(0, 1))[:, None] * np.ones(H)  # dO = 1: dV[s] = sum over g, t of P
+            dp = np.broadcast_to(vh.sum(-1), p.shape)  # dP[t, s] = dO[t] · V[s] = sum of V[s]
+            ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / math.sqrt(H)
+            dq[b, :, h] = np.einsum("gts,sh->tgh", ds, kh)
+            dk[b, :, h] = np.einsum("gts,gth->sh", ds, qh)
+    return dq.reshape(B, T, N, H), dk, dv
 
 
 def low_precision_attention(q, k, v, shape: AttentionShape):
