@@ -22,6 +22,11 @@ phase ahead of it (on the H200 a class's stream of runs kept tuned builds, and s
 20 s when builds waited for an empty queue; in a plain first-come line, builds between runs went in as
 many phases; with every build in line in one phase, a phase took 4-6 s and checks of 10 ms waited for it).
 
+The rule holds by construction in the device worker: it serves every entry point under `DEVICE.serving()`, and
+the places that put work on the device (`runs.make_inputs`, a `compiled.ForCheck` program's call) call
+`DEVICE.launch`, which refuses with a sentence (`OutsideTurn`) a thread that does not hold the device;
+tests/test_device_rule.py runs every entry point against a device that records each launch and each turn.
+
 A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
 the budget gets `OverBudget`. Both are expected events a page shows as a message.
 
@@ -47,6 +52,10 @@ class DeviceBusy(RuntimeError):
 
 class OverBudget(ValueError):
     """One run needs more memory than the whole budget: it can never be admitted."""
+
+
+class OutsideTurn(RuntimeError):
+    """Work for the device was about to launch, in a request being served, from a thread without a turn."""
 
 
 @dataclasses.dataclass
@@ -109,6 +118,23 @@ class Device:
     def held_here(self) -> bool:
         """True in the thread that holds the device (it compiles what it needs itself: `compiled.compile_many`)."""
         return self._holder == threading.get_ident()
+
+    @contextlib.contextmanager
+    def serving(self):
+        """This thread serves an entry point (the device worker): from here every launch must hold a turn (`launch`)."""
+        before = getattr(self._local, "serving", False)
+        self._local.serving = True
+        try:
+            yield
+        finally:
+            self._local.serving = before
+
+    def launch(self, what: str) -> None:
+        """Called where work is put on the device (inputs, a compiled program's call). In a request being served,
+        a thread that does not hold the device is refused with a sentence: the rule is kept by construction."""
+        if getattr(self._local, "serving", False) and not self.held_here():
+            raise OutsideTurn(f"{what} would launch on the device outside a turn (admission.DEVICE.use): refused, "
+                              "so that no timing shares the device")
 
     @property
     def waiting(self) -> int:

@@ -100,7 +100,11 @@ def results(df: pd.DataFrame, columns: Sequence[str], *, failed: bool = True) ->
 
 
 def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None:
-    bad = df[df["status"] != runs.OK]
+    wrong = df[df["status"] == runs.BAD_GRADIENTS]  # timed, but the program timed computes wrong gradients
+    if not wrong.empty:
+        st.markdown("**Timed, but its gradients are wrong** (against float64, by FlashAttention's rule)")
+        common.text_table(wrong[[*keys, "throughput_ms", "reason"]].drop_duplicates())
+    bad = df[~df["status"].isin([runs.OK, runs.BAD_GRADIENTS])]
     if not bad.empty:
         st.markdown("**Not run here**")
         common.text_table(bad[[*keys, "status", "reason"]].drop_duplicates())

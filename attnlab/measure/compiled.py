@@ -133,7 +133,9 @@ class ForCheck:
         return exe
 
     def __call__(self, *args, **static):
-        return self.ahead(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args), **static)(*args)
+        exe = self.ahead(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args), **static)
+        DEVICE.launch(f"{self.fn.__name__}'s compiled program")
+        return exe(*args)
 
 
 def for_check(fn=None, *, static_argnames: tuple[str, ...] = ()):

@@ -28,14 +28,14 @@ from attnlab import device, kernels
 from attnlab.admission import DEVICE, DeviceBusy, OverBudget
 from attnlab.backends import REGISTRY, get
 from attnlab.backends.base import error_text
-from attnlab.math import checks
+from attnlab.math import checks, gradients
 from attnlab.measure import compiled, cost, timing
 from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
 
-OK, INVALID, UNSUPPORTED, OVER_BUDGET, TOO_SLOW, OOM, BUSY, ERROR = (
+OK, INVALID, UNSUPPORTED, OVER_BUDGET, TOO_SLOW, OOM, BUSY, ERROR, BAD_GRADIENTS = (
     "ok", "invalid shape", "cannot run here", "over the memory budget", "too slow here", "out of memory", "GPU busy",
-    "error")
+    "error", "gradients wrong")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +124,7 @@ def make_inputs(shape: AttentionShape, seed: int = 0):
 
     Call it while holding the device for `shape.input_bytes()` (`inputs()` does both). The same shape
     and seed give the same arrays every time."""
+    DEVICE.launch(f"inputs at {shape.describe()}")
     q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
     if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
         # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)
@@ -168,6 +169,8 @@ def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool
         sl = checks.choose_slice(shape)
         host = sl.host_bytes(shape) + 8 * len(names) * sl.batch * len(sl.rows) * sl.kv_heads * sl.heads_per_group \
             * shape.head_dim
+        if backward and gradients.reference_bytes(shape) <= gradients.MAX_BYTES:  # the gradients' float64 check
+            host += gradients.reference_bytes(shape)
     return dev, host
 
 
@@ -253,6 +256,7 @@ def run(
     if tuned is None:  # None below: untuned, or the tuned program if this process has it
         tuned = True if timed else None
     jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
+    jobs += [(n, shape, True, tuned) for n in runnable if accuracy and backward and not (timed or program)]
     jobs += [(n, shape, backward, tuned) for n in runnable if timed or program]
     for (n, *_), error in compiled.compile_many(jobs).items():
         if error is not None and n not in results:  # a backend that fails to compile is a row
@@ -269,19 +273,20 @@ def run(
                 # the H200 a page that timed three implementations in four turns waited 15 s (median) for them;
                 # others behind this turn wait for its timings, each brief while they wait (_time)
                 for n in runnable if timed else ():
-                    if results[n].ok:
+                    if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
                         results[n] = _time(results[n], info, seed, on_wait, timing_kw, tuned is not False)
         except Exception as e:  # busy queue, or the inputs/reference did not fit after all
             status, reason = failure(e)
             results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
         for n, exe in programs.items():  # what the compiler made, read after the turn: others' runs need not wait
-            if results[n].ok:
+            if results[n].ok or results[n].status == BAD_GRADIENTS:
                 results[n] = dataclasses.replace(results[n], program=compiled.describe_compiled(exe))
     return [results[n] for n in names]
 
 
 def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict) -> dict:
     q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
+    grads_checked = accuracy and backward and gradients.reference_bytes(shape) <= gradients.MAX_BYTES
     ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
     out = {}
     for n in names:
@@ -292,11 +297,17 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))
                 del y
+            status, reason = OK, ""
+            if accuracy and backward:  # the gradients of the very program that is timed, by FlashAttention's rule
+                exe = compiled.compile_backend(n, shape, True, tuned)[0]
+                g = gradients.check(shape, exe(q, k, v), q, k, v) if grads_checked else None
+                status, reason = (OK, "" if g else "gradients not checked: their float64 reference would not fit") \
+                    if g is None or g.ok else (BAD_GRADIENTS, g.sentence())
             if compile_:
                 exe, ms, before = compiled.compile_backend(n, shape, backward, tuned)
                 parts.update(compile_ms=ms, compiled_before=before)
                 programs[n] = exe  # described after the turn (run)
-            out[n] = Result(shape, n, OK, "", backward, **parts)
+            out[n] = Result(shape, n, status, reason, backward, **parts)
         except Exception as e:  # an out-of-memory or a backend error is a row, never an exception
             status, reason = failure(e)
             out[n] = Result(shape, n, status, reason, backward, **parts)

@@ -118,7 +118,8 @@ class DeviceWorker:
         except KeyError as e:
             return Reply(error=e, kept=False)
         try:
-            value = entry.fn(*request.args, **dict(request.kwargs))
+            with DEVICE.serving():  # every launch inside needs a turn (DEVICE.launch)
+                value = entry.fn(*request.args, **dict(request.kwargs))
         except Exception as e:  # an expected failure (over budget, busy, a backend's error) travels as a value
             return Reply(error=_portable(e), kept=False)
         return Reply(value=value, kept=entry.keep(value))

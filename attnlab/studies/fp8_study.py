@@ -18,9 +18,16 @@ import pandas as pd
 
 from attnlab import device as device_mod
 from attnlab import kernels
+from attnlab.admission import DEVICE, DeviceBusy, OverBudget
 from attnlab.backends import fp8, get, te
+from attnlab.backends.base import abstract_inputs
 from attnlab.measure import compiled, runs, timing
 from attnlab.shapes import AttentionShape
+
+
+def _study_bytes(shape: AttentionShape, names: list[str], variants: int, backward: bool = False) -> int:
+    """Device bytes a study holds at once: its backends' estimate for each variant it keeps alive."""
+    return variants * runs.memory_needed(shape, names, accuracy=False, backward=backward)[0]
 
 
 def _rel_err(a, b) -> float:
@@ -53,51 +60,53 @@ def fp8_attention_study(shapes: Iterable[AttentionShape]) -> pd.DataFrame:
         if why:
             rows.append({**base, "status": "unsupported", "reason": why})
             continue
-        try:
-            c = shape.causal
-            q, k, v = runs.make_inputs(shape)
-            bf16 = get("sdpa_cudnn").jit(shape)
-            ref = bf16(q, k, v).astype(jnp.float32)
-            s_o = fp8.calibrated_output_scale(q, k, v, causal=c)
-            run = lambda q, k, v, c=c, **kw: jax.jit(functools.partial(fp8.cudnn_fp8_attention, causal=c, **kw))(q, k, v)[0]  # noqa: E731
-            err = lambda out, ref=ref: _rel_err(out.astype(jnp.float32), ref)  # noqa: E731
-            row = {**base, "status": "ok", "scale_o": s_o,
-                   "err_unit_scales": err(run(q, k, v, data_scales=False)),
-                   "err_amax_qkv": err(run(q, k, v)),
-                   "err_amax_qkv_p": err(run(q, k, v, scale_s=fp8.P_SCALE)),
-                   "err_amax_all": err(run(q, k, v, scale_s=fp8.P_SCALE, scale_o=s_o))}
-            small = [x / 64 for x in (q, k, v)]  # tiny activations: below FP8's normal range unscaled
-            ref_small = bf16(*small).astype(jnp.float32)
-            row["err_small_inputs_unit_scales"] = err(run(*small, data_scales=False), ref_small)
-            # Q, K, V and P scaled, O left at unit scale: a small O still underflows FP8 (smallest 2^-9)
-            row["err_small_inputs_amax_scales"] = err(run(*small, scale_s=fp8.P_SCALE), ref_small)
-            s_o_small = fp8.calibrated_output_scale(*small, causal=c)
-            row["err_small_inputs_all_scales"] = err(run(*small, scale_s=fp8.P_SCALE, scale_o=s_o_small), ref_small)
+        try:  # the whole study of a shape in one turn, admitted for its memory
+            with runs.inputs(shape, device_bytes=_study_bytes(shape, ["sdpa_cudnn", "cudnn_fp8"], variants=4)) as args:
+                c = shape.causal
+                q, k, v = args
+                bf16 = get("sdpa_cudnn").jit(shape)
+                ref = bf16(q, k, v).astype(jnp.float32)
+                s_o = fp8.calibrated_output_scale(q, k, v, causal=c)
+                run = lambda q, k, v, c=c, **kw: jax.jit(functools.partial(fp8.cudnn_fp8_attention, causal=c, **kw))(q, k, v)[0]  # noqa: E731
+                err = lambda out, ref=ref: _rel_err(out.astype(jnp.float32), ref)  # noqa: E731
+                row = {**base, "status": "ok", "scale_o": s_o,
+                       "err_unit_scales": err(run(q, k, v, data_scales=False)),
+                       "err_amax_qkv": err(run(q, k, v)),
+                       "err_amax_qkv_p": err(run(q, k, v, scale_s=fp8.P_SCALE)),
+                       "err_amax_all": err(run(q, k, v, scale_s=fp8.P_SCALE, scale_o=s_o))}
+                small = [x / 64 for x in (q, k, v)]  # tiny activations: below FP8's normal range unscaled
+                ref_small = bf16(*small).astype(jnp.float32)
+                row["err_small_inputs_unit_scales"] = err(run(*small, data_scales=False), ref_small)
+                # Q, K, V and P scaled, O left at unit scale: a small O still underflows FP8 (smallest 2^-9)
+                row["err_small_inputs_amax_scales"] = err(run(*small, scale_s=fp8.P_SCALE), ref_small)
+                s_o_small = fp8.calibrated_output_scale(*small, causal=c)
+                row["err_small_inputs_all_scales"] = err(run(*small, scale_s=fp8.P_SCALE, scale_o=s_o_small), ref_small)
 
-            # speed: each at the GPU's boost clock (after idling) and under sustained load, with the clock
-            qkv8, scales = fp8.quantize_inputs(q, k, v)
-            unit8, unit = fp8.quantize_inputs(q, k, v, data_scales=False)
-            variants = {
-                "bf16": (bf16, (q, k, v)),
-                "fp8": (lambda q8, k8, v8, sc=scales, c=c, s_o=s_o: fp8.fp8_kernel(  # noqa: E731
-                    q8, k8, v8, sc, causal=c, scale_s=fp8.P_SCALE, scale_o=s_o)[0], qkv8),
-                "fp8_unit": (lambda q8, k8, v8, sc=unit, c=c: fp8.fp8_kernel(q8, k8, v8, sc, causal=c)[0], unit8),
-                "fp8_e2e": (get("cudnn_fp8").jit(shape), (q, k, v)),
-            }
-            gf = shape.flops() / 1e9
-            for key, (fn, args) in variants.items():
-                exe, _, _ = compiled.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
-                t = timing.clock_states(exe, args)
-                row.update({f"{key}_ms": t.sustained_ms, f"{key}_tflops": _ratio(gf, t.sustained_ms),
-                            f"{key}_clock_mhz": t.sustained_clock_mhz, f"{key}_burst_ms": t.burst_ms,
-                            f"{key}_burst_tflops": _ratio(gf, t.burst_ms), f"{key}_burst_clock_mhz": t.burst_clock_mhz,
-                            "max_clock_mhz": t.max_clock_mhz, "timing_note": t.note})
-            row.update(speedup=_ratio(row["bf16_ms"], row["fp8_ms"]),
-                       burst_speedup=_ratio(row["bf16_burst_ms"], row["fp8_burst_ms"]),
-                       e2e_speedup=_ratio(row["bf16_ms"], row["fp8_e2e_ms"]))
-            rows.append(row)
+                # speed: each at the GPU's boost clock (after idling) and under sustained load, with the clock
+                qkv8, scales = fp8.quantize_inputs(q, k, v)
+                unit8, unit = fp8.quantize_inputs(q, k, v, data_scales=False)
+                variants = {
+                    "bf16": (bf16, (q, k, v)),
+                    "fp8": (lambda q8, k8, v8, sc=scales, c=c, s_o=s_o: fp8.fp8_kernel(  # noqa: E731
+                        q8, k8, v8, sc, causal=c, scale_s=fp8.P_SCALE, scale_o=s_o)[0], qkv8),
+                    "fp8_unit": (lambda q8, k8, v8, sc=unit, c=c: fp8.fp8_kernel(q8, k8, v8, sc, causal=c)[0], unit8),
+                    "fp8_e2e": (get("cudnn_fp8").jit(shape), (q, k, v)),
+                }
+                gf = shape.flops() / 1e9
+                for key, (fn, args) in variants.items():
+                    exe, _, _ = compiled.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
+                    t = timing.clock_states(exe, args)
+                    row.update({f"{key}_ms": t.sustained_ms, f"{key}_tflops": _ratio(gf, t.sustained_ms),
+                                f"{key}_clock_mhz": t.sustained_clock_mhz, f"{key}_burst_ms": t.burst_ms,
+                                f"{key}_burst_tflops": _ratio(gf, t.burst_ms), f"{key}_burst_clock_mhz": t.burst_clock_mhz,
+                                "max_clock_mhz": t.max_clock_mhz, "timing_note": t.note})
+                row.update(speedup=_ratio(row["bf16_ms"], row["fp8_ms"]),
+                           burst_speedup=_ratio(row["bf16_burst_ms"], row["fp8_burst_ms"]),
+                           e2e_speedup=_ratio(row["bf16_ms"], row["fp8_e2e_ms"]))
+                rows.append(row)
         except Exception as e:
             rows.append({**base, "status": "error", "reason": f"{type(e).__name__}: {str(e)[:300]}"})
+
     return pd.DataFrame(rows)
 
 
@@ -141,12 +150,13 @@ def te_autocast_study(shape: AttentionShape) -> AutocastStudy:
     if te.import_error():
         return AutocastStudy("unsupported", te.import_error())
     try:
-        args = runs.make_inputs(shape)
-        out = {}
-        for enabled in (False, True):
-            exe = te.autocast_runner(shape, enabled, args)
-            t = timing.time_compiled(exe, args)
-            out[enabled] = (np.asarray(exe(*args), np.float32), t)
+        out, specs = {}, abstract_inputs(shape)
+        with DEVICE.building():  # compiled first, between runs (a tuned compile's autotuner runs kernels)
+            programs = {enabled: te.autocast_runner(shape, enabled, specs) for enabled in (False, True)}
+        with runs.inputs(shape, device_bytes=_study_bytes(shape, ["te_dpa"], variants=2)) as args:
+            for enabled, exe in programs.items():  # then timed and run in one turn, admitted for its memory
+                t = timing.time_compiled(exe, args)
+                out[enabled] = (np.asarray(exe(*args), np.float32), t)
         (o0, t0), (o1, t1) = out[False], out[True]
         return AutocastStudy(
             "ok", shape=shape.describe(), max_abs_diff_autocast_vs_not=float(np.abs(o0 - o1).max()),
@@ -161,10 +171,17 @@ def te_block_study(shape: AttentionShape) -> pd.DataFrame:
     call), tflops, rel_err_vs_bf16, top_kernels ([name, µs] pairs), or status and reason."""
     if te.import_error():
         return pd.DataFrame([{"status": "unsupported", "reason": te.import_error()}])
-    rows = []
+    try:  # one turn for the block's draws, training steps, compiles and runs, admitted for its memory
+        with DEVICE.use(_study_bytes(shape, ["te_dpa"], variants=3, backward=True)):
+            return _te_block_rows(shape)
+    except (DeviceBusy, OverBudget) as e:  # a busy GPU, or a block over the budget: a row that says so
+        return pd.DataFrame([{"shape": shape.describe(), "status": "error", "reason": f"{type(e).__name__}: {e}"}])
+
+
+def _te_block_rows(shape: AttentionShape) -> pd.DataFrame:
+    rows, ref = [], None
     x = jax.random.normal(jax.random.PRNGKey(3), (shape.batch, shape.q_len, shape.heads * shape.head_dim),
                           jnp.float32).astype(shape.dtype)
-    ref = None
     for recipe in (None, "fp8_delayed", "fp8_current"):
         try:
             exe, variables = te.block_runner(shape, recipe, x)
