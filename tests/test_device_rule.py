@@ -31,6 +31,8 @@ ARGS: dict[str, list[tuple[tuple, dict]]] = {  # how each entry point is called 
     "attnlab.backends:refusal": [(("naive", SMALL), {})],
     "attnlab.measure.timing:launch_note": [((), {})],
     "attnlab.measure.cost:too_slow_plan": [(([BIG], [1], 1), {})],
+    "attnlab.measure.cost:timing_seconds": [(([BIG], 2), {})],
+    "attnlab.studies.vendor:measure": [((("bf16 T8192", "fp8 T8192"),), {})],
     "attnlab.studies.memory:compiled_memory": [((SMALL, ["naive"], [16, 32]), {})],
     "attnlab.studies.memory:same_program": [((SMALL, "naive", "sdpa_xla"), {})],
     "attnlab.studies.layout:placement": [((SMALL,), {})],
