@@ -383,7 +383,7 @@ def test_the_crash_links_are_refused_up_front_with_a_sentence(tab, base_url):
         open_page(tab.page, base_url, path, title, q)
         tab.assert_clean()
         said = tab.page.locator(MAIN).inner_text()
-        assert "aborts at bfloat16, head_dim 1" in said and "was killed" not in said, said[:3000]
+        assert "known to crash at bfloat16 with head_dim 1" in said and "was killed" not in said, said[:3000]
     screenshot(tab.page, SHOTS / "crash_link_refused.png")
 
 
