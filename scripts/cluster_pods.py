@@ -29,13 +29,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import re
 import shlex
+import socket
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnlab.procs import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_SVC = "attnlab-head-svc"  # KubeRay names the head's Service <cluster>-head-svc
@@ -203,16 +204,38 @@ class Local:
         return [self.address(self.path(a)) for a in argv]
 
 
+_GIVEN: set[int] = set()
+
+
+def pod_port() -> int:
+    """A free TCP port for a pod to listen on, from 20000-32767: outside the kernel's ephemeral range (32768-60999
+    here), which every outgoing connection and every process binding port 0 draws from (Ray's processes do, and
+    took a UI pod's port between its choice and Streamlit's bind: the rehearsal's CI run of 2026-12-03), and
+    outside Ray's worker ports (10002-19999). Never the same port twice in one rehearsal."""
+    for _ in range(1000):
+        port = random.randint(20000, 32767)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-32767")
+
+
 def _ports(container: dict, extra: dict[str, int] | None = None) -> dict:
     """Every port the container declares, by name and number, and `extra` (KubeRay's), each a free port here."""
     ports: dict = {}
     for p in container.get("ports", []):
-        local = free_port()
+        local = pod_port()
         ports[p["containerPort"]] = local
         if "name" in p:
             ports[p["name"]] = local
     for name, number in (extra or {}).items():
-        ports.setdefault(number, free_port())
+        ports.setdefault(number, pod_port())
         ports[name] = ports[number]
     return ports
 

@@ -19,6 +19,7 @@ Hand-written because no kubelet runs without a node and a container runtime, and
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import signal
@@ -55,7 +56,7 @@ def http_probe(probe: Probe) -> tuple[bool, str]:
             return 200 <= r.status < 400, str(r.status)
     except urllib.error.HTTPError as e:
         return 200 <= e.code < 400, str(e.code)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, http.client.HTTPException) as e:  # whatever answered was not a pod's HTTP
         return False, type(e).__name__
 
 
