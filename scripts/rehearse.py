@@ -222,7 +222,7 @@ class Rehearsal:
                         "mode": a.mode}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
-        report["warm_s"] = self.warm()
+        report["warm_s"] = self.warm(timeout=self.args.warm_wait_s)
         rng = random.Random(a.seed)
         pages = list(page_paths().items())
         shapes = session_shapes(a.mode, a.learners, rng)
@@ -370,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-down-s", type=float, default=15.0,
                     help="how long the killed head stays down before its kubelet starts it again")
     ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
+    ap.add_argument("--warm-wait-s", type=float, default=240.0,
+                    help="at most this long, wait for the server's warm-up to finish before the class (0: no wait; "
+                         "the timings then include it)")
     ap.add_argument("--rendered", type=Path, help="manifests already rendered (a machine without kubectl)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page")
     ap.add_argument("--seed", type=int, default=0)

@@ -119,8 +119,8 @@ def main() -> int:
         if "lab_median_ms" in x:
             print(f"{x['shape']:30s} bare {x['bare_median_ms']:.4f} ms ({x['tflops_bare']:.0f} TF/s) "
                   f"lab {x['lab_median_ms']:.4f} ms ({x['tflops_lab']:.0f} TF/s) lab/bare speed "
-                  f"{x['lab_over_bare_speed']:.3f}; bare {['%.3f' % m for m in x['bare_ms']]} @ {x['bare_clock_mhz']} MHz, "
-                  f"lab {['%.3f' % m for m in x['lab_ms']]} @ {x['lab_clock_mhz']} MHz")
+                  f"{x['lab_over_bare_speed']:.3f}; bare {[f'{m:.3f}' for m in x['bare_ms']]} @ {x['bare_clock_mhz']} MHz, "
+                  f"lab {[f'{m:.3f}' for m in x['lab_ms']]} @ {x['lab_clock_mhz']} MHz")
             print(f"   swapped: lab program on bare inputs {x['lab_program_bare_inputs_ms']:.4f} ms, bare program on lab "
                   f"inputs {x['bare_program_lab_inputs_ms']:.4f} ms")
             print("   bare kernels:", "; ".join(x["bare_kernels"])[:300], "| lab kernels:", "; ".join(x["lab_kernels"])[:300])

@@ -102,6 +102,9 @@ def test_a_later_own_shape_class_gets_shapes_nobody_compiled_before():
         assert shape is not None and not problems and not shape.validate(), params
 
 
+# make load: tests/test_rehearsal.py runs the same class (two UI replicas, two Ray workers, a worker killed) from the
+# manifests in make test, and CI's 30 minutes do not hold both
+@pytest.mark.load
 def test_a_class_on_two_ui_processes_and_two_ray_workers_gets_every_page_and_survives_a_killed_worker(tmp_path):
     """--serve 2 --device ray --device-workers 2: a Ray head with two fake GPUs, two UI processes, four headless
     tabs (two on each), every page each, and one device worker killed mid-class: no session lost."""
