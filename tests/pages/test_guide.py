@@ -71,7 +71,7 @@ def test_each_codelab_page_says_its_steps_and_links_the_next_steps_page():
     from pages import guide
 
     pages = list(dict.fromkeys(p for _, p, _ in guide.CODELAB))
-    for here, following in zip(pages, [*pages[1:], None]):
+    for here, following in zip(pages, [*pages[1:], None], strict=True):
         at = open_page(here)
         assert not at.exception, (here, [e.value for e in at.exception])
         main = [p.proto for p in at.get("page_link") if p.proto.label.startswith(("Next: ", "Beyond the codelab"))]
