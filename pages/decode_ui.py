@@ -10,7 +10,7 @@ from attnlab import shipped
 from attnlab.measure import runs
 from attnlab.studies import kvcache
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings
+from pages import charts, common, encodings, sections
 
 VARIANTS = ["MHA", "GQA", "MQA"]
 NOT_MEASURED = ("No H200 decode measurements ship with this version: `python -m attnlab decode --out "
@@ -126,3 +126,22 @@ def _lessons(s: pd.DataFrame, study: SuiteRun | None) -> None:
                      "its matmuls want (read, write, read again) before using them, so the bytes saved are partly "
                      "spent again. The code copies nothing; the compiler does (the kernels are in the CSV).")
     st.info(" ".join(words))
+
+
+def forward_times(shapes: tuple, names: tuple[str, ...]) -> pd.DataFrame:
+    """The forward pass of each variant through `names`, timed (each shape's run cached by common.run)."""
+    return pd.concat([common.frame(v, names, accuracy=False, timed=True).assign(variant=v.variant) for v in shapes],
+                     ignore_index=True)
+
+
+def forward_section(variants: list, names: tuple[str, ...]) -> None:
+    """Page 8's "Forward time of each variant": the codelab's MHA/GQA/MQA forward timed on a button."""
+    st.subheader("Forward time of each variant")
+    st.write("The codelab times the three variants' forward pass at its shape: with the whole sequence at once, fewer "
+             "K/V heads read less memory but do the same FLOPs, so at small shapes the times barely differ (the "
+             "decode step below is where they part).")
+    if sections.on_demand("p8_forward", f"Time the {len(variants)} variants' forward pass", (tuple(variants), names)):
+        forward = sections.guarded(forward_times, tuple(variants), names, what="The timing")
+        if forward is not None:
+            sections.results(forward, ["variant", "kv_heads", "implementation", "wall_ms", "wall_ms_iqr", "throughput_ms",
+                                       "device_ms", "tflops"])

@@ -23,12 +23,6 @@ def decode_steps(shapes: list[AttentionShape], names: tuple[str, ...]) -> pd.Dat
     return kvcache.decode_table(results)
 
 
-def forward_times(shapes: tuple[AttentionShape, ...], names: tuple[str, ...]) -> pd.DataFrame:
-    """The forward pass of each variant through `names`, timed (each shape's run cached by common.run)."""
-    return pd.concat([common.frame(v, names, accuracy=False, timed=True).assign(variant=v.variant) for v in shapes],
-                     ignore_index=True)
-
-
 st.title("8 · MHA, GQA, MQA")
 st.write(
     "Multi-head attention (MHA) gives each of the N query heads its own keys and values. Grouped-query "
@@ -72,15 +66,7 @@ if checks is not None:
     for note in sorted({n for n in ok["reference_note"].dropna() if n}):
         st.caption(f"float64 reference: {note}")
 
-st.subheader("Forward time of each variant")
-st.write("The codelab times the three variants' forward pass at its shape: with the whole sequence at once, fewer "
-         "K/V heads read less memory but do the same FLOPs, so at small shapes the times barely differ (the "
-         "decode step below is where they part).")
-if sections.on_demand("p8_forward", f"Time the {len(variants)} variants' forward pass", (shape, names)):
-    forward = sections.guarded(forward_times, tuple(variants), names, what="The timing")
-    if forward is not None:
-        sections.results(forward, ["variant", "kv_heads", "implementation", "wall_ms", "wall_ms_iqr", "throughput_ms",
-                                   "device_ms", "tflops"])
+decode_ui.forward_section(variants, names)
 
 st.header("The KV cache")
 st.latex(r"\text{bytes per token} = 2\,(K\text{ and }V)\cdot \text{kv\_heads}\cdot \text{head\_dim}"
