@@ -46,6 +46,21 @@ from collections.abc import Callable
 from attnlab.budget import Budget
 
 
+def log_span(kind: str, start: float, end: float) -> None:
+    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid kind' (perf_counter: CLOCK_MONOTONIC, one clock for
+    every process of the machine) for each turn on the device ('turn'), tuned build ('build') and measurement
+    ('timing'), so a class run from outside can check that no timing shared the device (scripts/load_test.device_rule)."""
+    from attnlab.settings import settings
+
+    path = settings().timing_log
+    if path:
+        try:
+            with open(path, "a") as f:
+                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()} {kind}\n")
+        except OSError:
+            pass  # a diagnostic only: never fail a run over it
+
+
 class DeviceBusy(RuntimeError):
     """The queue is full or the wait was too long: the learner tries again shortly."""
 
@@ -238,6 +253,7 @@ class Device:
             yield waited
         finally:
             self.spend("run_s", time.perf_counter() - held_from)
+            log_span("turn", held_from, time.perf_counter())
             with self._cond:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
@@ -274,6 +290,7 @@ class Device:
         finally:
             if not passing:
                 self.spend("build_s", time.perf_counter() - built_from)
+                log_span("build", built_from, time.perf_counter())
             self._local.depth = depth
             if not passing:
                 with self._cond:

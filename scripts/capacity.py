@@ -641,6 +641,7 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                               + (f", {r['pages_per_s']:.2f} pages/s" if r.get("pages_per_s") else "")
                               + (f"; fault: {r['fault']}" if r.get("fault") else "")
                               + (f"; hostile learner: {r['hostile']}" if r.get("hostile") else "")
+                              + (f"; device rule: {r['device_rule']}" if r.get("device_rule") else "")
                               + "] " + summary_line(r), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -192,7 +193,9 @@ class Server:
         env = dict(os.environ, HOME=str(self.home), ATTNLAB_WARM="1", PYTHONPATH=python_path(),
                    STREAMLIT_GLOBAL_DEVELOPMENT_MODE="false",  # Streamlit outside site-packages (a carried wheel) assumes it
                    JAX_COMPILATION_CACHE_DIR=str(compile_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+                   # every turn, tuned build and timing of the device workers (issue 41's check), and their requests
+                   ATTNLAB_TIMING_LOG=str(self.home / "spans.log"), ATTNLAB_REQUEST_LOG=str(self.home / "requests.jsonl"))
         self.samples = Path(env["ATTNLAB_SAMPLE_TO"]) / label if env.get("ATTNLAB_SAMPLE_TO") else None
         self.ray = None
         if device == "ray":
@@ -287,6 +290,19 @@ class Server:
             return json.loads(out.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             return [{"error": out.stderr[-500:]}]
+
+    def device_rule(self) -> dict[str, Any]:
+        """Did every timing have its GPU to itself (load_test.device_rule), and did any request meet the device rule's
+        refusal (admission.OutsideTurn, in the workers' request log)?"""
+        import load_test
+
+        rule = load_test.device_rule(self.home / "spans.log")
+        log = self.home / "requests.jsonl"
+        lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] if log.is_file() else []
+        rule["requests"] = len(lines)
+        rule["timed_requests"] = sum(bool(x.get("timed")) for x in lines)
+        rule["outside_turn_refusals"] = sum(x.get("error") == "OutsideTurn" for x in lines)
+        return rule
 
     def stop(self) -> None:
         for p in self.procs:
@@ -385,6 +401,7 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
         if getattr(sampled, "error", None):
             print(f"ATTNLAB_SAMPLE_TO: no samples ({sampled.error})", file=sys.stderr, flush=True)
         workers = server.worker_figures()
+        device_rule = server.device_rule()
     finally:
         server.stop()
     page_visits = [v for v in visits if v["page"] != "entry"]
@@ -429,7 +446,7 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
         "gpu": {"backend": "gpu" if watch.gpu_peak else "n/a", "peak_bytes_in_use": max(watch.gpu_peak, default=None),
                 "per_gpu_peak_bytes": watch.gpu_peak, "source": "nvidia-smi memory.used and utilization.gpu",
                 "mean_utilisation_pct": statistics.mean(busy) if busy else None, "per_gpu_utilisation_pct": busy},
-        "workers": workers, "fault": fault, "hostile": _hostile_figures(presses) if hostile_every_s else None,
+        "workers": workers, "device_rule": device_rule, "fault": fault, "hostile": _hostile_figures(presses) if hostile_every_s else None,
         "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
         "cpu_s": cpu, "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
         "exceptions": sum(len(v["exceptions"]) for v in visits), "error_boxes": sum(len(v["error_boxes"]) for v in visits),

@@ -158,13 +158,37 @@ def overlaps(intervals: list[tuple[float, float]]) -> int:
     return n
 
 
-def read_timing_log(path: Path) -> list[tuple[float, float]]:
+def read_timing_log(path: Path, kind: str = "timing") -> list[tuple[float, float]]:
+    """The spans of one kind from ATTNLAB_TIMING_LOG (admission.log_span): measurements by default."""
+    return [(s, e) for s, e, _, k in read_spans(path) if k == kind]
+
+
+def read_spans(path: Path) -> list[tuple[float, float, str, str]]:
+    """(start, end, 'pid:thread', kind) for every line of ATTNLAB_TIMING_LOG."""
     out = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) >= 2:
-            out.append((float(parts[0]), float(parts[1])))
+        if len(parts) >= 5:
+            out.append((float(parts[0]), float(parts[1]), f"{parts[3]}:{parts[2]}", parts[4]))
     return out
+
+
+def device_rule(path: Path) -> dict:
+    """Issue 41's class check, from the spans every device worker logged: each timing lies inside a turn of its own
+    thread, and no other thread's turn or tuned build overlaps it (one GPU per worker: spans of other workers,
+    other pids, are on other GPUs and are not compared)."""
+    spans = read_spans(path) if path.is_file() else []
+    timings = [x for x in spans if x[3] == "timing"]
+    bad = []
+    for s, e, who, _ in timings:
+        pid = who.split(":")[0]
+        if not any(k == "turn" and w == who and ts <= s and e <= te for ts, te, w, k in spans):
+            bad.append(f"timing {s:.3f}-{e:.3f} ({who}) outside a turn of its own thread")
+        for ts, te, w, k in spans:
+            if k in ("turn", "build") and w != who and w.split(":")[0] == pid and ts < e and s < te:
+                bad.append(f"timing {s:.3f}-{e:.3f} ({who}) overlapped a {k} of {w} {ts:.3f}-{te:.3f}")
+    return {"timings": len(timings), "turns": sum(k == "turn" for *_, k in spans),
+            "tuned_builds": sum(k == "build" for *_, k in spans), "violations": len(bad), "examples": bad[:5]}
 
 
 # --------------------------------------------------------------------------------------------

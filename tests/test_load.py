@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,43 @@ def test_time_compiled_logs_each_measurement_and_the_device_keeps_them_apart(tmp
     assert len(intervals) == 4
     assert all(end > start for start, end in intervals)
     assert load_test.overlaps(intervals) == 0
+
+
+def test_the_device_rule_check_reads_turns_builds_and_timings_and_flags_a_shared_timing(tmp_path, monkeypatch):
+    """Threads time while others hold turns and tuned builds: every timing inside its own turn, none shared; a log
+    with a build of another thread across a timing, or a timing without a turn, is flagged."""
+    import jax
+    import jax.numpy as jnp
+
+    from attnlab import settings
+    from attnlab.admission import DEVICE
+    from attnlab.measure import timing
+
+    log = tmp_path / "spans.log"
+    monkeypatch.setattr(settings, "_CURRENT", [settings.Settings(timing_log=str(log))])
+    compiled = jax.jit(lambda x: jnp.tanh(x @ x)).lower(jnp.ones((64, 64))).compile()
+
+    def measure():
+        with DEVICE.use():  # as the run layer: the turn around the inputs and the timing
+            timing.time_compiled(compiled, [jnp.ones((64, 64))], repeats=5, budget_s=0.05, device_time=False)
+
+    def build():
+        with DEVICE.building():
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=f) for f in (measure, build, measure, build, measure)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    rule = load_test.device_rule(log)
+    assert (rule["timings"], rule["turns"], rule["tuned_builds"], rule["violations"]) == (3, 3, 2, 0), rule
+
+    bad = tmp_path / "bad.log"
+    bad.write_text("1.0 2.0 7 100 turn\n1.1 1.9 7 100 timing\n1.5 2.5 8 100 build\n3.0 4.0 9 100 timing\n"
+                   "1.2 1.8 5 200 turn\n")  # pid 200's turn is another GPU's
+    rule = load_test.device_rule(bad)
+    assert rule["violations"] == 2 and "overlapped a build" in rule["examples"][0] and "outside a turn" in rule["examples"][1]
 
 
 def test_without_the_variable_nothing_is_logged(tmp_path, monkeypatch):

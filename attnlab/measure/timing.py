@@ -19,15 +19,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
-import threading
 import time
 from collections.abc import Sequence
 
 import jax
 
 from attnlab import device
-from attnlab.admission import DEVICE
-from attnlab.settings import settings
+from attnlab.admission import DEVICE, log_span
 
 
 def launch_note() -> str:
@@ -41,19 +39,6 @@ def launch_note() -> str:
                 "outside the server (`python -m attnlab bench`, no XLA_FLAGS), where XLA's defaults keep CUDA "
                 "graphs on.")
     return ""
-
-
-def _log_timing(start: float, end: float) -> None:
-    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid' (perf_counter seconds) for each
-    measurement, so a load test can check from outside that no two measurements overlapped."""
-    path = settings().timing_log
-    if path:
-        try:
-            with open(path, "a") as f:
-                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()}\n")
-        except OSError:
-            pass  # a diagnostic only: never fail a measurement over it
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +124,7 @@ def time_compiled(
             device_ms, kernels, note = kernel_times(compiled, args, iterations=min(n, 10))
         else:
             device_ms, kernels, note = None, (), "device time not asked for"
-        _log_timing(measured_from, time.perf_counter())
+        log_span("timing", measured_from, time.perf_counter())
     q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
     return Timing(
         compile_ms=compile_ms,
@@ -194,7 +179,7 @@ def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: fl
         jax.block_until_ready(outs)
         del outs
         sustained_ms, _, _ = kernel_times(compiled, args, iterations=iterations)
-        _log_timing(measured_from, time.perf_counter())
+        log_span("timing", measured_from, time.perf_counter())
     return ClockStates(burst_ms=burst_ms, burst_clock_mhz=burst_clock, sustained_ms=sustained_ms,
                        sustained_clock_mhz=clock[0] if clock else None, max_clock_mhz=clock[1] if clock else None,
                        note=note)
