@@ -2,16 +2,21 @@
 # One device call on the H200: carried wheels (tokamax, streamlit), then the GPU-marked tests (core and
 # pages), then whatever commands follow as arguments, a short summary last.
 #   bash scripts/gpu_session.sh OUT_DIR ["python3 -m attnlab ladder --out OUT_DIR/h200_ladder.json" ...]
-# The wheels go to /tmp/site-whl (kept while the machine stays warm: a later call need not carry them);
+# The wheels go to /tmp/w/site-packages (kept while the machine stays warm: a later call need not carry them;
+# `bash scripts/gpu_session.sh --install-only` installs them alone). The folder is named site-packages because
+# Streamlit outside one takes itself for a development checkout and refuses --server.port.
 # TransformerEngine's final.sh owns /tmp/site, Ray's install.sh /tmp/site-ray (../shared/*-on-h200/).
 # SKIP_TESTS=1: only the commands.
 set -o pipefail
+WHL_SITE=/tmp/w/site-packages
+if [ -d .whl ] && [ ! -d $WHL_SITE ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $WHL_SITE .whl/*.whl || exit 3
+  cp -r .whl/stub/* $WHL_SITE/  # tokamax's import of xprof (../shared/tokamax-on-h200/README.md)
+fi
+[ "$1" = "--install-only" ] && { ls $WHL_SITE | head -3; exit 0; }
 OUT_DIR=${1:-${OUT:-gpu-out}}; shift || true
 mkdir -p "$OUT_DIR"
-if [ -d .whl ] && [ ! -d /tmp/site-whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-whl .whl/*.whl || exit 3
-fi
-export PYTHONPATH=/tmp/site-whl:/tmp/site:/tmp/site-ray:$PWD/.whl/stub:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$WHL_SITE:/tmp/site:/tmp/site-ray:$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PATH=/tmp/site-ray/bin:$PATH
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false ATTNLAB_WARM=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT_DIR/nvidia-smi.txt"

@@ -83,7 +83,13 @@ def compare(label: str, shape: AttentionShape, rounds: int) -> dict:
     from attnlab.measure import compiled
     exe = compiled.compile_backend("sdpa_cudnn", shape, False, True)[0]
     lab_args = runs.make_inputs(shape)
-    swapped = {"lab_program_bare_inputs_ms": cupti(exe, args)[0], "bare_program_lab_inputs_ms": cupti(f, lab_args)[0]}
+    from attnlab.measure import timing
+    swapped = {"lab_program_bare_inputs_ms": cupti(exe, args)[0], "bare_program_lab_inputs_ms": cupti(f, lab_args)[0],
+               # the third factor, the procedure: the lab's time_compiled (warm-up, wall samples, rounds, then CUPTI
+               # over 10 calls) on the bare program and inputs, and on the lab's program and inputs
+               "lab_procedure_bare_program_ms": timing.time_compiled(f, args).device_ms,
+               "lab_procedure_lab_program_ms": timing.time_compiled(exe, lab_args).device_ms,
+               "bare_clock_after_mhz": clock()}
     b, x = statistics.median(m for m, _ in bare), statistics.median(m for m, _ in lab)
     return {"shape": label, "bare_ms": [m for m, _ in bare], "bare_clock_mhz": [c for _, c in bare],
             "lab_ms": [m for m, _ in lab], "lab_clock_mhz": [c for _, c in lab], "bare_median_ms": b,
@@ -122,7 +128,8 @@ def main() -> int:
                   f"{x['lab_over_bare_speed']:.3f}; bare {[f'{m:.3f}' for m in x['bare_ms']]} @ {x['bare_clock_mhz']} MHz, "
                   f"lab {[f'{m:.3f}' for m in x['lab_ms']]} @ {x['lab_clock_mhz']} MHz")
             print(f"   swapped: lab program on bare inputs {x['lab_program_bare_inputs_ms']:.4f} ms, bare program on lab "
-                  f"inputs {x['bare_program_lab_inputs_ms']:.4f} ms")
+                  f"inputs {x['bare_program_lab_inputs_ms']:.4f} ms; the lab's procedure on the bare program "
+                  f"{x['lab_procedure_bare_program_ms']:.4f} ms, on its own {x['lab_procedure_lab_program_ms']:.4f} ms")
             print("   bare kernels:", "; ".join(x["bare_kernels"])[:300], "| lab kernels:", "; ".join(x["lab_kernels"])[:300])
         elif "bare_median_ms" in x:
             print(f"{x['shape']:30s} bare {x['bare_median_ms']:.4f} ms ({x['tflops_bare']:.0f} TF/s) @ {x['clock_mhz']} MHz;"
