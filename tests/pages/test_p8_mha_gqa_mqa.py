@@ -164,8 +164,11 @@ def test_the_h200_decode_study_shows_who_turns_fewer_kv_bytes_into_less_time():
 
 def test_a_decode_step_that_would_take_minutes_is_refused_before_its_button():
     # the link that held a CPU for 351 s: 1,024 heads of 1,024 over a 262,144-token cache
-    at = open_page(PAGE, {"batch": "1", "q_len": "1", "kv_len": "32768", "heads": "1024", "kv_heads": "1",
+    # the sidebar's kv_len is small (the page's own cache length is the decode's): the sidebar's memory check, which
+    # reads the worker's budget (half the host's available memory at its start), cannot stop the page first
+    at = open_page(PAGE, {"batch": "1", "q_len": "1", "kv_len": "1024", "heads": "1024", "kv_heads": "1",
                           "head_dim": "1024"})
+    assert "p8_kv_len" in [n.key for n in at.number_input], texts(at, "error", "warning")
     at.number_input(key="p8_kv_len").set_value(262_144).run()
     assert not at.exception
     assert any("would hold this CPU for at least" in w.value and "limit of 60 s" in w.value for w in at.warning)
