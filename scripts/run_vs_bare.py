@@ -60,6 +60,21 @@ def cupti(f, args, iterations: int = 20) -> tuple[float, list[str]]:
     return statistics.median(totals), [f"{n} {ms * 1e3:.1f}us" for n, ms in per_iter[0]]
 
 
+def old_procedure(f, args) -> float | None:
+    """The lab's time_compiled before issue 41's change, for a before/after in one run: warm-up 0.2 s, 30 wall
+    samples, 3 rounds of 10 dispatched calls, then CUPTI over 10 calls."""
+    from attnlab.measure import timing
+
+    t_end = time.perf_counter() + 0.2
+    while time.perf_counter() < t_end:
+        jax.block_until_ready(f(*args))
+    for _ in range(30):
+        jax.block_until_ready(f(*args))
+    for _ in range(3):
+        jax.block_until_ready([f(*args) for _ in range(10)])
+    return timing.kernel_times(f, args, iterations=10)[0]
+
+
 def clock() -> int | None:
     c = device.sm_clock_mhz()
     return c[0] if c else None
@@ -89,6 +104,8 @@ def compare(label: str, shape: AttentionShape, rounds: int) -> dict:
                # over 10 calls) on the bare program and inputs, and on the lab's program and inputs
                "lab_procedure_bare_program_ms": timing.time_compiled(f, args).device_ms,
                "lab_procedure_lab_program_ms": timing.time_compiled(exe, lab_args).device_ms,
+               "old_procedure_lab_program_ms": old_procedure(exe, lab_args),
+               "lab_procedure_again_ms": timing.time_compiled(exe, lab_args).device_ms,
                "bare_clock_after_mhz": clock()}
     b, x = statistics.median(m for m, _ in bare), statistics.median(m for m, _ in lab)
     return {"shape": label, "bare_ms": [m for m, _ in bare], "bare_clock_mhz": [c for _, c in bare],
@@ -129,7 +146,9 @@ def main() -> int:
                   f"lab {[f'{m:.3f}' for m in x['lab_ms']]} @ {x['lab_clock_mhz']} MHz")
             print(f"   swapped: lab program on bare inputs {x['lab_program_bare_inputs_ms']:.4f} ms, bare program on lab "
                   f"inputs {x['bare_program_lab_inputs_ms']:.4f} ms; the lab's procedure on the bare program "
-                  f"{x['lab_procedure_bare_program_ms']:.4f} ms, on its own {x['lab_procedure_lab_program_ms']:.4f} ms")
+                  f"{x['lab_procedure_bare_program_ms']:.4f} ms, on its own {x['lab_procedure_lab_program_ms']:.4f} ms; "
+                  f"before/after on its own: old procedure {x['old_procedure_lab_program_ms']:.4f} ms, "
+                  f"new {x['lab_procedure_again_ms']:.4f} ms")
             print("   bare kernels:", "; ".join(x["bare_kernels"])[:300], "| lab kernels:", "; ".join(x["lab_kernels"])[:300])
         elif "bare_median_ms" in x:
             print(f"{x['shape']:30s} bare {x['bare_median_ms']:.4f} ms ({x['tflops_bare']:.0f} TF/s) @ {x['clock_mhz']} MHz;"
