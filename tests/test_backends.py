@@ -116,7 +116,7 @@ def test_checking_a_shape_traces_without_waiting_for_the_device():
     from attnlab.backends import base
 
     shape = AttentionShape(batch=1, q_len=24, kv_len=40, heads=4, kv_heads=2, head_dim=8, causal=True)
-    base.trace_error.cache_clear()
+    base.traced.cache_clear()
     held, release, answer = threading.Event(), threading.Event(), {}
 
     def hold():

@@ -1,5 +1,6 @@
 """What the compiler made: kernels in words, scratch bytes, and how they grow."""
 
+import jax
 import pandas as pd
 import pytest
 
@@ -114,8 +115,22 @@ def test_lowering_takes_turns_in_a_process(monkeypatch):
 
     monkeypatch.setattr(backend, "_LOWERING", Recording())
     shape = AttentionShape(batch=1, q_len=12, kv_len=12, heads=2, kv_heads=2, head_dim=8)
-    backend.trace_error.cache_clear()
+    backend.traced.cache_clear()
     assert backend.trace_error(get("naive"), shape) is None  # a check traces to a jaxpr: nothing lowered
     assert entered == []
     compiled.compile_timed(lambda x: x * 3.0, [jax.ShapeDtypeStruct((5,), "float32")], "test")
     assert len(entered) == 1  # the compile's lowering, under the lock
+
+
+def test_one_cache_holds_each_program_once_under_every_name_and_its_bound_takes_the_names_with_it():
+    shape = TINY.replace(q_len=29, kv_len=29)  # a shape no other test compiles
+    xla = compiled.compile_backend("sdpa_xla", shape)
+    auto = compiled.compile_backend("sdpa_auto", shape)  # the same program lowered under another name
+    assert auto[0] is xla[0] and auto[2] is not None and "sdpa_xla" in auto[2]
+    assert compiled.compile_backend("sdpa_xla", shape) is xla  # asked again: the first answer, nothing compiled
+    small = compiled.Programs(size=1)
+    jitted = jax.jit(lambda x: x + 1.0)
+    for n, arg in enumerate([jax.ShapeDtypeStruct((3,), "float32"), jax.ShapeDtypeStruct((4,), "float32")]):
+        exe, first, key = small.compile(jitted.lower(arg), f"f{n}", None)
+        small.name(("f", n), key, (exe, 0.0, first))
+    assert len(small) == 1 and small.named(("f", 0)) is None and small.named(("f", 1)) is not None

@@ -150,8 +150,8 @@ def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_
 
     asked, real = [], compiled.compile_timed
     monkeypatch.setattr(compiled.jax, "default_backend", lambda: "gpu")  # the options are a GPU's
-    monkeypatch.setattr(compiled, "compile_timed", lambda fn, args, who="", options=None: asked.append(
-        (who.split(" at ")[0], options)) or real(fn, args, who, options))
+    monkeypatch.setattr(compiled, "compile_timed", lambda fn, args, who="", options=None, name=None: asked.append(
+        (who.split(" at ")[0], options)) or real(fn, args, who, options, name))
     shape = TINY.replace(q_len=44, kv_len=44)
     assert runs.run(shape, ["naive"], accuracy=True)[0].ok
     assert asked == [("naive", compiled.CHECK_OPTIONS)]
@@ -194,8 +194,9 @@ def test_runs_inside_one_turn_compile_what_they_need_without_waiting_for_themsel
 def test_a_timing_asked_untuned_compiles_and_times_only_the_untuned_program(monkeypatch):
     from attnlab.measure import compiled
 
-    seen, real = [], compiled._compile_backend
-    monkeypatch.setattr(compiled, "_compile_backend", lambda *a: seen.append(a[3]) or real(*a))
+    seen, real = [], compiled.compile_timed  # each compile's name ends with whether it is tuned
+    monkeypatch.setattr(compiled, "compile_timed", lambda fn, args, who="", options=None, name=None: seen.append(
+        name[-1]) or real(fn, args, who, options, name))
     shape = AttentionShape(batch=1, q_len=19, kv_len=19, heads=2, kv_heads=2, head_dim=8)
     (r,) = runs.run(shape, ["naive"], timed=True, tuned=False, budget_s=0.05)
     assert r.ok and r.timing is not None and seen and not any(seen), seen

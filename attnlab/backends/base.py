@@ -58,12 +58,7 @@ class Backend:
 
     def jit(self, shape: AttentionShape):
         """This backend at `shape`, jitted (the shape is static: masks and grouping are baked in)."""
-        return _jitted(self, shape)
-
-
-@functools.lru_cache(maxsize=256)
-def _jitted(backend: Backend, shape: AttentionShape):
-    return jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
+        return traced(self, shape)[0]
 
 
 def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
@@ -86,22 +81,24 @@ def lower(jitted, args):
 
 
 @functools.lru_cache(maxsize=512)
-def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
-    """Trace the call for `shape` to a jaxpr, without lowering, compiling or running it: the backend's own
-    error text, or None.
+def traced(backend: Backend, shape: AttentionShape) -> tuple:
+    """(the backend at `shape` jitted, its trace's error text or None): the one cache of traces.
 
-    The libraries check a shape while they trace (`jax.nn.dot_product_attention`'s cuDNN checks, tokamax's
-    block and dtype checks), so a jaxpr is enough to hear their refusal; lowering (Pallas's Mosaic GPU
-    lowering takes seconds of Python a shape on the H200) waits for the compile, where a refusal found
-    only then is that run's row. Tracing touches no device and is safe side by side, so it takes no turn:
-    on the H200 an own-shape class of twenty spent 570 s of its requests in checks that lowered, one at a
-    time, while every run waited behind them (2026-12-02, ATTNLAB_REQUEST_LOG). The trace is kept by JAX,
-    so the compile that follows does not trace again."""
+    Traced to a jaxpr, without lowering, compiling or running it: the libraries check a shape while they trace
+    (`jax.nn.dot_product_attention`'s cuDNN checks, tokamax's block and dtype checks), so this hears their refusal
+    with no device and no turn; JAX keeps the trace, so the compile that follows does not trace again. Lowering
+    waits for the compile (Pallas's Mosaic GPU lowering takes seconds a shape on the H200)."""
+    jitted = jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
     try:
-        _jitted(backend, shape).trace(*abstract_inputs(shape))
+        jitted.trace(*abstract_inputs(shape))
     except Exception as e:  # the backend's own words are the lesson here
-        return error_text(e)
-    return None
+        return jitted, error_text(e)
+    return jitted, None
+
+
+def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
+    """The backend's own error text when it refuses `shape` while tracing, or None."""
+    return traced(backend, shape)[1]
 
 
 def error_text(e: BaseException, limit: int = 400) -> str:

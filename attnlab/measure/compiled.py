@@ -64,26 +64,18 @@ def describe_compiled(compiled) -> CompiledInfo:
 
 
 def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tuned: bool | None = True):
-    """compile_timed for a backend at a shape; kept (lru), so a page that asks again pays nothing.
+    """compile_timed for a backend at a shape, kept in PROGRAMS, so a page that asks again pays nothing (the
+    answer is the first compile's: its time and who compiled it first).
 
     tuned=None: a program only run to check its output or described, never timed: compiled without
     autotuning (`CHECK_OPTIONS`), or the tuned program when this process has compiled it already
     (either is correct). tuned=False: exactly the untuned program (two programs compared)."""
     if tuned is None:
-        tuned = (name, shape, backward) in _TUNED
-    out = _compile_backend(name, shape, backward, tuned)
-    if tuned:
-        if len(_TUNED) > 4096:  # only a hint: forgetting costs a compile, never a wrong answer
-            _TUNED.clear()
-        _TUNED.add((name, shape, backward))
-    return out
-
-
-_TUNED: set = set()  # (name, shape, backward) whose tuned program this process holds
-
-
-@functools.lru_cache(maxsize=128)
-def _compile_backend(name: str, shape: AttentionShape, backward: bool, tuned: bool):
+        tuned = PROGRAMS.named(("backend", name, shape, backward, True)) is not None
+    name_key = ("backend", name, shape, backward, tuned)
+    kept = PROGRAMS.named(name_key)
+    if kept is not None:
+        return kept
     from attnlab import device
 
     why = known_aborts.refusal(name, shape, device.info())  # every path to a compile, not only the run layer's
@@ -93,7 +85,7 @@ def _compile_backend(name: str, shape: AttentionShape, backward: bool, tuned: bo
     if backward:
         fn = forward_backward(fn)
     return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}",
-                         None if tuned else check_options())
+                         None if tuned else check_options(), name=name_key)
 
 
 # On a GPU XLA tries several kernels for each matrix product of a new program and keeps the fastest
@@ -118,19 +110,14 @@ class ForCheck:
 
     def __init__(self, fn, static_argnames: tuple[str, ...] = ()):
         self.fn, self.static_argnames = fn, static_argnames
-        self._programs: collections.OrderedDict[tuple, object] = collections.OrderedDict()
         functools.update_wrapper(self, fn)
 
     def ahead(self, *args, **static):
-        key = (tuple((tuple(a.shape), str(a.dtype)) for a in args), tuple(sorted(static.items())))
-        exe = self._programs.get(key)
-        if exe is None:
-            exe = compile_timed(functools.partial(self.fn, **static), args, self.fn.__name__, check_options())[0]
-            with _LOCK:
-                self._programs[key] = exe
-                while len(self._programs) > 128:
-                    self._programs.popitem(last=False)
-        return exe
+        name = ("check", self, tuple((tuple(a.shape), str(a.dtype)) for a in args), tuple(sorted(static.items())))
+        kept = PROGRAMS.named(name)
+        if kept is None:
+            kept = compile_timed(functools.partial(self.fn, **static), args, self.fn.__name__, check_options(), name=name)
+        return kept[0]
 
     def __call__(self, *args, **static):
         exe = self.ahead(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args), **static)
@@ -145,57 +132,91 @@ def for_check(fn=None, *, static_argnames: tuple[str, ...] = ()):
     return ForCheck(fn, static_argnames)
 
 
-# hash of a lowered program -> (who compiled it first, the executable), the 256 most recent
-_SEEN: collections.OrderedDict[int, tuple[str, object]] = collections.OrderedDict()
-_COMPILING: dict[int, threading.Event] = {}  # programs being compiled now, by any thread of this process
-_LOCK = threading.Lock()
+class Programs:
+    """Every program this process compiled, once: the one cache of compiled programs.
+
+    A program is keyed by its lowered text and compiler options, so two backends that lower to one program
+    (sdpa_auto and sdpa_xla) share it, and "compiled before" names who compiled it first. A name (a backend at a
+    shape, a checked function at its argument shapes) finds its program without lowering again. Single flight:
+    a program another thread is compiling is waited for, not compiled twice. One bound: the `size` most recently
+    used programs, their names leaving with them. What functools.lru_cache does not: the single flight, the
+    program shared by its lowered text under several names, and the first compiler's name kept beside it."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._programs: collections.OrderedDict[int, tuple[str, object]] = collections.OrderedDict()
+        self._names: dict[tuple, tuple[int, tuple]] = {}  # name -> (program key, what compile_timed answered)
+        self._compiling: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def named(self, name: tuple) -> tuple | None:
+        """What compile_timed answered when `name` was compiled, while its program is kept; else None."""
+        with self._lock:
+            found = self._names.get(name)
+            if found is None or found[0] not in self._programs:
+                return None
+            self._programs.move_to_end(found[0])
+            return found[1]
+
+    def name(self, name: tuple, key: int, answer: tuple) -> None:
+        with self._lock:
+            if key in self._programs:
+                self._names[name] = (key, answer)
+
+    def compile(self, lowered, who: str, options: dict | None) -> tuple[object, str | None, int]:
+        """(the executable, who compiled it first when it was kept already else None, the program's key)."""
+        key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
+        while True:
+            with self._lock:
+                seen = self._programs.get(key)
+                if seen is not None:
+                    self._programs.move_to_end(key)
+                    return seen[1], seen[0] or "an earlier call", key
+                busy = self._compiling.get(key)
+                if busy is None:
+                    self._compiling[key] = threading.Event()
+                    break
+            busy.wait()  # then it is kept (or its compile failed and this thread tries)
+        try:
+            compiled = lowered.compile(compiler_options=options)
+            with self._lock:
+                self._programs[key] = (who, compiled)
+                while len(self._programs) > self.size:
+                    gone, _ = self._programs.popitem(last=False)
+                    for n in [n for n, (k, _) in self._names.items() if k == gone]:
+                        del self._names[n]
+        finally:
+            with self._lock:
+                self._compiling.pop(key).set()
+        return compiled, None, key
+
+    def __len__(self) -> int:
+        return len(self._programs)
 
 
-def compile_timed(fn, args, who: str = "", options: dict | None = None):
+PROGRAMS = Programs()
+
+
+def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tuple | None = None):
     """(compiled, compile_ms, compiled_before): compile_ms is the time of this lower + compile.
 
-    JAX keeps compiled programs in memory (and on disk with a compilation cache), so a program
-    this process compiled before comes back in about a millisecond: `compiled_before` then names
-    who compiled it first (for example sdpa_auto and sdpa_xla are the same program), and a page
-    says so instead of presenting the cache lookup as a compile time. A program another thread is
-    compiling (another learner on the same new shape) is waited for, not compiled twice. `options`:
-    XLA compiler options (`check_options()`). Never during a run on the device (admission.py says why).
+    A program this process compiled before comes back from PROGRAMS in about a millisecond:
+    `compiled_before` then names who compiled it first, and a page says so instead of presenting the
+    lookup as a compile time. `options`: XLA compiler options (`check_options()`); `name`: the answer is kept
+    under it (PROGRAMS.named). Never during a run on the device (admission.py says why).
     """
     t0 = time.perf_counter()
     quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
     lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing (one thread at a time: base.lower)
     with DEVICE.building(quiet):  # the compile, whose autotuner runs kernels: between runs. A thread waited for
-        compiled, seen, first = _compile_once(lowered, who, options)  # below is in its turn, never waiting for one
-    ms = (time.perf_counter() - t0) * 1e3
-    return compiled, ms, (first or "an earlier call") if seen else None
+        compiled, first, key = PROGRAMS.compile(lowered, who, options)  # below is in its turn, never waiting for one
+    answer = (compiled, (time.perf_counter() - t0) * 1e3, first)
+    if name is not None:
+        PROGRAMS.name(name, key, answer)
+    return answer
 
 
-def _compile_once(lowered, who, options):
-    key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
-    while True:
-        with _LOCK:
-            seen = _SEEN.get(key)
-            if seen is not None:
-                _SEEN.move_to_end(key)
-                break
-            busy = _COMPILING.get(key)
-            if busy is None:
-                _COMPILING[key] = threading.Event()
-                break
-        busy.wait()  # then it is in _SEEN (or its compile failed and this thread tries)
-    if seen is None:
-        try:
-            compiled = lowered.compile(compiler_options=options)
-            with _LOCK:
-                _SEEN[key] = (who, compiled)
-                while len(_SEEN) > 256:
-                    _SEEN.popitem(last=False)
-        finally:
-            with _LOCK:
-                _COMPILING.pop(key).set()
-        return compiled, False, None
-    first, compiled = seen
-    return compiled, True, first
+_LOCK = threading.Lock()  # the compile pool's creation
 
 
 def compile_threads() -> int:
