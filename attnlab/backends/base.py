@@ -70,24 +70,17 @@ _LOWERING = threading.Lock()
 
 
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread of this process at a time. Lowering is Python (it holds the
-    GIL nearly throughout, so little is lost), and Pallas's Mosaic GPU lowering is not safe side by
-    side: on the H200 a server process died of a segmentation fault inside Mosaic's layout inference
-    while other threads lowered too (an own-shape class of twenty learners). Compiling, the slow part,
-    stays parallel. Lowering launches nothing on the device, so it takes no turn there (only a tuned
-    compile does: admission.py): when it did, every run waited while a phase of builds lowered one by one."""
+    """`jitted.lower(*args)`, one thread of this process at a time (Mosaic GPU's lowering is not thread-safe:
+    docs/design-notes.md, "Lowering"); it launches nothing, so it takes no turn on the device."""
     with _LOWERING:
         return jitted.lower(*args)
 
 
 @functools.lru_cache(maxsize=512)
 def traced(backend: Backend, shape: AttentionShape) -> tuple:
-    """(the backend at `shape` jitted, its trace's error text or None): the one cache of traces.
-
-    Traced to a jaxpr, without lowering, compiling or running it: the libraries check a shape while they trace
-    (`jax.nn.dot_product_attention`'s cuDNN checks, tokamax's block and dtype checks), so this hears their refusal
-    with no device and no turn; JAX keeps the trace, so the compile that follows does not trace again. Lowering
-    waits for the compile (Pallas's Mosaic GPU lowering takes seconds a shape on the H200)."""
+    """(the backend at `shape` jitted, its trace's error text or None): the one cache of traces. The libraries
+    check a shape while they trace, so a jaxpr hears their refusal with no device, no turn and no lowering
+    (docs/design-notes.md, "Checks trace"); JAX keeps the trace for the compile that follows."""
     jitted = jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
     try:
         jitted.trace(*abstract_inputs(shape))

@@ -88,13 +88,8 @@ def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tu
                          None if tuned else check_options(), name=name_key)
 
 
-# On a GPU XLA tries several kernels for each matrix product of a new program and keeps the fastest
-# (autotuning: about half of a new shape's compile time on the H200). Its candidates run on the device,
-# so a tuned compile takes a turn there (admission.py), and in a class every run waits for it. A program
-# that is only run to check its output, draw a heatmap or be described (which kernels, how much scratch)
-# does not need the fastest kernel, only a correct one: it is compiled without autotuning. Only what is
-# timed is compiled with it, as JAX does by default. Whether attention becomes cuDNN's kernel or XLA's
-# fusions is decided before autotuning (`scripts/shape_costs.py --tuning` compares both programs).
+# Only what is timed is compiled with autotuning, whose candidates run on the device and so take a turn there; a
+# program only checked or described needs a correct kernel, not the fastest (docs/design-notes.md, "Autotuning").
 CHECK_OPTIONS = {"xla_gpu_autotune_level": 0}
 
 
@@ -220,12 +215,8 @@ _LOCK = threading.Lock()  # the compile pool's creation
 
 
 def compile_threads() -> int:
-    """Programs this process compiles at once, every request's together (ATTNLAB_COMPILE_THREADS; default:
-    the CPUs this process may use). XLA compiles without Python's lock, so a class's new shapes compile
-    side by side. The one process that owns a GPU owns its machine's (or pod's) CPUs too: when four server
-    processes shared one GPU, four threads each was their share of 16 cores; a single device worker held
-    to four left three quarters of the H200 machine idle while an own-shape class waited for compiles
-    (2026-12-01: 95th-percentile page 30 s)."""
+    """Programs this process compiles at once, every request's together (ATTNLAB_COMPILE_THREADS; default: the
+    CPUs this process may use: the device worker owns its pod's CPUs; docs/design-notes.md, "Compile threads")."""
     if settings().compile_threads:
         return settings().compile_threads
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
