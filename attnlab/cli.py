@@ -170,6 +170,7 @@ def cmd_ladder(a) -> int:
 
 
 def cmd_decode(a) -> int:
+    from attnlab.measure import runs
     from attnlab.studies import kvcache, suite
 
     _writable(a.out)
@@ -184,7 +185,7 @@ def cmd_decode(a) -> int:
             json.dump(result.to_json(), f, indent=1, default=str)
     _print(pd.DataFrame(rows), ["base", "variant", "kv_len", "implementation", "status", "device_ms",
                                 "throughput_ms", "kv_read_bytes", "kv_read_gb_per_s"])
-    return 0 if any(r["status"] == "ok" for r in rows) else 1
+    return 0 if any(r["status"] == runs.OK for r in rows) else 1
 
 
 def cmd_warm(a) -> int:

@@ -11,8 +11,8 @@ that may be skipped all come from the same few lines. The types follow `jax.nn.d
 
 Each type also says how a URL (`?window=256,0`), the CLI (`--window 256 0`) and the sidebar write it, and
 checks its own values. Adding a mask type is one class here and one line in `MASK_TYPES`; a backend that
-takes it names it in its `masks` (the others then refuse it, in words). The array functions at the end take
-an array module `xp` (`jax.numpy` by default, or `numpy`); the value itself needs no JAX.
+takes it names it in its `masks` (the others then refuse it, in words). `Mask.matrix` takes an array module
+`xp` (`jax.numpy` by default, or `numpy`); the value itself needs no JAX.
 """
 
 from __future__ import annotations
@@ -250,50 +250,13 @@ class Mask:
         return " ".join(t.label() for t in self.types)
 
 
-# --- the masks as arrays, with jax.nn's arguments ---------------------------------------------
+# --- the rule with jax.nn's arguments -------------------------------------------------------
 def _jnp():  # jax.numpy, imported here: the mask value above needs no JAX
     import jax.numpy as jnp
     return jnp
-
-
-def causal(q_len: int, kv_len: int, xp=None):
-    """(T, S): query i attends to keys j <= i."""
-    xp = xp or _jnp()
-    return xp.tril(xp.ones((q_len, kv_len), dtype=bool))
-
-
-def sliding_window(q_len: int, kv_len: int, left: int, right: int = 0, xp=None):
-    """(T, S): query i attends to keys i-left .. i+right (`local_window_size=(left, right)`)."""
-    xp = xp or _jnp()
-    i = xp.arange(q_len)[:, None]
-    j = xp.arange(kv_len)[None, :]
-    return (j >= i - left) & (j <= i + right)
-
-
-def padding(kv_lengths, q_len: int, kv_len: int, xp=None):
-    """(B, 1, T, S): in batch b only the first kv_lengths[b] keys are real (`key_value_seq_lengths`)."""
-    xp = xp or _jnp()
-    j = xp.arange(kv_len)[None, None, None, :]
-    valid = j < xp.asarray(kv_lengths)[:, None, None, None]
-    return xp.broadcast_to(valid, (valid.shape[0], 1, q_len, kv_len))
-
-
-def combine(*masks):
-    """Logical AND of the masks given (None ones are skipped); None when there are none."""
-    out = None
-    for m in masks:
-        if m is not None:
-            out = m if out is None else out & m
-    return out
 
 
 def visible(q_index, k_index, *, causal: bool = False, window=None, kv_length=None):
     """`Mask.visible` with jax.nn's arguments. kv_length: keys at or past it are padding (a number, or an array
     laid out to broadcast against the indices, one per sequence)."""
     return Mask.of(causal=causal, window=window, kv_lengths=kv_length).visible(q_index, k_index)
-
-
-def allowed(q_len: int, kv_len: int, *, causal: bool = False, window=None, kv_lengths=None, rows=None, xp=None):
-    """`Mask.matrix` with jax.nn's arguments (kv_lengths: one per sequence)."""
-    batch = None if kv_lengths is None else len(kv_lengths)
-    return Mask.of(causal=causal, window=window, kv_lengths=kv_lengths).matrix(q_len, kv_len, batch, rows, xp)

@@ -4,10 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import masks
 from attnlab.math import attention
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
+from tests import mask_arrays as masks
 
 SHAPE = AttentionShape(batch=2, q_len=12, kv_len=20, heads=6, kv_heads=2, head_dim=8)
 

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import masks
 from attnlab.math import attention
 from attnlab.math.flash import BACKWARD_PLAN, flash_attention, step_through, tile_map
 from attnlab.studies.flash_traffic import traffic_flash, traffic_naive
+from tests import mask_arrays as masks
 
 TOLERANCE = {"float32": 2e-3, "bfloat16": 1e-2, "float16": 5e-3}
 

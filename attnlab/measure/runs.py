@@ -5,7 +5,8 @@
 This is the only place that makes inputs, asks this process's device for its turn, builds the
 float64 reference, words errors (out of memory, a busy GPU, a backend's refusal) and turns
 results into a table. Every page, the CLI and the studies go through it, so a result means the
-same thing wherever it is shown, and one vocabulary of columns (`COLUMNS`) names it.
+same thing wherever it is shown, and one vocabulary of columns (`COLUMNS`) names it (results.py: the
+Result, its Status, the columns and the wording of failures, all re-exported here).
 
 A run never raises for a bad cell: a shape that is invalid, a backend that cannot run here, a
 run over the memory budget, a GPU out of memory or a busy queue are each a `Result` whose
@@ -22,98 +23,35 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pandas as pd
 
-from attnlab import device, kernels
-from attnlab.admission import DEVICE, DeviceBusy, OverBudget
+from attnlab import device
+from attnlab.admission import DEVICE
 from attnlab.backends import REGISTRY, get
-from attnlab.backends.base import error_text
 from attnlab.math import checks, gradients
 from attnlab.measure import compiled, cost, timing
+from attnlab.measure.results import (  # noqa: F401  (re-exported: callers keep reading them from runs)
+    BAD_GRADIENTS,
+    BUSY,
+    COLUMNS,
+    ERROR,
+    INVALID,
+    OK,
+    OOM,
+    OVER_BUDGET,
+    TOO_SLOW,
+    UNSUPPORTED,
+    Result,
+    Status,
+    failure,
+    max_difference,
+    out_of_memory,
+    records,
+    to_frame,
+)
 from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
 
-OK, INVALID, UNSUPPORTED, OVER_BUDGET, TOO_SLOW, OOM, BUSY, ERROR, BAD_GRADIENTS = (
-    "ok", "invalid shape", "cannot run here", "over the memory budget", "too slow here", "out of memory", "GPU busy",
-    "error", "gradients wrong")
-
-
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """One implementation at one shape: what happened, and the parts that were asked for."""
-
-    shape: AttentionShape
-    implementation: str
-    status: str
-    reason: str = ""
-    backward: bool = False
-    accuracy: checks.Accuracy | None = None
-    reference_note: str = ""
-    output_shape: tuple[int, ...] | None = None
-    output_dtype: str | None = None
-    output_slice: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
-    program: compiled.CompiledInfo | None = None
-    compile_ms: float | None = None
-    compiled_before: str | None = None  # the compile was a cache lookup: who compiled this program first
-    timing: timing.Timing | None = None
-    timing_note: str = ""
-    peak_tflops: float | None = None
-    queue_wait_s: float = 0.0  # seconds this run waited for the device before its shared part
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    def row(self) -> dict:
-        """This result in the lab's one vocabulary of columns (`COLUMNS`); absent parts are None."""
-        s, t, a, p = self.shape, self.timing, self.accuracy, self.program
-        flops = s.flops(self.backward)
-        tflops = flops / (t.throughput_ms * 1e-3) / 1e12 if t else None
-        device_tflops = flops / (t.device_ms * 1e-3) / 1e12 if t and t.device_ms else None
-        best = device_tflops or tflops
-        row = {
-            "implementation": self.implementation,
-            "label": REGISTRY[self.implementation].label if self.implementation in REGISTRY else self.implementation,
-            "pass": "forward+backward" if self.backward else "forward", "shape": s.describe(),
-            **s.columns(),
-            "status": self.status, "reason": self.reason,
-            "output_shape": str(self.output_shape) if self.output_shape else None, "output_dtype": self.output_dtype,
-            "max_abs_error": a.max_abs_error if a else None, "relative_error": a.relative_error if a else None,
-            "allclose": a.allclose if a else None, "reference_note": self.reference_note or None,
-            "compile_ms": self.compile_ms, "compiled_before": self.compiled_before,
-            "wall_ms": t.wall_ms if t else None, "wall_ms_iqr": t.wall_ms_iqr if t else None,
-            "throughput_ms": t.throughput_ms if t else None, "device_ms": t.device_ms if t else None,
-            "kernel_count": len(t.kernels) if t and t.kernels else None,
-            "kernels": "; ".join(f"{kernels.describe(n)} {ms * 1e3:.1f}µs" for n, ms in t.kernels) if t else None,
-            "device_note": t.device_note if t else None, "timing_note": self.timing_note or None,
-            "gflop": flops / 1e9, "tflops": tflops, "device_tflops": device_tflops,
-            "pct_of_peak": 100 * best / self.peak_tflops if best and self.peak_tflops else None,
-            "temp_bytes": p.temp_bytes if p else None,
-            "what_ran": compiled.which_kernel(p) if p else None,
-            "custom_calls": ", ".join(p.custom_calls) if p else None,
-            "repeats": t.repeats if t else None, "queue_wait_s": t.queue_wait_s if t else None,
-        }
-        return row
-
-COLUMNS = list(Result(AttentionShape(), "naive", OK).row())
-
-
-def to_frame(results: Iterable[Result], extra: Iterable[dict] | None = None) -> pd.DataFrame:
-    """Results as a DataFrame with every column of `COLUMNS`, in that order (extra keys per row after)."""
-    rows = [r.row() for r in results]
-    if extra is not None:
-        rows = [{**r, **e} for r, e in zip(rows, extra, strict=True)]
-    return pd.DataFrame(rows, columns=list(dict.fromkeys(COLUMNS + [k for r in rows for k in r])))
-
-
-def records(df: pd.DataFrame) -> list[dict]:
-    """A table's rows as plain dicts for a JSON file, a missing value (NaN, None) as None."""
-    return df.astype(object).where(df.notna(), None).to_dict("records")
-
-
-# --------------------------------------------------------------------------------------------
-# inputs and memory
-# --------------------------------------------------------------------------------------------
+# -- inputs and memory ---------------------------------------------------------------------------
 # Inputs up to this many elements (Q, K and V together: 64 MiB of float32 draws) are drawn by NumPy on
 # the host and copied over: no compile. Larger ones by one jitted program per shape, on the device.
 HOST_DRAW_MAX = 1 << 24
@@ -187,21 +125,7 @@ def one_turn(shapes: Sequence[AttentionShape], names: Sequence[str], *, accuracy
         yield
 
 
-def failure(e: BaseException) -> tuple[str, str]:
-    """(status, reason) for an exception out of a run: the one wording for every page."""
-    text = f"{type(e).__name__} {e}"
-    if isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower():
-        return OOM, "the device ran out of memory: " + error_text(e, 300)
-    if isinstance(e, DeviceBusy):
-        return BUSY, str(e)
-    if isinstance(e, OverBudget):
-        return OVER_BUDGET, str(e)
-    return ERROR, error_text(e)
-
-
-# --------------------------------------------------------------------------------------------
-# running
-# --------------------------------------------------------------------------------------------
+# -- running -------------------------------------------------------------------------------------
 def run(
     shape: AttentionShape,
     names: Sequence[str] | None = None,
@@ -231,57 +155,77 @@ def run(
     if problems:
         return [Result(shape, n, INVALID, " ".join(problems), backward) for n in names]
     info = device.info()
-    results: dict[str, Result] = {}
-    runnable = []
+    results = _screen(shape, names, info, accuracy=accuracy, timed=timed, backward=backward)
+    if tuned is None:  # None below: untuned, or the tuned program if this process has it
+        tuned = True if timed else None
+    runnable = [n for n in names if n not in results]
+    results.update(_compile_first(shape, runnable, accuracy, timed or program, backward, tuned))
+    runnable = [n for n in runnable if n not in results]
+    if runnable:
+        results.update(_turn(shape, runnable, info, accuracy, timed, program, backward, tuned, seed, on_wait,
+                             timing_kw))
+    return [results[n] for n in names]
+
+
+def _screen(shape, names, info, *, accuracy: bool, timed: bool, backward: bool) -> dict[str, Result]:
+    """The refusals before any work, by name: cannot run here, over the memory budget, too slow here."""
+    refused: dict[str, Result] = {}
     allocates = accuracy or timed  # compiling a program allocates nothing on the device
     calls = int(accuracy) + (timing.MIN_CALLS if timed else 0)
     slow = cost.too_slow(shape, calls, settings().run_seconds, backward) if calls else None
     for n in names:
         why = get(n).unmet(shape, info)
         if why:
-            results[n] = Result(shape, n, UNSUPPORTED, why, backward)
+            refused[n] = Result(shape, n, UNSUPPORTED, why, backward)
             continue
         dev, host = memory_needed(shape, [n], accuracy=accuracy, backward=backward)
         why = DEVICE.check(dev, host) if allocates else None
         if why:
-            results[n] = Result(shape, n, OVER_BUDGET, why, backward)
+            refused[n] = Result(shape, n, OVER_BUDGET, why, backward)
         elif slow:
-            results[n] = Result(shape, n, TOO_SLOW, slow, backward)
-        else:
-            runnable.append(n)
-    # compile before asking for the device: a compile holds no device memory, and a turn held through
-    # seconds of compiling would make every run behind it wait (a convoy). Side by side, since XLA
-    # compiles without Python's lock and a new shape has several programs. Only a program that is timed
-    # is autotuned (compiled.CHECK_OPTIONS says why); it is compiled once, and checked and described too
-    if tuned is None:  # None below: untuned, or the tuned program if this process has it
-        tuned = True if timed else None
-    jobs = [(n, shape, False, tuned) for n in runnable if accuracy and not backward]
-    jobs += [(n, shape, True, tuned) for n in runnable if accuracy and backward and not (timed or program)]
-    jobs += [(n, shape, backward, tuned) for n in runnable if timed or program]
+            refused[n] = Result(shape, n, TOO_SLOW, slow, backward)
+    return refused
+
+
+def _compile_first(shape, names, accuracy: bool, compile_: bool, backward: bool, tuned) -> dict[str, Result]:
+    """Compile every program the turn will run before asking for the device (a compile holds no device memory,
+    and a turn held through it would make every run behind it wait), side by side (XLA compiles without Python's
+    lock); a backend that fails to compile is a Result. Only a timed program is autotuned (compiled.CHECK_OPTIONS
+    says why); it is compiled once, and checked and described too."""
+    jobs = [(n, shape, False, tuned) for n in names if accuracy and not backward]
+    jobs += [(n, shape, True, tuned) for n in names if accuracy and backward and not compile_]
+    jobs += [(n, shape, backward, tuned) for n in names if compile_]
+    failed: dict[str, Result] = {}
     for (n, *_), error in compiled.compile_many(jobs).items():
-        if error is not None and n not in results:  # a backend that fails to compile is a row
-            results[n] = Result(shape, n, *failure(error), backward)
-    runnable = [n for n in runnable if n not in results]
-    if runnable:
-        dev, host = memory_needed(shape, runnable, accuracy=accuracy, backward=backward) if allocates else (0, 0)
-        programs: dict = {}
-        try:  # one turn on the device for every output, the reference and the timings; reading a program needs none
-            with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
-                results.update(_run_held(shape, runnable, accuracy, timed or program, tuned, backward, seed, waited,
-                                         programs))
-                # the timings in the same turn: in a class every turn waits behind the line's build phases, and on
-                # the H200 a page that timed three implementations in four turns waited 15 s (median) for them;
-                # others behind this turn wait for its timings, each brief while they wait (_time)
-                for n in runnable if timed else ():
-                    if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
-                        results[n] = _time(results[n], info, seed, on_wait, timing_kw, tuned is not False)
-        except Exception as e:  # busy queue, or the inputs/reference did not fit after all
-            status, reason = failure(e)
-            results.update({n: Result(shape, n, status, reason, backward) for n in runnable if n not in results})
-        for n, exe in programs.items():  # what the compiler made, read after the turn: others' runs need not wait
-            if results[n].ok or results[n].status == BAD_GRADIENTS:
-                results[n] = dataclasses.replace(results[n], program=compiled.describe_compiled(exe))
-    return [results[n] for n in names]
+        if error is not None and n not in failed:
+            failed[n] = Result(shape, n, *failure(error), backward)
+    return failed
+
+
+def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, on_wait, timing_kw) -> dict:
+    """One turn on the device for every output, the reference and the timings; what the compiler made is read
+    after it (others' runs need not wait for that)."""
+    allocates = accuracy or timed
+    dev, host = memory_needed(shape, names, accuracy=accuracy, backward=backward) if allocates else (0, 0)
+    results: dict[str, Result] = {}
+    programs: dict = {}
+    try:
+        with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
+            results.update(_run_held(shape, names, accuracy, timed or program, tuned, backward, seed, waited,
+                                     programs))
+            # the timings in the same turn: in a class every turn waits behind the line's build phases, and on
+            # the H200 a page that timed three implementations in four turns waited 15 s (median) for them;
+            # others behind this turn wait for its timings, each brief while they wait (_time)
+            for n in names if timed else ():
+                if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
+                    results[n] = _time(results[n], info, seed, on_wait, timing_kw, tuned is not False)
+    except Exception as e:  # busy queue, or the inputs/reference did not fit after all
+        status, reason = failure(e)
+        results.update({n: Result(shape, n, status, reason, backward) for n in names if n not in results})
+    for n, exe in programs.items():
+        if results[n].ok or results[n].status == BAD_GRADIENTS:
+            results[n] = dataclasses.replace(results[n], program=compiled.describe_compiled(exe))
+    return results
 
 
 def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict) -> dict:
@@ -354,10 +298,3 @@ def sweep(base: AttentionShape, field: str, values: Iterable, names: Sequence[st
         if field == "q_len" and base.q_len == base.kv_len:
             shape = shape.replace(kv_len=value)
         yield from run(shape, names, **run_kw)
-
-
-def max_difference(a: Result, b: Result) -> float | None:
-    """max |a − b| over the part of the outputs both checked against float64 (None if either lacks it)."""
-    if a.output_slice is None or b.output_slice is None or a.output_slice.shape != b.output_slice.shape:
-        return None
-    return float(np.abs(a.output_slice - b.output_slice).max())

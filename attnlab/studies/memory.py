@@ -61,7 +61,7 @@ def same_program(shape: AttentionShape, a: str, b: str) -> bool:
 def overlaps(df: pd.DataFrame, y: str, x: str = "q_len", within: float = 0.05) -> list[tuple[str, str, float]]:
     """Pairs of implementations whose `y` differs by at most `within` (relative) at every `x` both
     have: on a log chart their lines lie on top of each other. (a, b, largest relative difference)."""
-    ok = df[(df["status"] == "ok") & (df[y].fillna(0) > 0)]
+    ok = df[(df["status"] == runs.OK) & (df[y].fillna(0) > 0)]
     lines = timing_demo.lines_of(ok, x, y)
     out = []
     for a, b in itertools.combinations([c for c in dict.fromkeys(ok["implementation"]) if c in lines], 2):
@@ -85,7 +85,7 @@ def shipped_configuration(df: pd.DataFrame) -> pd.DataFrame:
 
 def scratch_at(df: pd.DataFrame, name: str, q_len: int, pass_: str = "forward") -> float | None:
     """The scratch bytes of `name` at `q_len` in a table of compiled programs, or None."""
-    rows = df[(df["implementation"] == name) & (df["q_len"] == q_len) & (df["status"] == "ok")]
+    rows = df[(df["implementation"] == name) & (df["q_len"] == q_len) & (df["status"] == runs.OK)]
     if "pass" in df.columns:
         rows = rows[rows["pass"] == pass_]
     rows = rows[rows["temp_bytes"].fillna(0) > 0]

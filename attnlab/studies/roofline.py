@@ -91,5 +91,5 @@ def fastest_read_tb_s(decode_rows: list[dict] | None, name: str = "sdpa_cudnn") 
     """The fastest K and V read of the shipped decode study (TB/s, `name`'s rows): a kernel that mostly reads,
     against the copy, which reads and writes every byte."""
     rates = [r["kv_read_gb_per_s"] for r in decode_rows or [] if r.get("implementation") == name
-             and r.get("status") == "ok" and r.get("kv_read_gb_per_s")]
+             and r.get("status") == runs.OK and r.get("kv_read_gb_per_s")]
     return max(rates) / 1e3 if rates else None

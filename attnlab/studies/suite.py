@@ -2,7 +2,7 @@
 
 `python -m attnlab bench --out results.json` runs it on whatever is here; on a GPU machine its
 JSON is what ships as `attnlab/shipped/<gpu>.json`. Every figure is measured through `runs` and
-`timing`, the one harness; the only other timing here is `bare_loop`, which exists to check the harness.
+`timing`, the one harness (ceilings.py: the GPU's own rates; fidelity.py: the harness against a bare loop).
 
 A run is a `SuiteRun` (`run` returns one, `SuiteRun.load(name)` reads a shipped file once); its
 `Environment` and `Ceilings` are typed, its tables stay rows in the run layer's columns (a page's table).
@@ -15,19 +15,18 @@ import datetime
 import json
 import math
 import os
-import statistics
-import time
 from collections.abc import Callable, Iterable, Mapping
 
 import jax
-import jax.numpy as jnp
 import pandas as pd
 
 from attnlab import device as device_mod
-from attnlab.backends import REGISTRY, get
-from attnlab.measure import compiled, runs, timing
+from attnlab.backends import REGISTRY
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import fp8_study
+from attnlab.studies.ceilings import Ceilings, ceilings  # noqa: F401  (re-exported)
+from attnlab.studies.fidelity import bare_loop, fidelity  # noqa: F401  (re-exported)
 
 CODELAB = AttentionShape()  # B4 T128 N8 H64 float32
 FUSED = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"]
@@ -63,23 +62,6 @@ class Environment:
         return cls(**{k: v for k, v in e.items() if k in names and k != "peak"},
                    peak=device_mod.Peak(**{f.name: peak.get(f.name) for f in dataclasses.fields(device_mod.Peak)})
                    if peak else None)
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class Ceilings:
-    """The GPU's own rates, measured: a large bf16 matmul and a large device-to-device copy."""
-
-    matmul_bf16_tflops: float  # TFLOP/s of an n × n bf16 matmul
-    copy_tb_s: float  # TB/s, every byte read and written once
-    matmul_n: int | None = None
-    copy_bytes: int | None = None
-
-    @classmethod
-    def from_json(cls, c: Mapping) -> Ceilings:
-        return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls) if f.name in c})
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -151,81 +133,6 @@ def environment() -> Environment:
         cudnn=info.cudnn_version, transformer_engine=info.te_version, peak=info.peak,
         xla_flags=os.environ.get("XLA_FLAGS", ""),  # e.g. CUDA graphs off, as the server runs them
         driver=driver)
-
-
-# --------------------------------------------------------------------------------------------
-# the GPU's own ceilings
-# --------------------------------------------------------------------------------------------
-def _timed(fn, *args, iterations: int = 10) -> float:
-    """ms per call of a jitted function: CUPTI kernel time on a GPU, else pipelined wall time."""
-    exe, compile_ms, _ = compiled.compile_timed(fn, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args])
-    t = timing.time_compiled(exe, args, compile_ms=compile_ms, repeats=iterations, budget_s=2.0)
-    return t.device_ms or t.throughput_ms
-
-
-def ceilings(matmul_n: int = 8192, copy_gib: float = 2.0) -> Ceilings:
-    """A large bf16 matmul (TFLOP/s) and a large device-to-device copy (TB/s, read + write)."""
-    if jax.default_backend() == "cpu":
-        matmul_n, copy_gib = 1024, 0.25
-    key = jax.random.PRNGKey(1)
-    a = jax.random.normal(key, (matmul_n, matmul_n), jnp.float32).astype(jnp.bfloat16)  # random, never zeros
-    b = jax.random.normal(jax.random.fold_in(key, 1), (matmul_n, matmul_n), jnp.float32).astype(jnp.bfloat16)
-    ms = _timed(lambda a, b: a @ b, a, b)
-    n_el = int(copy_gib * 2**30 / 2)
-    x = jax.random.normal(key, (n_el,), jnp.float32).astype(jnp.bfloat16)
-    copy_ms = _timed(lambda x: x + jnp.bfloat16(1), x)  # reads and writes every byte once
-    return Ceilings(matmul_bf16_tflops=2 * matmul_n**3 / (ms * 1e-3) / 1e12, matmul_n=matmul_n,
-                    copy_tb_s=2 * x.nbytes / (copy_ms * 1e-3) / 1e12, copy_bytes=int(x.nbytes))
-
-
-# --------------------------------------------------------------------------------------------
-# fidelity: the harness against a bare loop
-# --------------------------------------------------------------------------------------------
-def bare_loop(fn, args, n: int = 20) -> tuple[float, float]:
-    """(ms per call with a wait each, ms per call with one wait): the plainest loops there are."""
-    t_end = time.perf_counter() + 0.2
-    while time.perf_counter() < t_end:  # the same warm-up as the harness
-        jax.block_until_ready(fn(*args))
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn(*args).block_until_ready()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    t0 = time.perf_counter()
-    outs = [fn(*args) for _ in range(n)]
-    jax.block_until_ready(outs)
-    return statistics.median(samples), (time.perf_counter() - t0) * 1e3 / n
-
-
-def fidelity(shapes: Iterable[AttentionShape], name: str = "sdpa_cudnn") -> pd.DataFrame:
-    """The harness against a bare loop of the same compiled call, one row per shape `name` can run at: times in
-    ms ('harness_wall_ms', 'harness_throughput_ms', 'harness_device_ms', 'bare_wall_ms', 'bare_pipelined_ms'),
-    rates in TFLOP/s ('harness_tflops', 'harness_device_tflops', 'bare_tflops') and 'harness_over_bare' (the
-    ratio of the two rates, 1 = no overhead). A shape whose run failed is its run-layer row (status, reason)."""
-    rows = []
-    info = device_mod.info()
-    for shape in shapes:
-        if get(name).unmet(shape, info):
-            continue
-        fn, args = get(name).jit(shape), runs.make_inputs(shape)
-        before = bare_loop(fn, args)  # bare, harness, bare: neither gets the warmer GPU for free
-        row = runs.run(shape, [name], accuracy=False, timed=True)[0].row()
-        if row["status"] != "ok":
-            rows.append(row)
-            continue
-        after = bare_loop(fn, args)
-        wall, pipelined = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
-        flops = shape.flops()
-        rows.append({
-            "shape": shape.describe(), "implementation": name,
-            "harness_wall_ms": row["wall_ms"], "harness_throughput_ms": row["throughput_ms"],
-            "harness_device_ms": row["device_ms"], "bare_wall_ms": wall, "bare_pipelined_ms": pipelined,
-            "harness_tflops": row["tflops"], "harness_device_tflops": row["device_tflops"],
-            "bare_tflops": flops / (pipelined * 1e-3) / 1e12,
-            "harness_over_bare": (flops / (row["throughput_ms"] * 1e-3)) / (flops / (pipelined * 1e-3)),
-            "kernels": row["kernels"],
-        })
-    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +234,7 @@ def summary(result: SuiteRun) -> list[str]:
                 f"-> {row['harness_over_bare']:.3f}x; wall {row['harness_wall_ms']:.4f} ms, device "
                 f"{(row['harness_device_ms'] or float('nan')):.4f} ms")
     for row in result.tables.get("long_context", []):
-        if row["status"] == "ok" and row["q_len"] == 8192 and row["head_dim"] == 128:
+        if row["status"] == runs.OK and row["q_len"] == 8192 and row["head_dim"] == 128:
             lines.append(f"{row['shape']:<42} {row['implementation']:<11} {row['pass']:<16} "
                          f"{row['tflops']:7.1f} TFLOP/s (device {row['device_tflops'] or math.nan:7.1f})")
     for row in result.fp8_attention or []:

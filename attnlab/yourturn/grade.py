@@ -37,7 +37,17 @@ from attnlab.yourturn.program import (
     run,
 )
 from attnlab.yourturn.program import specs_of as _specs
-from attnlab.yourturn.verdict import CaseResult, Verdict, close, one_real
+from attnlab.yourturn.verdict import (
+    PASSED,
+    REFUSED,
+    STOPPED,
+    TOO_BIG,
+    WRONG,
+    CaseResult,
+    Verdict,
+    close,
+    one_real,
+)
 
 __all__ = ["COMPILE_S", "HEATMAP_MAX", "CaseResult", "Verdict", "check", "digest", "platform", "refused_before"]
 
@@ -50,7 +60,7 @@ def check(name: str, source: str) -> Verdict:
     try:
         return _check(name, source)
     except Exception as e:  # noqa: BLE001 (a sentence on the page, never a traceback)
-        return Verdict(str(name), "stopped", f"the lab could not check this code ({type(e).__name__}: "
+        return Verdict(str(name), STOPPED, f"the lab could not check this code ({type(e).__name__}: "
                                              f"{(str(e).splitlines() or [''])[0][:200]})")
 
 
@@ -58,7 +68,7 @@ def _check(name: str, source: str) -> Verdict:
     ex = exercises.get(name)
     why = allowlist.refusal(source, ex.entry)
     if why:
-        return Verdict(name, "refused", why)
+        return Verdict(name, REFUSED, why)
     if ex is exercises.STEP:
         return step.check_step(ex, source)
     cases = [(_specs(c), dict(c.numbers)) for c in ex.cases]
@@ -67,14 +77,14 @@ def _check(name: str, source: str) -> Verdict:
         blobs = sandbox.export(source, ex.entry, cases, platform(), precision="highest",
                                limits=[bounds.limits_for(ex, sp, n) for sp, n in cases], stats=stats)
     except sandbox.Refused as e:
-        return Verdict(name, "refused", str(e))
+        return Verdict(name, REFUSED, str(e))
     except sandbox.Stopped as e:
-        return Verdict(name, "stopped", str(e))
+        return Verdict(name, STOPPED, str(e))
     results, wrong, outputs, scratch = [], [], [], None
     for case, blob, walked in zip(ex.cases, blobs, stats, strict=True):
         why = refused_before(blob, walked)
         if why:
-            return Verdict(name, "stopped", f"your program at {case.what} {why}" if why.startswith("would") else why)
+            return Verdict(name, STOPPED, f"your program at {case.what} {why}" if why.startswith("would") else why)
         inputs = case.inputs()
         expected = np.asarray(ex.reference(**inputs, **dict(case.numbers)))
         try:
@@ -82,13 +92,13 @@ def _check(name: str, source: str) -> Verdict:
             scratch = scratch if scratch is not None else compiled_mod.describe_compiled(exe).temp_bytes
             why = admission.DEVICE.check(held_bytes(exe), 0)
             if why:
-                return Verdict(name, "too big", f"your program at {case.what} {why}")
+                return Verdict(name, TOO_BIG, f"your program at {case.what} {why}")
             raw = run(exe, list(inputs.values()), digest(blob))
         except Exception as e:  # a compile or run error of the learner's program: a sentence, not a crash
-            return Verdict(name, "stopped", f"at {case.what}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            return Verdict(name, STOPPED, f"at {case.what}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
         out, problem = one_real(raw, ex.entry)
         if problem:
-            return Verdict(name, "wrong", problem)
+            return Verdict(name, WRONG, problem)
         dtype = case.arrays[0][2]
         ok, max_err, rel = close(out, expected, dtype)
         note = ("NaN or infinity in the output" if out.shape == expected.shape and not np.all(np.isfinite(out))
@@ -105,9 +115,9 @@ def _check(name: str, source: str) -> Verdict:
         ref = np.asarray(ex.reference(**ex.cases[0].inputs(), **dict(ex.cases[0].numbers)))
         heatmap = (outputs[0][0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy(), ref[0, 0, :HEATMAP_MAX, :HEATMAP_MAX].copy())
     lab_scratch = _lab_scratch(ex) if ex.name == "gqa" else None
-    status = "passed" if all(r.passed for r in results) and not mistakes else "wrong"
+    status = PASSED if all(r.passed for r in results) and not mistakes else WRONG
     hints = tuple(m.sentence for m in mistakes)
-    if status == "wrong" and not hints:
+    if status == WRONG and not hints:
         hints = ("The output differs from the float64 reference and matches none of the usual mistakes the lab "
                  "knows: compare your stages with the formula, one at a time (page 1 shows each).",)
     return Verdict(name, status, "", tuple(results), tuple(m.name for m in mistakes), hints, scratch, lab_scratch,

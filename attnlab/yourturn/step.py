@@ -14,7 +14,7 @@ import numpy as np
 from attnlab import masks
 from attnlab.yourturn import bounds, exercises, sandbox
 from attnlab.yourturn.program import compile_program, digest, platform, refused_before, run
-from attnlab.yourturn.verdict import CaseResult, Verdict, close, one_real
+from attnlab.yourturn.verdict import PASSED, REFUSED, STOPPED, WRONG, CaseResult, Verdict, close, one_real
 
 
 def tiled(update, q, k, v, causal: bool = False, window=None, block: int = exercises.STEP_BLOCK):
@@ -60,14 +60,14 @@ def check_step(ex, source: str) -> Verdict:
                                  limits=[bounds.limits_for(ex, specs)], stats=stats)
         why = refused_before(blob, stats[0])
         if why:
-            return Verdict(ex.name, "stopped", why)
+            return Verdict(ex.name, STOPPED, why)
         exe = compile_program(blob, specs)
     except sandbox.Refused as e:
-        return Verdict(ex.name, "refused", str(e))
+        return Verdict(ex.name, REFUSED, str(e))
     except sandbox.Stopped as e:
-        return Verdict(ex.name, "stopped", str(e))
+        return Verdict(ex.name, STOPPED, str(e))
     except Exception as e:
-        return Verdict(ex.name, "stopped", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return Verdict(ex.name, STOPPED, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
 
     def learner(m, l, o, s, v):
         out, problem = one_real(run(exe, [m, l, o, s, v], digest(blob)), ex.entry, 3)
@@ -82,7 +82,7 @@ def check_step(ex, source: str) -> Verdict:
         try:
             out, steps = tiled(learner, q, k, v, **masking)
         except Exception as e:
-            return Verdict(ex.name, "wrong", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            return Verdict(ex.name, WRONG, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
         first_bad = next((f"query block {i // B}, after key block {j // B}" for (i, j), o in steps
                           if not close(o, exact(q, k, v, **masking, rows=np.arange(i, i + B), keys=j + B),
                                         "float32")[0]), "")
@@ -94,8 +94,8 @@ def check_step(ex, source: str) -> Verdict:
         if not results[-1].passed:
             wrong.append((q, k, v, masking, out))
     mistakes = recognise_step(ex, wrong)
-    status = "passed" if all(r.passed for r in results) else "wrong"
-    hints = tuple(m.sentence for m in mistakes) or (() if status == "passed" else (
+    status = PASSED if all(r.passed for r in results) else WRONG
+    hints = tuple(m.sentence for m in mistakes) or (() if status == PASSED else (
         "The running output drifts from the exact one and matches none of the usual mistakes: check lines 9-10 "
         "of Algorithm 1 against your code, term by term (the step-through above shows m, l and O per tile).",))
     return Verdict(ex.name, status, "", tuple(results), tuple(m.name for m in mistakes), hints)

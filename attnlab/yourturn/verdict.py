@@ -9,10 +9,24 @@ and at most a small heatmap), and the two comparisons every check makes of a lea
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 
 from attnlab.math.checks import TOLERANCES
+
+
+class Status(enum.StrEnum):
+    """What a check of a learner's code found (each compares equal to its old string)."""
+
+    PASSED = "passed"
+    WRONG = "wrong"
+    REFUSED = "refused"  # the allowlist
+    STOPPED = "stopped"  # a limit, or an error tracing
+    TOO_BIG = "too big"  # over the memory budget
+
+
+PASSED, WRONG, REFUSED, STOPPED, TOO_BIG = Status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +43,7 @@ class CaseResult:
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     exercise: str
-    status: str  # "passed", "wrong", "refused" (the allowlist), "stopped" (a limit, or an error tracing), "too big"
+    status: Status
     message: str = ""
     cases: tuple[CaseResult, ...] = ()
     mistakes: tuple[str, ...] = ()  # the names of the mistakes recognised
@@ -38,9 +52,12 @@ class Verdict:
     lab_scratch_bytes: int | None = None
     heatmap: tuple[np.ndarray, np.ndarray] | None = dataclasses.field(default=None, compare=False)  # (yours, lab's)
 
+    def __post_init__(self):  # a status given as its old string is the same Status
+        object.__setattr__(self, "status", Status(self.status))
+
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        return self.status == PASSED
 
 
 def one_real(out, entry: str, n: int = 1):
