@@ -9,6 +9,7 @@ from attnlab.studies import kvcache
 from pages import charts, common, decode_ui, sections, waiting, yourturn_ui
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
+WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
 
 
@@ -42,9 +43,10 @@ st.caption("The variants of the sidebar's shape: "
 
 st.header("Same output, fewer KV heads")
 names = tuple(n for n in CANDIDATES if any(common.unmet(v, CANDIDATES)[n] is None for v in variants)) or ("naive",)
+answering = " and ".join(WORDS[n] for n in names)  # what runs here, not what a CPU usually runs
 st.write(f"Each variant through {', '.join(f'`{n}`' for n in names)}, compared with a float64 NumPy reference "
-         "of the same attention. " + ("" if on_gpu else "cuDNN needs an NVIDIA GPU, so on this CPU backend the "
-                                      "naive code and XLA's SDPA answer."))
+         "of the same attention. " + ("" if on_gpu else f"cuDNN needs an NVIDIA GPU, so on this CPU backend "
+                                      f"{answering} answer{'s' * (len(names) == 1)}."))
 if sections.on_demand("p8_checks", f"Run the {len(variants)} variants and check them", (shape, names),
                       auto=all(sections.small(v) for v in variants)):
     with waiting.fresh():  # the last shape's checks go as these run
