@@ -68,6 +68,9 @@ class DeviceBusy(RuntimeError):
 class Abandoned(DeviceBusy):
     """Every browser tab waiting for this run has closed: it leaves the device's line instead of running for no one."""
 
+    def __init__(self, what: str = "run"):
+        super().__init__(f"Every tab that asked for this {what} has closed: it left the device's line.")
+
 
 class OverBudget(ValueError):
     """One run needs more memory than the whole budget: it can never be admitted."""
@@ -232,7 +235,7 @@ class Device:
         start, ticket = time.perf_counter(), _Ticket(build=False, thread=me)
         with self._cond:
             if me in self._abandoned:
-                raise Abandoned("Every tab that asked for this run has closed: it was dropped from the device's line.")
+                raise Abandoned()
             if self._line or self._holder is not None or self._builders:
                 if self.waiting >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
@@ -247,7 +250,7 @@ class Device:
                 self._line.remove(ticket)
                 self._admit()
                 if me in self._abandoned:
-                    raise Abandoned("Every tab that asked for this run closed while it waited: it left the device's line.")
+                    raise Abandoned()
                 raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
                                  "Try again shortly.")
             self._depth = 1
@@ -299,7 +302,11 @@ class Device:
                 ticket = _Ticket(build=True, thread=threading.get_ident())  # in line with the runs (`_admit`)
                 self._line.append(ticket)
                 self._admit()
-                self._cond.wait_for(lambda: ticket.admitted)
+                self._cond.wait_for(lambda: ticket.admitted or ticket.thread in self._abandoned)
+                if not ticket.admitted:  # its request's tabs have all closed (`abandon`)
+                    self._line.remove(ticket)
+                    self._admit()
+                    raise Abandoned("build")
             self.spend("build_wait_s", time.perf_counter() - start)
         self._local.depth = depth + 1
         built_from = time.perf_counter()

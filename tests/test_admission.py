@@ -374,3 +374,26 @@ def test_an_abandoned_run_leaves_the_line_with_a_busy_sentence_and_the_next_run_
     assert [(n, type(e)) for n, e in errors] == [("gone", Abandoned)] and "closed" in str(errors[0][1])
     release.set()
     assert live.wait(10) and order == ["live"] and d.waiting == 0
+
+
+def test_an_abandoned_build_leaves_the_line_too():
+    from attnlab.admission import Abandoned
+
+    d = _device()
+    release, errors, thread = _held(d), [], []
+
+    def build():
+        thread.append(threading.get_ident())
+        try:
+            with d.building():
+                pass
+        except Abandoned as e:
+            errors.append(e)
+
+    done = _started(build)
+    deadline = time.monotonic() + 10
+    while not d._line and time.monotonic() < deadline:
+        time.sleep(0.01)
+    d.abandon(thread)
+    assert done.wait(5) and "build" in str(errors[0]) and not d._line
+    release.set()
