@@ -65,6 +65,13 @@ class DeviceBusy(RuntimeError):
     """The queue is full or the wait was too long: the learner tries again shortly."""
 
 
+class Abandoned(DeviceBusy):
+    """Every browser tab waiting for this run has closed: it leaves the device's line instead of running for no one."""
+
+    def __init__(self, what: str = "run"):
+        super().__init__(f"Every tab that asked for this {what} has closed: it left the device's line.")
+
+
 class OverBudget(ValueError):
     """One run needs more memory than the whole budget: it can never be admitted."""
 
@@ -117,6 +124,7 @@ class Device:
         self._depth = 0
         self._builders = 0
         self._local = threading.local()  # how deep this thread is in building(), and its request's ledger
+        self._abandoned: set[int] = set()  # threads serving requests no one waits for any more (`abandon`)
         self.stats = Stats()
 
     @property
@@ -226,6 +234,8 @@ class Device:
             raise OverBudget(why)
         start, ticket = time.perf_counter(), _Ticket(build=False, thread=me)
         with self._cond:
+            if me in self._abandoned:
+                raise Abandoned()
             if self._line or self._holder is not None or self._builders:
                 if self.waiting >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
@@ -234,9 +244,13 @@ class Device:
                 self.stats.waited += 1
             self._line.append(ticket)
             self._admit()
-            if not self._cond.wait_for(lambda: ticket.admitted, timeout=self.timeout_s if timeout_s is None else timeout_s):
+            self._cond.wait_for(lambda: ticket.admitted or me in self._abandoned,
+                                timeout=self.timeout_s if timeout_s is None else timeout_s)
+            if not ticket.admitted:
                 self._line.remove(ticket)
                 self._admit()
+                if me in self._abandoned:
+                    raise Abandoned()
                 raise DeviceBusy(f"Waited {time.perf_counter() - start:.0f} s for the GPU without getting it. "
                                  "Try again shortly.")
             self._depth = 1
@@ -258,6 +272,13 @@ class Device:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
                 self._admit()
+
+    def abandon(self, threads, abandoned: bool = True) -> None:
+        """Mark the requests served in `threads` as wanted by no one: a run of theirs waiting in line leaves it, and
+        they get no further turn (`Abandoned`); abandoned=False clears the mark (the worker, as a request ends)."""
+        with self._cond:
+            (self._abandoned.update if abandoned else self._abandoned.difference_update)(threads)
+            self._cond.notify_all()
 
     @contextlib.contextmanager
     def building(self, quiet: bool = False):
@@ -281,7 +302,11 @@ class Device:
                 ticket = _Ticket(build=True, thread=threading.get_ident())  # in line with the runs (`_admit`)
                 self._line.append(ticket)
                 self._admit()
-                self._cond.wait_for(lambda: ticket.admitted)
+                self._cond.wait_for(lambda: ticket.admitted or ticket.thread in self._abandoned)
+                if not ticket.admitted:  # its request's tabs have all closed (`abandon`)
+                    self._line.remove(ticket)
+                    self._admit()
+                    raise Abandoned("build")
             self.spend("build_wait_s", time.perf_counter() - start)
         self._local.depth = depth + 1
         built_from = time.perf_counter()

@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import cost, runs, timing
 from attnlab.studies import clocks, ladder, timing_demo
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings, sections
+from pages import charts, common, encodings, sections, waiting
 
 # clocks.NOTE points other pages to "page 7's *Long context on an H200* tab"; on page 7 itself it says this page
 CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context on an H200* tab", "this page's *Long context on an H200* tab")
@@ -123,10 +123,11 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
             st.warning(slow)
         elif sections.on_demand(key, f"Run the {what} ({len(shapes) * len(chosen)} cells)",
                               (tuple(shapes), tuple(chosen), backward)):
-            df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
-            y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")
-                                        if df[c].notna().any()] or ["wall_ms"], key=f"{key}_y", format_func=common.label)
-            lines(df, field, y, f"{common.label(y)} by {field}")
+            with waiting.fresh():
+                df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
+                y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")
+                                            if df[c].notna().any()] or ["wall_ms"], key=f"{key}_y", format_func=common.label)
+                lines(df, field, y, f"{common.label(y)} by {field}")
         else:
             st.caption("Not run yet at these settings. Cells anyone measured before come back at once (cached).")
     with there:

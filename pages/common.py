@@ -18,6 +18,7 @@ from attnlab.measure import runs
 from attnlab.service.request import Request
 from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
+from pages import session_watch
 
 # --------------------------------------------------------------------------------------------
 # the device service: pages never touch a GPU; they ask the device worker and keep its answers
@@ -38,7 +39,7 @@ class _NotKept(Exception):
 
 @st.cache_data(**CACHE)
 def _on_device(fn: str, args: tuple, kwargs: tuple):
-    reply = service.send(Request(fn, args, kwargs))
+    reply = session_watch.send(Request(fn, args, kwargs))  # with this tab's session: dropped if it closes
     if reply.error is not None:
         raise reply.error
     if not reply.kept:
@@ -65,7 +66,7 @@ def ask_ahead(fn, *args, **kwargs) -> None:
     after another (in a class each waits seconds for its turn). The page's own `on_device` call of the same
     request later meets it in the worker, in flight or kept, and is computed once. Nothing is shown: an error
     is the later call's to show."""
-    _AHEAD.submit(_ask, Request.of(fn, *args, **kwargs))
+    _AHEAD.submit(_ask, session_watch.stamped(Request.of(fn, *args, **kwargs)))
 
 
 _AHEAD = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="attnlab-ahead")  # this process's, bounded
@@ -73,7 +74,7 @@ _AHEAD = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="attnlab-ah
 
 def _ask(request: Request) -> None:
     try:
-        service.send(request)
+        session_watch.send(request)
     except Exception:  # noqa: BLE001 (the page's own call asks again and shows what failed)
         pass
 

@@ -10,7 +10,7 @@ from attnlab import shipped
 from attnlab.measure import runs
 from attnlab.studies import kvcache
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings, sections
+from pages import charts, common, encodings, sections, waiting
 
 VARIANTS = ["MHA", "GQA", "MQA"]
 NOT_MEASURED = ("No H200 decode measurements ship with this version: `python -m attnlab decode --out "
@@ -141,7 +141,26 @@ def forward_section(variants: list, names: tuple[str, ...]) -> None:
              "K/V heads read less memory but do the same FLOPs, so at small shapes the times barely differ (the "
              "decode step below is where they part).")
     if sections.on_demand("p8_forward", f"Time the {len(variants)} variants' forward pass", (tuple(variants), names)):
-        forward = sections.guarded(forward_times, tuple(variants), names, what="The timing")
-        if forward is not None:
-            sections.results(forward, ["variant", "kv_heads", "implementation", "wall_ms", "wall_ms_iqr", "throughput_ms",
-                                       "device_ms", "tflops"])
+        with waiting.fresh():
+            forward = sections.guarded(forward_times, tuple(variants), names, what="The timing")
+            if forward is not None:
+                sections.results(forward, ["variant", "kv_heads", "implementation", "wall_ms", "wall_ms_iqr", "throughput_ms",
+                                           "device_ms", "tflops"])
+
+
+def output_checks_section(checks: pd.DataFrame | None) -> None:
+    """Page 8's output check of each variant against float64 (kvcache.output_checks), and what it says."""
+    if checks is None:
+        return
+    sections.results(checks, ["variant", "kv_heads", "implementation", "q shape", "k, v shape", "output_shape",
+                              "allclose", "max_abs_error", "relative_error"], failed=False)
+    sections.not_run(checks, keys=("variant", "implementation"))
+    ok = checks[checks["status"] == runs.OK]
+    if not ok.empty and ok["output_shape"].nunique() == 1 and ok["allclose"].all():
+        which = "Every variant" if len(ok) == len(checks) else "Every variant that ran"
+        st.success(f"{which} returns {ok['output_shape'].iloc[0]} and matches the float64 reference "
+                   "within its dtype's tolerance (the allclose column).")
+    elif not ok.empty and not ok["allclose"].all():
+        st.warning("Some outputs differ from the reference beyond the tolerance; see the table.")
+    for note in sorted({n for n in ok["reference_note"].dropna() if n}):
+        st.caption(f"float64 reference: {note}")

@@ -62,9 +62,17 @@ GLOSSARY = [
 ]
 
 
+# a page link's label is one line cut with "…" (Streamlit's style): in the sidebar the steps' names wrap instead
+# ("2. Setup: is the default backend a" cut mid-word)
+WRAP_LINKS = ('[data-testid="stSidebar"] [data-testid="stPageLink"] span, '
+              '[data-testid="stSidebar"] [data-testid="stPageLink"] p '
+              '{white-space: normal; overflow: visible; text-overflow: clip;}')
+
+
 def codelab_path() -> None:
     """The codelab's steps, in its order, each a link to its page with where to look there."""
     st.caption("The codelab's Lesson 5 (attention on GPU), step by step: the page, then where on it.")
+    st.html(f"<style>{WRAP_LINKS}</style>")
     for i, (step, page, where) in enumerate(CODELAB, 1):
         st.page_link(page, label=f"{i}. {step}")
         st.caption(f"↳ {where}")

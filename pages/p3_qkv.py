@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnlab.studies import layout
-from pages import codeblock, common, sections
+from pages import codeblock, common, sections, waiting
 
 st.title("3 · Q, K, V")
 st.write(
@@ -48,15 +48,15 @@ st.write(
     "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
 )
 info = common.device_info()
-df = None
 if sections.on_demand("p3_placement", f"Make Q, K and V ({common.fmt_bytes(shape.input_bytes())}) on the device",
                       shape, auto=sections.small(shape)):
-    df = sections.guarded(common.on_device, layout.placement, shape, what="Making Q, K and V")
-if df is not None:
-    common.table(df, hide_index=True, width="stretch")
-    live = df["nbytes"].sum()
-    st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
-               f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
+    with waiting.fresh():  # the last shape's table goes as this one is made
+        df = sections.guarded(common.on_device, layout.placement, shape, what="Making Q, K and V")
+        if df is not None:
+            common.table(df, hide_index=True, width="stretch")
+            live = df["nbytes"].sum()
+            st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
+                       f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
 if info.backend != "gpu":
     st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "
             "them in the GPU's memory (HBM), and `devices()` shows `cuda:0`.")

@@ -10,7 +10,7 @@ from attnlab.math import attention
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.studies import memory
-from pages import codeblock, common, fused_ui, sections, yourturn_ui
+from pages import codeblock, common, fused_ui, sections, waiting, yourturn_ui
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
 
@@ -40,32 +40,33 @@ every = st.toggle("every implementation in the registry, not only this page's fo
 compared = tuple(REGISTRY) if every else PAGE_NAMES
 if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (shape, compared),
                       auto=sections.small(shape) and not every):
-    # program=True: the programs described above and compared below are the ones checked here
-    acc = sections.guarded(common.frame, shape, compared, program=True, what="Running the implementations")
-    res = {r.implementation: r for r in common.run(shape, compared, program=True)} if acc is not None else {}
-    naive, auto = res.get("naive"), res.get("sdpa_auto")
-    if naive and auto and naive.ok and auto.ok:
-        diff = runs.max_difference(naive, auto)
-        c1, c2, c3, c4 = st.columns(4)
-        c1.metric(f"naive output ({naive.output_dtype})", str(naive.output_shape))
-        c2.metric(f"SDPA output ({auto.output_dtype})", str(auto.output_shape))
-        c3.metric("max |naive − SDPA|", f"{diff:.3g}")
-        c4.metric("allclose, both", str(naive.accuracy.allclose and auto.accuracy.allclose),
-                  help=f"each against float64 at rtol {tol['rtol']:g}, atol {tol['atol']:g}")
-        same = "the same" if fused_ui.same_program(shape, "naive", "sdpa_auto") else "different"
-        st.caption(f"SDPA is `jax.nn.dot_product_attention(implementation=None)`. The difference is over the part "
-                   f"of the outputs checked against float64{' (' + naive.reference_note + ')' if naive.reference_note else ''}. "
-                   f"The two compiled to {same} programs here"
-                   + (": exactly 0 means every rounding happened the same way, in the same order."
-                      if diff == 0 else ": they round in a different order, so the last bits differ."))
-    elif acc is not None:
-        st.warning("naive or SDPA did not run: the reasons are below.")
-    if acc is not None:
-        st.markdown("**Each implementation against a float64 reference** (NumPy, same inputs)")
-        sections.results(acc, ["implementation", "label", "output_shape", "output_dtype", "relative_error",
-                               "max_abs_error", "allclose"])
-        st.caption(f"allclose at rtol {tol['rtol']:g}, atol {tol['atol']:g} (`checks.TOLERANCES['{shape.dtype}']`); "
-                   "relative error is ‖out − ref‖ / ‖ref‖. FP8 misses a float tolerance by design (page 9).")
+    with waiting.fresh():
+        # program=True: the programs described above and compared below are the ones checked here
+        acc = sections.guarded(common.frame, shape, compared, program=True, what="Running the implementations")
+        res = {r.implementation: r for r in common.run(shape, compared, program=True)} if acc is not None else {}
+        naive, auto = res.get("naive"), res.get("sdpa_auto")
+        if naive and auto and naive.ok and auto.ok:
+            diff = runs.max_difference(naive, auto)
+            c1, c2, c3, c4 = st.columns(4)
+            c1.metric(f"naive output ({naive.output_dtype})", str(naive.output_shape))
+            c2.metric(f"SDPA output ({auto.output_dtype})", str(auto.output_shape))
+            c3.metric("max |naive − SDPA|", f"{diff:.3g}")
+            c4.metric("allclose, both", str(naive.accuracy.allclose and auto.accuracy.allclose),
+                      help=f"each against float64 at rtol {tol['rtol']:g}, atol {tol['atol']:g}")
+            same = "the same" if fused_ui.same_program(shape, "naive", "sdpa_auto") else "different"
+            st.caption(f"SDPA is `jax.nn.dot_product_attention(implementation=None)`. The difference is over the part "
+                       f"of the outputs checked against float64{' (' + naive.reference_note + ')' if naive.reference_note else ''}. "
+                       f"The two compiled to {same} programs here"
+                       + (": exactly 0 means every rounding happened the same way, in the same order."
+                          if diff == 0 else ": they round in a different order, so the last bits differ."))
+        elif acc is not None:
+            st.warning("naive or SDPA did not run: the reasons are below.")
+        if acc is not None:
+            st.markdown("**Each implementation against a float64 reference** (NumPy, same inputs)")
+            sections.results(acc, ["implementation", "label", "output_shape", "output_dtype", "relative_error",
+                                   "max_abs_error", "allclose"])
+            st.caption(f"allclose at rtol {tol['rtol']:g}, atol {tol['atol']:g} (`checks.TOLERANCES['{shape.dtype}']`); "
+                       "relative error is ‖out − ref‖ / ‖ref‖. FP8 misses a float tolerance by design (page 9).")
 
 st.subheader("Time per call")
 timed = common.runnable(shape, ["naive", "sdpa_auto", "sdpa_cudnn"])
@@ -73,12 +74,13 @@ st.write(f"Wall time (perf_counter around a call and `block_until_ready`) includ
          f"{', '.join(timed)}. " + ("Device time (read through CUPTI, NVIDIA's profiling interface) is the kernels' own time." if info.backend == "gpu" else
                                      "Device time and kernel names (read through CUPTI, NVIDIA's profiling interface) need an NVIDIA GPU: page 7 shows the H200's."))
 if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape):
-    sections.queue_notice()
-    rows = sections.guarded(common.frame, shape, tuple(timed), timed=True, accuracy=False, what="Timing")
-    if rows is not None:
-        gpu_cols = ["device_ms", "kernel_count", "kernels"] if info.backend == "gpu" else []  # CUPTI's: blank on a CPU
-        sections.results(rows, ["implementation", "wall_ms", "throughput_ms", *gpu_cols])
-        common.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
+    with waiting.fresh():
+        sections.queue_notice()
+        rows = sections.guarded(common.frame, shape, tuple(timed), timed=True, accuracy=False, what="Timing")
+        if rows is not None:
+            gpu_cols = ["device_ms", "kernel_count", "kernels"] if info.backend == "gpu" else []  # CUPTI's: blank on a CPU
+            sections.results(rows, ["implementation", "wall_ms", "throughput_ms", *gpu_cols])
+            common.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
 
 st.subheader("Memory: who keeps the T × S scores")
 st.write(
@@ -99,18 +101,19 @@ measure = c3.radio("count", list(measures), key="p4_mem_measure")
 lengths = tuple(t for t in options if (256 if gpu else 128) <= t <= longest)
 mem_shape, names = shape.replace(dtype=mem_dtype), ("naive", "sdpa_xla", "sdpa_cudnn")
 if sections.on_demand("p4_memory", "Compile across lengths", (mem_shape, lengths)):
-    mem = sections.guarded(fused_ui.compiled_memory, mem_shape, names, lengths,
-                           what="Compiling across lengths")
-    if mem is not None:
-        fused_ui.memory_chart(mem, measures[measure], f"{measure}, {mem_shape.describe()}, T = S varied",
-                              f"{measure} (log)")
-        fused_ui.growth(mem, measures[measure])
-        ok = mem[mem["status"] == runs.OK]
-        common.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
-                                      scratch=ok["temp_bytes"].map(common.fmt_bytes))
-                            [["implementation", "q_len", "scratch", "total", "what_ran"]])
-        fused_ui.not_run(mem)
-        common.download(mem, f"compiled_memory_{mem_shape.describe().replace(' ', '_')}")
+    with waiting.fresh():
+        mem = sections.guarded(fused_ui.compiled_memory, mem_shape, names, lengths,
+                               what="Compiling across lengths")
+        if mem is not None:
+            fused_ui.memory_chart(mem, measures[measure], f"{measure}, {mem_shape.describe()}, T = S varied",
+                                  f"{measure} (log)")
+            fused_ui.growth(mem, measures[measure])
+            ok = mem[mem["status"] == runs.OK]
+            common.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
+                                          scratch=ok["temp_bytes"].map(common.fmt_bytes))
+                                [["implementation", "q_len", "scratch", "total", "what_ran"]])
+            fused_ui.not_run(mem)
+            common.download(mem, f"compiled_memory_{mem_shape.describe().replace(' ', '_')}")
 lc = memory.shipped_configuration(sections.shipped_frame("long_context", caption=False))
 fwd = lc[lc["pass"] == "forward"] if len(lc) else lc
 if len(fwd):
@@ -131,13 +134,14 @@ st.write(
     + " against ".join(f"**{common.fmt_bytes(v)}** ({k})" for k, v in keep.items()) + ".")
 bw_lengths = tuple(t for t in (128, 256, 512, 1024) if t <= longest)
 if sections.on_demand("p4_backward", "Compile forward + backward", (mem_shape, bw_lengths)):
-    both = sections.guarded(fused_ui.compiled_memory, mem_shape, names, bw_lengths,
-                            True, what="Compiling forward + backward")
-    if both is not None:
-        fused_ui.memory_chart(both, "temp_bytes", f"forward+backward scratch here, {mem_shape.describe()}",
-                              "scratch, temp_bytes (log)")
-        fused_ui.growth(both)
-        fused_ui.not_run(both)
+    with waiting.fresh():
+        both = sections.guarded(fused_ui.compiled_memory, mem_shape, names, bw_lengths,
+                                True, what="Compiling forward + backward")
+        if both is not None:
+            fused_ui.memory_chart(both, "temp_bytes", f"forward+backward scratch here, {mem_shape.describe()}",
+                                  "scratch, temp_bytes (log)")
+            fused_ui.growth(both)
+            fused_ui.not_run(both)
 bwd = lc[lc["pass"] == "forward+backward"] if len(lc) else lc
 if len(bwd):
     st.markdown(f"**📦 Shipped from the H200: forward+backward scratch, {bwd['shape'].iloc[0]} with T varied**")

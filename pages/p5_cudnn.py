@@ -8,7 +8,7 @@ from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import clocks
-from pages import codeblock, common, fused_ui, sections
+from pages import codeblock, common, fused_ui, sections, waiting
 
 
 def snippet(shape: AttentionShape) -> str:
@@ -95,35 +95,37 @@ if why_not:
     st.info("cuDNN cannot run here, so only XLA's bfloat16 side is checked live (against float64); the H200's "
             "shipped row for both is below.")
 if sections.on_demand("p5_compare", "Run in bfloat16 against float64", bf, auto=sections.small(bf)):
-    acc = sections.guarded(common.frame, bf, names, what="Running in bfloat16")
-    res = {r.implementation: r for r in common.run(bf, names)} if acc is not None else {}
-    if len(res) == 2 and all(r.ok for r in res.values()):
-        cudnn, xla = res["sdpa_cudnn"], res["sdpa_xla"]
-        diff = runs.max_difference(cudnn, xla)
-        c1, c2, c3 = st.columns(3)
-        c1.metric("max |cuDNN − XLA|", f"{diff:.3g}")
-        c2.metric("allclose, both", str(cudnn.accuracy.allclose and xla.accuracy.allclose),
-                  help="each against float64 at the lab's bfloat16 tolerance")
-        c3.metric("output", str(cudnn.output_shape), cudnn.output_dtype, delta_arrow="off", delta_color="off")
-    if acc is not None:
-        sections.results(acc, ["implementation", "output_shape", "output_dtype", "relative_error", "max_abs_error",
-                               "allclose"])
-        note = acc["reference_note"].dropna()
-        st.caption("Same bfloat16 inputs, each compared with a float64 NumPy reference (allclose at rtol "
-                   f"{TOLERANCES['bfloat16']['rtol']:g}, atol {TOLERANCES['bfloat16']['atol']:g}). "
-                   + (note.iloc[0] if len(note) else ""))
+    with waiting.fresh():
+        acc = sections.guarded(common.frame, bf, names, what="Running in bfloat16")
+        res = {r.implementation: r for r in common.run(bf, names)} if acc is not None else {}
+        if len(res) == 2 and all(r.ok for r in res.values()):
+            cudnn, xla = res["sdpa_cudnn"], res["sdpa_xla"]
+            diff = runs.max_difference(cudnn, xla)
+            c1, c2, c3 = st.columns(3)
+            c1.metric("max |cuDNN − XLA|", f"{diff:.3g}")
+            c2.metric("allclose, both", str(cudnn.accuracy.allclose and xla.accuracy.allclose),
+                      help="each against float64 at the lab's bfloat16 tolerance")
+            c3.metric("output", str(cudnn.output_shape), cudnn.output_dtype, delta_arrow="off", delta_color="off")
+        if acc is not None:
+            sections.results(acc, ["implementation", "output_shape", "output_dtype", "relative_error", "max_abs_error",
+                                   "allclose"])
+            note = acc["reference_note"].dropna()
+            st.caption("Same bfloat16 inputs, each compared with a float64 NumPy reference (allclose at rtol "
+                       f"{TOLERANCES['bfloat16']['rtol']:g}, atol {TOLERANCES['bfloat16']['atol']:g}). "
+                       + (note.iloc[0] if len(note) else ""))
 
 st.subheader("Time per call")
 if why_not:
     st.info("Nothing to time here: cuDNN cannot run on this machine. On an NVIDIA GPU this section times cuDNN "
             "and XLA at this shape (wall time, and CUPTI device time with one cuDNN kernel against XLA's several).")
 elif sections.on_demand("p5_time", "Time cuDNN and XLA", bf):
-    sections.queue_notice()
-    rows = sections.guarded(common.frame, bf, ("sdpa_cudnn", "sdpa_xla"), accuracy=False, timed=True, what="Timing")
-    if rows is not None:
-        sections.results(rows, ["implementation", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels",
-                                "tflops"])
-        common.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
+    with waiting.fresh():
+        sections.queue_notice()
+        rows = sections.guarded(common.frame, bf, ("sdpa_cudnn", "sdpa_xla"), accuracy=False, timed=True, what="Timing")
+        if rows is not None:
+            sections.results(rows, ["implementation", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels",
+                                    "tflops"])
+            common.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
 ref = sections.shipped_frame("default")
 if len(ref):
     mine = ref[ref["implementation"].isin(["sdpa_cudnn", "sdpa_xla"]) & (ref["dtype"] == "bfloat16")]

@@ -4,7 +4,7 @@
 import streamlit as st
 
 from attnlab.studies import weights
-from pages import charts, codeblock, common, sections, weights_ui, yourturn_ui
+from pages import charts, codeblock, common, sections, waiting, weights_ui, yourturn_ui
 
 FUSED = {"sdpa_xla": "xla", "sdpa_cudnn": "cudnn"}  # backend -> jax.nn.dot_product_attention(implementation=...)
 
@@ -36,21 +36,23 @@ sections.clamp("p6_head", shape.heads - 1)
 b = c1.selectbox("batch element", list(range(view.batch)), key="p6_batch")
 h = c2.selectbox(f"head (of {shape.heads})", list(range(shape.heads)), key="p6_head")
 if sections.on_demand("p6_maps", "Compute the heatmaps", (view, b, h), auto=sections.small(view)):
-    pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
-    if None not in pair:
-        (full, _), (causal, allowed) = pair
-        charts.draw(c1, weights_ui.heatmap, full, "full: every query sees every key", vmax=float(full.max()) or 1.0,
-                    size=420, width="content")
-        charts.draw(c2, weights_ui.heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
-                    vmax=float(causal.max()) or 1.0, size=420, width="content")
-        st.caption(f"The weights are exact: computed in float64 (NumPy, the lab's reference code) from the same Q and K "
-                   f"a run on the device draws, here in the page's process, since a {view.q_len} × {view.kv_len} "
-                   f"example needs no GPU. "
-                   f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
-                   f"largest weight ({full.max():.3f} full, {causal.max():.3f} causal): on one 0–1 scale the full "
-                   f"map would look blank, since its {view.kv_len} weights per row all sit near 1/{view.kv_len} = "
-                   f"{1 / view.kv_len:.3f}. Each row sums to 1 in both; a causal row shares its weight among "
-                   f"fewer keys (row 0 puts all of it on key 0).")
+    with waiting.fresh():
+        pair = [sections.guarded(weights_of, view.replace(causal=c), b, h, what="The weights") for c in (False, True)]
+        if None not in pair:
+            (full, _), (causal, allowed) = pair
+            m1, m2 = st.columns(2)  # under the pickers, inside the area that empties when new maps are computed
+            charts.draw(m1, weights_ui.heatmap, full, "full: every query sees every key", vmax=float(full.max()) or 1.0,
+                        size=420, width="content")
+            charts.draw(m2, weights_ui.heatmap, causal, "causal: query i sees keys 0..i", allowed=allowed,
+                        vmax=float(causal.max()) or 1.0, size=420, width="content")
+            st.caption(f"The weights are exact: computed in float64 (NumPy, the lab's reference code) from the same Q and K "
+                       f"a run on the device draws, here in the page's process, since a {view.q_len} × {view.kv_len} "
+                       f"example needs no GPU. "
+                       f"Grey cells are masked (weight exactly 0). Each map has its own colour scale, darkest at its "
+                       f"largest weight ({full.max():.3f} full, {causal.max():.3f} causal): on one 0–1 scale the full "
+                       f"map would look blank, since its {view.kv_len} weights per row all sit near 1/{view.kv_len} = "
+                       f"{1 / view.kv_len:.3f}. Each row sums to 1 in both; a causal row shares its weight among "
+                       f"fewer keys (row 0 puts all of it on key 0).")
 if shape.group_size > 1:
     st.caption(f"{shape.variant}: query head {h} reads key/value head {h // shape.group_size}.")
 
@@ -107,28 +109,29 @@ with fvl_box:
     weights_ui.first_vs_last_section(fvl_shape, first_vs_last)
 if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view, name, b, h),
                                auto=sections.small(masked_view)):
-    result = common.run(masked_view, (name,))[0]
-    if not result.ok:
-        st.error(f"`implementation=\"{FUSED[name]}\"` with these masks: {result.status}. "
-                 f"{common.literal(result.reason)}")
-    else:
-        a = result.accuracy
-        c1, c2 = st.columns([3, 2])
-        pair = sections.guarded(weights_of, masked_view, b, h, what="The weights")
-        if pair is not None:
-            w, allowed = pair
-            charts.draw(c1, weights_ui.heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed,
-                        vmax=float(w.max()) or 1.0, size=420, width="content")
-        c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
-                  help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.math.checks)")
-        c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",
-                  "yes" if a.allclose else "no")
-        if result.reference_note:
-            c2.caption(result.reference_note)
-        args = [f"is_causal={use_causal}"] + ([f"local_window_size={window}"] if window else []) + (
-            [f"key_value_seq_lengths=jnp.array({list(lengths)}, jnp.int32)"] if lengths else [])
-        codeblock.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
-                       + f",\n    implementation=\"{FUSED[name]}\")", where=c2, wrap=True)  # a narrow column: wrap, never clip
+    with waiting.fresh():
+        result = common.run(masked_view, (name,))[0]
+        if not result.ok:
+            st.error(f"`implementation=\"{FUSED[name]}\"` with these masks: {result.status}. "
+                     f"{common.literal(result.reason)}")
+        else:
+            a = result.accuracy
+            c1, c2 = st.columns([3, 2])
+            pair = sections.guarded(weights_of, masked_view, b, h, what="The weights")
+            if pair is not None:
+                w, allowed = pair
+                charts.draw(c1, weights_ui.heatmap, w, f"weights, batch {b}, head {h}", allowed=allowed,
+                            vmax=float(w.max()) or 1.0, size=420, width="content")
+            c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
+                      help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.math.checks)")
+            c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",
+                      "yes" if a.allclose else "no")
+            if result.reference_note:
+                c2.caption(result.reference_note)
+            args = [f"is_causal={use_causal}"] + ([f"local_window_size={window}"] if window else []) + (
+                [f"key_value_seq_lengths=jnp.array({list(lengths)}, jnp.int32)"] if lengths else [])
+            codeblock.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
+                           + f",\n    implementation=\"{FUSED[name]}\")", where=c2, wrap=True)  # a narrow column: wrap, never clip
 for n, why in common.unmet(masked_view, tuple(FUSED)).items():
     if why:
         st.caption(f"{n} cannot run this here: {common.literal(why)}")

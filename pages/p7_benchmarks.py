@@ -34,39 +34,40 @@ if here.open:
         timed = names if every else codelab
         if sections.on_demand("p7_here", f"Time {len(timed)} implementations at this shape", (shape, tuple(timed)),
                               auto=sections.small(shape) and not every):
-            sections.queue_notice()
-            # in a hosted class, a timing taken as the page opens is of untuned programs: XLA's autotuner runs its
-            # candidate kernels on the GPU, so a tuned compile holds every learner's run while it tunes (on the H200
-            # an own-shape class's page 7 waited 13 s for its three, most of it behind others' tuning)
-            quick = common.in_class() and on_gpu and not every  # XLA's CPU backend does not autotune
-            tuned = not quick or sections.on_demand("p7_tuned", "Time again, autotuned as JAX does by default",
-                                                    (shape, tuple(timed)))
-            df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",
-                                  budget_s=None if every else 0.5, tuned=None if tuned else False)
-            if df is not None and not tuned:
-                st.caption("Timed as the page opened, in a class sharing the GPU: each program was compiled without "
-                           "XLA's autotuning, which runs candidate matmul kernels on the GPU to keep the fastest and "
-                           "holds every learner's runs while it does. JAX autotunes by default, and the kernels it "
-                           "keeps can differ from these (page 4, under its table of programs, gives an example). The button above "
-                           "times the autotuned programs.")
-            if df is not None:
-                df = timing_demo.annotate(df)
-                common.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,
-                                                        "wall_spread_pct", "throughput_ms", "device_ms",  # text last
-                                                        "kernel_count", "tflops", "device_tflops", "pct_of_peak",
-                                                        "compile", "timing_note"]], column_config=ui.HERE)
-                for note in timing_demo.notes(df, on_gpu):
-                    st.markdown(f"- {note}")
-                ui.bars(df)
-                if on_gpu and df["device_ms"].notna().any():
-                    st.markdown("**What ran on the GPU** (CUPTI, one call): when wall time is far above device time, the "
-                                "difference is Python dispatch, launch and synchronisation, not attention.")
-                    common.table(df[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]])
-                else:
-                    st.info("No device time or kernel names here: they come from CUPTI, NVIDIA's profiling interface, "
-                            "which needs an NVIDIA GPU. Wall time on the CPU backend is the whole computation plus dispatch.")
-                sections.not_run(df)
-                common.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
+            with waiting.fresh():
+                sections.queue_notice()
+                # in a hosted class, a timing taken as the page opens is of untuned programs: XLA's autotuner runs its
+                # candidate kernels on the GPU, so a tuned compile holds every learner's run while it tunes (on the H200
+                # an own-shape class's page 7 waited 13 s for its three, most of it behind others' tuning)
+                quick = common.in_class() and on_gpu and not every  # XLA's CPU backend does not autotune
+                tuned = not quick or sections.on_demand("p7_tuned", "Time again, autotuned as JAX does by default",
+                                                        (shape, tuple(timed)))
+                df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",
+                                      budget_s=None if every else 0.5, tuned=None if tuned else False)
+                if df is not None and not tuned:
+                    st.caption("Timed as the page opened, in a class sharing the GPU: each program was compiled without "
+                               "XLA's autotuning, which runs candidate matmul kernels on the GPU to keep the fastest and "
+                               "holds every learner's runs while it does. JAX autotunes by default, and the kernels it "
+                               "keeps can differ from these (page 4, under its table of programs, gives an example). The button above "
+                               "times the autotuned programs.")
+                if df is not None:
+                    df = timing_demo.annotate(df)
+                    common.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,
+                                                            "wall_spread_pct", "throughput_ms", "device_ms",  # text last
+                                                            "kernel_count", "tflops", "device_tflops", "pct_of_peak",
+                                                            "compile", "timing_note"]], column_config=ui.HERE)
+                    for note in timing_demo.notes(df, on_gpu):
+                        st.markdown(f"- {note}")
+                    ui.bars(df)
+                    if on_gpu and df["device_ms"].notna().any():
+                        st.markdown("**What ran on the GPU** (CUPTI, one call): when wall time is far above device time, the "
+                                    "difference is Python dispatch, launch and synchronisation, not attention.")
+                        common.table(df[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]])
+                    else:
+                        st.info("No device time or kernel names here: they come from CUPTI, NVIDIA's profiling interface, "
+                                "which needs an NVIDIA GPU. Wall time on the CPU backend is the whole computation plus dispatch.")
+                    sections.not_run(df)
+                    common.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
         else:
             st.info(f"This shape is {shape.flops() / 1e9:,.1f} GFLOP per call; press the button to time it here.")
             note = waiting.long_work_note(common.on_device(cost.timing_seconds, (shape,), len(timed)))
@@ -112,10 +113,11 @@ if how.open:
                    "figure is a median of a few repetitions (10 calls; the last, 3 rounds of 20) taken at its own moment, so its wall time can differ from the "
                    "harness's in the first tab, most on a busy CPU: compare the four rows with each other.")
         if sections.on_demand("p7_dispatch", "Run the demonstration", shape, auto=sections.small(shape)):
-            demo = sections.guarded(dispatch, shape, what="The demonstration")
-            if demo is not None:
-                common.text_table(demo[["measured", "code", "ms", "what it is"]].rename(columns={"ms": "ms per call"}))
-                st.markdown(timing_demo.dispatch_reading(demo, on_gpu))
+            with waiting.fresh():
+                demo = sections.guarded(dispatch, shape, what="The demonstration")
+                if demo is not None:
+                    common.text_table(demo[["measured", "code", "ms", "what it is"]].rename(columns={"ms": "ms per call"}))
+                    st.markdown(timing_demo.dispatch_reading(demo, on_gpu))
 
 if sweeps.open:
     with sweeps:

@@ -6,9 +6,10 @@ import streamlit as st
 from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache
-from pages import charts, common, decode_ui, sections, yourturn_ui
+from pages import charts, common, decode_ui, sections, waiting, yourturn_ui
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
+WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
 
 
@@ -42,29 +43,16 @@ st.caption("The variants of the sidebar's shape: "
 
 st.header("Same output, fewer KV heads")
 names = tuple(n for n in CANDIDATES if any(common.unmet(v, CANDIDATES)[n] is None for v in variants)) or ("naive",)
+answering = " and ".join(WORDS[n] for n in names)  # what runs here, not what a CPU usually runs
 st.write(f"Each variant through {', '.join(f'`{n}`' for n in names)}, compared with a float64 NumPy reference "
-         "of the same attention. " + ("" if on_gpu else "cuDNN needs an NVIDIA GPU, so on this CPU backend the "
-                                      "naive code and XLA's SDPA answer."))
-checks = None
+         "of the same attention. " + ("" if on_gpu else f"cuDNN needs an NVIDIA GPU, so on this CPU backend "
+                                      f"{answering} answer{'s' * (len(names) == 1)}."))
 if sections.on_demand("p8_checks", f"Run the {len(variants)} variants and check them", (shape, names),
                       auto=all(sections.small(v) for v in variants)):
-    with st.spinner("Running each variant and checking it against float64 ..."):
-        checks = sections.guarded(output_checks, shape, names, what="The output check")  # a busy GPU's is not kept
+    with waiting.fresh():  # the last shape's checks go as these run
+        decode_ui.output_checks_section(sections.guarded(output_checks, shape, names, what="The output check"))
 else:
     st.caption(f"At {shape.describe()} the variants are too big to run on page load; the button runs them.")
-if checks is not None:
-    sections.results(checks, ["variant", "kv_heads", "implementation", "q shape", "k, v shape", "output_shape",
-                              "allclose", "max_abs_error", "relative_error"], failed=False)
-    sections.not_run(checks, keys=("variant", "implementation"))
-    ok = checks[checks["status"] == runs.OK]
-    if not ok.empty and ok["output_shape"].nunique() == 1 and ok["allclose"].all():
-        which = "Every variant" if len(ok) == len(checks) else "Every variant that ran"
-        st.success(f"{which} returns {ok['output_shape'].iloc[0]} and matches the float64 reference "
-                   "within its dtype's tolerance (the allclose column).")
-    elif not ok.empty and not ok["allclose"].all():
-        st.warning("Some outputs differ from the reference beyond the tolerance; see the table.")
-    for note in sorted({n for n in ok["reference_note"].dropna() if n}):
-        st.caption(f"float64 reference: {note}")
 
 decode_ui.forward_section(variants, names)
 
@@ -112,27 +100,28 @@ if slow:
     st.warning(slow)
 elif chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({cells} cells"
                                  + (f"; {cannot} cannot run here" if cannot else "") + ")", (tuple(decode), tuple(chosen))):
-    sections.queue_notice()
-    with st.spinner("Timing one decode step per variant ..."):
-        df = sections.guarded(decode_steps, decode, tuple(chosen), what="The decode step")
-    if df is not None:
-        good = df[df["status"] == runs.OK]
-        st.caption("Timed at " + ", ".join(d.describe() for d in decode) + ". What to look at: the bar of each "
-                   "implementation shrinks from MHA to MQA as the K and V bytes it reads shrink.")
-        present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
-        if present:
-            y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
-            charts.draw(st, decode_ui.step_chart, good, y, width="stretch")
-            if not on_gpu:
-                st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, the "
-                           "device time tracks the K and V bytes read.")
-        if not good.empty:
-            common.table(good.assign(**{"K and V bytes read": good["kv_read_bytes"].map(common.fmt_bytes)})[
-                ["variant", "kv_heads", "implementation", "wall_ms", "throughput_ms", "device_ms",
-                 "K and V bytes read", "kv_read_gb_per_s"]], column_config={"kv_read_gb_per_s": st.column_config.
-                         NumberColumn("GB/s of K and V", format="%.1f", help=GBS_HELP)})
-        sections.not_run(df, keys=("variant", "implementation"))
-        common.download(df, "decode_step", "Download the decode timings (CSV)")
+    with waiting.fresh():
+        sections.queue_notice()
+        with st.spinner("Timing one decode step per variant ..."):
+            df = sections.guarded(decode_steps, decode, tuple(chosen), what="The decode step")
+        if df is not None:
+            good = df[df["status"] == runs.OK]
+            st.caption("Timed at " + ", ".join(d.describe() for d in decode) + ". What to look at: the bar of each "
+                       "implementation shrinks from MHA to MQA as the K and V bytes it reads shrink.")
+            present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
+            if present:
+                y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
+                charts.draw(st, decode_ui.step_chart, good, y, width="stretch")
+                if not on_gpu:
+                    st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, the "
+                               "device time tracks the K and V bytes read.")
+            if not good.empty:
+                common.table(good.assign(**{"K and V bytes read": good["kv_read_bytes"].map(common.fmt_bytes)})[
+                    ["variant", "kv_heads", "implementation", "wall_ms", "throughput_ms", "device_ms",
+                     "K and V bytes read", "kv_read_gb_per_s"]], column_config={"kv_read_gb_per_s": st.column_config.
+                             NumberColumn("GB/s of K and V", format="%.1f", help=GBS_HELP)})
+            sections.not_run(df, keys=("variant", "implementation"))
+            common.download(df, "decode_step", "Download the decode timings (CSV)")
 
 decode_ui.measured_on_h200(int(kv_len))
 yourturn_ui.exercises_of(__file__, shape)

@@ -100,9 +100,11 @@ def shape_sidebar() -> AttentionShape | None:
     _preset_selectbox(sb)
     c1, c2 = sb.columns(2)
     for i, f in enumerate(INT_FIELDS):
+        # no min or max in the box: a browser refuses a value outside them with a red "!" alone and keeps the old
+        # one, so the page silently stays at a shape the learner did not ask for; the lab's parser says why instead
         (c1 if i % 2 == 0 else c2).number_input(
-            LABELS[f], min_value=1, max_value=FIELD_MAX[f], step=1, key=f"shape_{f}", on_change=_widgets_changed,
-            help=f"a whole number from 1 to {FIELD_MAX[f]:,}: the box turns red and keeps its last value outside it")
+            LABELS[f], step=1, key=f"shape_{f}", on_change=_widgets_changed,
+            help=f"a whole number from 1 to {FIELD_MAX[f]:,}")
     sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
     for t in FLAG_MASKS:
         sb.toggle(t.key, key=f"shape_{t.key}", on_change=_widgets_changed)

@@ -88,3 +88,16 @@ def long_work_note(seconds: float) -> str:
     return (f"⏳ This will hold the device for at least {seconds:,.0f} s here (the lab's cost model: its FLOPs at the "
             "rate a plain matmul reaches on this device; attention is slower than that), and other learners' runs "
             "wait behind it. A smaller shape answers in seconds.")
+
+
+@contextmanager
+def fresh():
+    """A place for a result (a verdict, a table) that is emptied as its work starts and filled when it ends.
+
+    The browser keeps the last run's elements, faded, until each is replaced at its place, and a container drawn
+    where one was keeps the old one's children until new ones replace them (Streamlit's frontend); a spinner is
+    drawn over them. Without this, the previous verdict stays readable beside the spinner as if it answered the new
+    question. An element (st.empty) replaces the old container whole; the new container then starts empty."""
+    slot = st.empty()
+    with slot.container():
+        yield

@@ -13,7 +13,7 @@ import streamlit as st
 
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
-from pages import common, encodings, sections
+from pages import common, encodings, sections, waiting
 
 MASKED_GREY = "#d9d9d9"
 
@@ -125,9 +125,13 @@ def _image_map(m: np.ndarray, masked: np.ndarray, title: str, vmax: float, value
 def first_vs_last_section(shape: AttentionShape, first_vs_last: Callable[[AttentionShape], pd.DataFrame]) -> None:
     """Page 6's first-vs-last table at `shape` (`weights.first_vs_last_shape`), computed on opening when small,
     on a button when not, and what its last row says."""
-    fvl = None
-    if sections.on_demand("p6_fvl", "Compare first and last", shape, auto=sections.small(shape)):
-        fvl = sections.guarded(first_vs_last, shape, what="Naive attention with and without the mask")
+    if not sections.on_demand("p6_fvl", "Compare first and last", shape, auto=sections.small(shape)):
+        return
+    with waiting.fresh():  # the last shape's table goes as this one is computed
+        _first_vs_last(shape, sections.guarded(first_vs_last, shape, what="Naive attention with and without the mask"))
+
+
+def _first_vs_last(shape: AttentionShape, fvl: pd.DataFrame | None) -> None:
     if fvl is None:
         return
     common.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})

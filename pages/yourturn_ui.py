@@ -24,7 +24,7 @@ from attnlab.service.request import Request
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 from attnlab.yourturn import allowlist, exercises, grade, pace, progress, share, timed
-from pages import charts, codeblock, common, sections
+from pages import charts, codeblock, common, sections, waiting
 from pages.weights_ui import heatmap
 
 
@@ -102,25 +102,33 @@ def section(name: str, shape: AttentionShape | None) -> None:
         else:
             st.session_state[f"{key}_asked"] = code
         st.session_state[f"{key}_tried"] = True
-    asked = st.session_state.get(f"{key}_asked")
-    verdict = None
-    if asked is not None and asked == code:
-        verdict = sections.guarded(common.on_device, grade.check, name, code, what="The check")
-        if verdict is not None and st.session_state.pop(f"{key}_record", False):
-            common.send(Request.pinned(progress.PIN, progress.record, name, verdict.passed, verdict.mistakes,
-                                       verdict.status == "refused", learner=_learner(),
-                                       answer=hashlib.sha256(code.encode()).hexdigest()[:20]))
-        if verdict is not None:
-            _show(ex, verdict)
-    elif asked is not None:
-        st.caption("The code changed since the last check: press Check again.")
     if st.session_state.get(f"{key}_tried") and c2.toggle("Show the lab's solution", key=f"{key}_solution"):
         codeblock.code(ex.solution)
     if code.strip() and code != ex.skeleton:
         c3.caption("Share exactly this code: a link that opens it here (it runs only when Check is pressed).")
         with c3:
             codeblock.code(f"{_page_url()}?ex={name}&code={share.encode(code)}", "text", wrap=True)
-    if verdict is not None and verdict.passed and name in timed.TIMED and shape is not None:
+    with waiting.fresh():  # the last verdict and timing go as a new check starts: never shown as this code's
+        _verdict(name, ex, key, code, shape)
+
+
+def _verdict(name: str, ex: exercises.Exercise, key: str, code: str, shape: AttentionShape | None) -> None:
+    """The verdict on `code` once Check was pressed for exactly this code, and its timing when it passes."""
+    asked = st.session_state.get(f"{key}_asked")
+    if asked is None:
+        return
+    if asked != code:
+        st.caption("The code changed since the last check: press Check again.")
+        return
+    verdict = sections.guarded(common.on_device, grade.check, name, code, what="The check")
+    if verdict is None:
+        return
+    if st.session_state.pop(f"{key}_record", False):
+        common.send(Request.pinned(progress.PIN, progress.record, name, verdict.passed, verdict.mistakes,
+                                   verdict.status == "refused", learner=_learner(),
+                                   answer=hashlib.sha256(code.encode()).hexdigest()[:20]))
+    _show(ex, verdict)
+    if verdict.passed and name in timed.TIMED and shape is not None:
         _time(name, code, shape)
 
 

@@ -190,3 +190,46 @@ def fake_shipped() -> dict:
     }
 
 
+
+
+class Screen:
+    """What a learner's browser shows while a page runs, from the deltas the page sends (AppTest gives only the
+    final tree). The browser keeps the last run's elements, faded, until each is replaced at its place: an element
+    replaces what was there; a container of the same kind as the one there keeps its children (Streamlit's
+    frontend, AppRoot.addBlock); a spinner is drawn over what is there (a transient) and replaces nothing."""
+
+    def __init__(self, monkeypatch):
+        from streamlit.runtime.scriptrunner_utils.script_run_context import ScriptRunContext
+
+        self.sent, real = [], ScriptRunContext.enqueue
+
+        def enqueue(ctx, msg):
+            if msg.WhichOneof("type") == "delta":
+                self.sent.append(msg)
+            return real(ctx, msg)
+
+        monkeypatch.setattr(ScriptRunContext, "enqueue", enqueue)
+        self.shown: dict[tuple, tuple[str, str]] = {}
+
+    def settle(self) -> None:
+        """The run has ended: what it drew is the screen, and the next run's deltas apply over it."""
+        self.shown, self.sent = self.now(), []
+
+    def now(self) -> dict[tuple, tuple[str, str]]:
+        shown = dict(self.shown)
+        for msg in list(self.sent):
+            path, delta = tuple(msg.metadata.delta_path), msg.delta
+            kind = delta.WhichOneof("type")
+            if kind not in ("new_element", "add_block"):
+                continue  # a transient (spinner) covers, an added row extends: neither removes
+            old = shown.get(path)
+            new = (("block", delta.add_block.WhichOneof("type") or "") if kind == "add_block"
+                   else ("element", str(delta.new_element)))
+            if not (kind == "add_block" and old == new):
+                for p in [p for p in shown if p[:len(path)] == path]:
+                    del shown[p]
+            shown[path] = new
+        return shown
+
+    def text(self) -> str:
+        return "\n".join(text for kind, text in self.now().values() if kind == "element")

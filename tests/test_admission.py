@@ -348,3 +348,52 @@ def test_a_build_phase_takes_at_most_max_builds_and_the_runs_that_waited_go_befo
     run = _started(a_run)  # arrives during the first phase, after build 2
     assert run.wait(10) and all(b.wait(10) for b in builds)
     assert sorted(order[:2]) == ["build 0", "build 1"] and order[2:] == ["run", "build 2"], order
+
+
+def test_an_abandoned_run_leaves_the_line_with_a_busy_sentence_and_the_next_run_goes():
+    from attnlab.admission import Abandoned
+
+    d = _device()
+    release = _held(d)
+    errors, order, threads = [], [], {}
+
+    def run(name):
+        threads[name] = threading.get_ident()
+        try:
+            with d.use():
+                order.append(name)
+        except DeviceBusy as e:  # what a page shows: Abandoned is a busy answer
+            errors.append((name, e))
+
+    gone, live = _started(lambda: run("gone")), _started(lambda: run("live"))
+    deadline = time.monotonic() + 10
+    while d.waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    d.abandon([threads["gone"]])
+    assert gone.wait(5) and not live.is_set()  # left the line while the device was still held
+    assert [(n, type(e)) for n, e in errors] == [("gone", Abandoned)] and "closed" in str(errors[0][1])
+    release.set()
+    assert live.wait(10) and order == ["live"] and d.waiting == 0
+
+
+def test_an_abandoned_build_leaves_the_line_too():
+    from attnlab.admission import Abandoned
+
+    d = _device()
+    release, errors, thread = _held(d), [], []
+
+    def build():
+        thread.append(threading.get_ident())
+        try:
+            with d.building():
+                pass
+        except Abandoned as e:
+            errors.append(e)
+
+    done = _started(build)
+    deadline = time.monotonic() + 10
+    while not d._line and time.monotonic() < deadline:
+        time.sleep(0.01)
+    d.abandon(thread)
+    assert done.wait(5) and "build" in str(errors[0]) and not d._line
+    release.set()

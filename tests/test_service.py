@@ -476,3 +476,47 @@ def test_a_lost_connection_shows_on_the_page_as_a_lost_request_not_an_exception(
     at = open_page("pages/p4_naive_vs_fused.py", {"q_len": "24", "kv_len": "24"})  # asserts: no exception shown
     shown = [w.value for w in at.warning]
     assert any(LOST in w for w in shown), shown
+
+
+def test_a_queued_run_whose_sessions_have_all_gone_is_dropped_and_one_a_live_session_waits_for_runs(monkeypatch):
+    """A closed tab's run waiting for the device leaves the line (admission.Abandoned: a busy answer, not kept)
+    instead of making the others wait; a run that a live session (or no session: the CLI) also waits for runs."""
+    import dataclasses
+
+    from attnlab.admission import DEVICE, Abandoned
+
+    ran = []
+
+    def queued_run(shape, names, **kw):
+        with DEVICE.use():
+            ran.append(names)
+            return [runs.Result(shape, n, runs.OK) for n in names]
+
+    worker = DeviceWorker()
+    ask = lambda names, session: dataclasses.replace(Request.of(runs.run, TINY, names), session=session)  # noqa: E731
+    closed, shared, open_ = ask(("naive",), "closed-tab"), ask(("sdpa_xla",), "closed-tab"), ask(("sdpa_xla",), "open-tab")
+    monkeypatch.setattr(runs, "run", queued_run)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with DEVICE.use():
+            holding.set()
+            release.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    replies = {}
+    threads = [threading.Thread(target=lambda r=r, n=n: replies.__setitem__(n, worker.call(r)), daemon=True)
+               for n, r in (("closed", closed), ("shared", shared), ("open", open_))]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)  # in this order: the open tab's request shares the closed tab's sdpa_xla run
+    assert worker.drop(["closed-tab"]) == 1  # naive: only the closed tab waits for it
+    threads[0].join(5)
+    assert isinstance(replies["closed"].error, Abandoned) and not replies["closed"].kept
+    assert threads[1].is_alive() and threads[2].is_alive()  # sdpa_xla still waits: an open tab wants it too
+    assert "shared" not in replies
+    release.set()
+    [t.join(10) for t in threads]
+    assert ran == [("sdpa_xla",)] and replies["shared"].value[0].ok and replies["open"].value[0].ok
+    assert worker.drop(["closed-tab"]) == 0  # nothing left in flight

@@ -60,3 +60,16 @@ def test_a_bad_link_lists_every_bad_value_says_what_it_said_and_what_the_sidebar
     at.button(key="shape_use_shown").click().run()
     assert not at.exception and not at.error
     assert at.session_state["shape"].describe() == "B4 T128 S128 N16 K4 H64 float32"
+
+
+def test_head_dim_0_typed_in_the_sidebar_says_why_in_words_not_only_a_red_box():
+    """The box used to refuse 0 in the browser (min 1: a red "!" and the old value kept, the page silently at H64):
+    now the lab's parser sees it and says why, and nothing is computed at a shape the learner did not ask for."""
+    at = _app({})
+    box = at.number_input(key="shape_head_dim")
+    assert box.proto.has_min is False or box.proto.min <= 0, "the browser would refuse 0 before the lab sees it"
+    box.set_value(0).run()
+    assert not at.exception
+    said = " ".join(e.value for e in at.error)
+    assert "head_dim must be a positive whole number (got 0)" in said
+    assert at.session_state["shape"] is None

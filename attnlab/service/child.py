@@ -169,7 +169,7 @@ class ChildWorker:
 
     # -- requests --------------------------------------------------------------------------------
     def send(self, op: str, payload=None, timeout: float | None = None):
-        """One message to the child and its answer (op: "call" with a Request, "info", "forget")."""
+        """One message to the child and its answer (op: "call" with a Request, "info", "forget", "drop")."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         while True:
             if not self._ready.wait(START_TIMEOUT_S):
@@ -194,6 +194,9 @@ class ChildWorker:
 
     def infos(self) -> list:
         return [self.send("info", timeout=30)]
+
+    def drop(self, sessions: list[str]) -> int:
+        return self.send("drop", list(sessions), timeout=30)
 
     def forget(self) -> int:
         return self.send("forget", timeout=30)
@@ -234,6 +237,8 @@ def main(fd: int, threads: int, name: str) -> None:
                 answer = worker.info()
             elif op == "forget":
                 answer = worker.forget()
+            elif op == "drop":
+                answer = worker.drop(payload)
             else:
                 answer = Reply(error=ValueError(f"unknown operation {op!r}"), kept=False)
         except BaseException as e:  # noqa: BLE001 (a reply, never a dead reader)

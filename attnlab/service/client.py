@@ -28,6 +28,10 @@ class DeviceClient(Protocol):
     def infos(self) -> list[WorkerInfo]:
         """Every worker's figures now, those that answer."""
 
+    def drop(self, sessions: list[str]) -> int:
+        """These browser sessions have ended: requests in flight that only they wait for leave the device's line
+        (DeviceWorker.drop); how many were dropped."""
+
     def forget(self) -> int:
         """Drop every kept result in the worker(s); how many were dropped."""
 

@@ -23,6 +23,9 @@ class InProcess:
     def infos(self) -> list:
         return [self.worker.info()]
 
+    def drop(self, sessions: list[str]) -> int:
+        return self.worker.drop(sessions)
+
     def forget(self) -> int:
         return self.worker.forget()
 

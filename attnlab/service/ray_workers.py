@@ -61,6 +61,9 @@ class DeviceActor:
     def forget(self) -> int:
         return self.worker.forget()
 
+    def drop(self, sessions: list[str]) -> int:
+        return self.worker.drop(sessions)
+
 
 def _actor_class():
     import ray
@@ -302,6 +305,12 @@ class RayWorkers:
 
         with self._connection():
             return sum(ray.get([a.forget.remote() for a in self._actors.values()]))
+
+    def drop(self, sessions: list[str]) -> int:
+        import ray
+
+        with self._connection():
+            return sum(ray.get([a.drop.remote(list(sessions)) for a in self._actors.values()]))
 
     def describe(self) -> str:
         return f"{len(self._actors)} device worker(s) on Ray ({self.address})"

@@ -57,6 +57,8 @@ class DeviceWorker:
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[str, tuple[float, Reply]] = collections.OrderedDict()
         self._in_flight: dict[str, concurrent.futures.Future] = {}
+        self._sessions: dict[str, set[str]] = {}  # a request in flight -> the sessions waiting for it
+        self._threads: dict[str, int] = {}  # a request in flight -> the thread computing it
         self.served = self.kept_hits = 0
 
     def call(self, request: Request) -> Reply:
@@ -72,6 +74,10 @@ class DeviceWorker:
                 return dataclasses.replace(found[1], cached=True, seconds=0.0)
             mine = key not in self._in_flight
             future = self._in_flight.setdefault(key, concurrent.futures.Future())
+            self._sessions.setdefault(key, set()).add(request.session)
+            if mine:
+                self._threads[key] = threading.get_ident()
+                DEVICE.abandon([threading.get_ident()], False)  # a mark left on this pool thread is not this request's
         if not mine:  # another thread computes this very request: its answer is ours
             try:
                 return future.result()
@@ -95,6 +101,9 @@ class DeviceWorker:
         finally:
             with self._lock:
                 self._in_flight.pop(key, None)
+                self._sessions.pop(key, None)
+                self._threads.pop(key, None)
+                DEVICE.abandon([threading.get_ident()], False)
 
     def _log(self, request: Request, how: str, t0: float, error: BaseException | None = None,
              spent: dict | None = None) -> None:
@@ -131,6 +140,16 @@ class DeviceWorker:
         return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, DEVICE.running, DEVICE.waiting,
                           len(self._in_flight), self.served, self.kept_hits,
                           s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started)
+
+    def drop(self, sessions: list[str]) -> int:
+        """`sessions` (browser tabs) have ended: each request in flight that only they wait for leaves the device's
+        line (admission.Abandoned, a busy answer, not kept) instead of holding it for others; how many. A request
+        without a session (the CLI, a warm-up) is never dropped; one already running finishes its current turn."""
+        gone = set(sessions)
+        with self._lock:  # held, so a thread is marked only while it computes the request found here
+            threads = [self._threads[k] for k, waiting in self._sessions.items() if k in self._threads and waiting <= gone]
+            DEVICE.abandon(threads)
+        return len(threads)
 
     def forget(self) -> int:
         """Drop every kept result (an instructor's "clear"); how many there were."""

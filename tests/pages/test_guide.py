@@ -108,3 +108,13 @@ def test_implementations_refused_for_one_reason_share_one_row(monkeypatch):
     t = common.support_table(AttentionShape(), merged=True)
     assert list(t["implementation"]) == ["naive", "tokamax_triton, tokamax_mosaic", "sdpa_cudnn"]
     assert list(t["why not"]).count(why) == 1 and len(common.support_table(AttentionShape())) == 4
+
+
+def test_the_sidebars_step_links_wrap_instead_of_being_cut_mid_word():
+    """Streamlit draws a page link's label on one line, cut with "…" ("2. Setup: is the default backend a"): the
+    sidebar's steps carry a style that lets them wrap (Chromium: tests/test_browser.py looks at the sidebar)."""
+    from pages import guide
+
+    at = open_page("pages/p3_qkv.py")
+    styles = [e.proto.body for e in at.get("html") if "stPageLink" in e.proto.body]
+    assert styles and guide.WRAP_LINKS in styles[0] and "white-space: normal" in guide.WRAP_LINKS

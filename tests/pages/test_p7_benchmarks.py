@@ -371,3 +371,24 @@ def test_nvidias_table_on_a_cpu_shows_the_h200_measurement_labelled_beside_nvidi
     said = f"{texts(at, 'info')} {texts(at, 'caption')}"
     assert "no Hopper GPU" in said and "measured on an H200" in said and "2026-12-03" in said
     assert not [b for b in at.button if b.key == "btn_p7_vendor"]  # nothing to press without a GPU
+
+
+def test_the_last_shapes_timing_table_is_gone_while_the_new_shape_is_timed(without_shipped, monkeypatch):
+    """A new shape in the sidebar times again at once (a small shape): while it runs, the table of the shape before
+    is not on the screen as if it were this one's (issue 42: the old result stayed readable, only faded)."""
+    from pages import common
+    from tests.apptest_util import Screen
+
+    at = open_page(P7, SMALL)
+    screen = Screen(monkeypatch)
+    at.number_input(key="shape_q_len").set_value(48).run()  # a first timing drawn under the eyes of `screen`
+    screen.settle()
+    assert "wall_spread_pct" in screen.text()  # the timing table (its columns travel with the table)
+    during, real = [], common._on_device
+    monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs: (
+        during.append(screen.text()) if fn.endswith("runs:run") and dict(kwargs).get("timed") else None)
+        or real(fn, args, kwargs))
+    at.number_input(key="shape_q_len").set_value(64).run()
+    assert not at.exception
+    assert during and all("wall_spread_pct" not in seen for seen in during)
+    assert "wall_spread_pct" in screen.text()  # and the new shape's table is drawn

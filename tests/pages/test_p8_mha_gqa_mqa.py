@@ -183,3 +183,16 @@ def test_the_variants_forward_pass_is_timed_on_its_button_one_row_per_variant_an
     (timed,) = [d for d in frames(at, "wall_ms") if "variant" in d and "kv_heads" in d]
     assert set(timed["variant"]) == {"MHA", "GQA", "MQA"} and (timed["wall_ms"] > 0).all()
     assert len(timed) == 3 * timed["implementation"].nunique()
+
+
+def test_the_page_names_only_the_implementations_that_answer_here():
+    """At bfloat16 with head_dim 1 XLA's CPU compiler is refused up front: the page said "the naive code and XLA's
+    SDPA answer" while only naive ran (issue 42, section 5)."""
+    from attnlab.backends import unmet
+    from attnlab.shapes import AttentionShape
+
+    if unmet(AttentionShape(dtype="bfloat16", head_dim=1), ("sdpa_xla",))["sdpa_xla"] is None:
+        pytest.skip("XLA's SDPA runs bfloat16 at head_dim 1 here")
+    at = open_page(PAGE, {"dtype": "bfloat16", "head_dim": "1"})
+    said = texts(at, "markdown")
+    assert "on this CPU backend the naive code answers." in said and "XLA's SDPA answer" not in said

@@ -47,3 +47,37 @@ def test_every_device_request_of_a_page_waits_under_a_spinner_naming_its_work(mo
     assert common.on_device("attnlab.yourturn.grade:check", 1) == "answer"
     assert shown == [("The device worker is checking your answer against float64 at every case … The device had 1 "
                       "run going and 2 waiting a moment ago.", True)]
+
+
+def test_the_device_worker_is_told_once_of_a_closed_tab_waiting_and_never_of_an_open_one(monkeypatch):
+    """pages/session_watch.py: a page's request carries its session; the sessions waiting that Streamlit no longer
+    has are sent to the worker(s) (DeviceClient.drop, which drops a run only they wait for: tests/test_service.py)."""
+    import threading
+    import time
+
+    from attnlab.service.request import Reply
+    from pages import session_watch
+
+    told, gate = [], threading.Event()
+
+    class Client:
+        def drop(self, sessions):
+            told.append(sorted(sessions))
+            return len(sessions)
+
+    monkeypatch.setattr(session_watch.service, "client", lambda: Client())
+    monkeypatch.setattr(session_watch.service, "send", lambda r: gate.wait(10) and Reply(value=r.session))
+    replies = []
+    threads = [threading.Thread(target=lambda s=s: replies.append(session_watch.send(Request("m:f", session=s))))
+               for s in ("closed-tab", "open-tab")]
+    [t.start() for t in threads]
+    deadline = time.monotonic() + 5
+    while len(session_watch._WAITING) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open_only = lambda s: s == "open-tab"  # noqa: E731 (Streamlit's runtime.is_active_session)
+    assert session_watch.check(open_only) == 1 and told == [["closed-tab"]]
+    assert session_watch.check(open_only) == 0 and told == [["closed-tab"]]  # told once
+    gate.set()
+    [t.join(10) for t in threads]
+    assert sorted(r.value for r in replies) == ["closed-tab", "open-tab"] and not session_watch._WAITING
+    assert session_watch.stamped(Request("m:f")).session == ""  # outside a page: no session, never dropped

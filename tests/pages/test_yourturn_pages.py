@@ -151,3 +151,23 @@ def test_check_is_limited_per_session_with_a_sentence_and_the_other_sessions_go_
         other = write_and_check(open_page(P4), "attention", exercises.ATTENTION.solution)  # another session
         assert any("Right at every case" in s.value for s in other.success)
     progress.reset()
+
+
+def test_a_second_check_clears_the_first_verdict_before_its_work_starts(monkeypatch):
+    """While the device checks a new answer, the previous verdict ("Not yet … wrong K/V heads") is not left on the
+    screen as if it were this answer's (issue 42: it stayed readable for 2.6 s beside the spinner)."""
+    from pages import common
+    from tests.apptest_util import Screen
+    from tests.yourturn_cases import MISTAKES
+
+    at = open_page(P4)
+    screen = Screen(monkeypatch)
+    write_and_check(at, "gqa", MISTAKES[("gqa", "K/V heads mapped wrongly")])
+    screen.settle()
+    assert "Not yet" in screen.text() and "wrong K/V heads" in screen.text()
+    during, real = [], common._on_device
+    monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs: (
+        during.append(screen.text()) if fn.endswith("grade:check") else None) or real(fn, args, kwargs))
+    write_and_check(at, "gqa", exercises.GQA.solution)
+    assert during and all("Not yet" not in seen and "wrong K/V heads" not in seen for seen in during), during
+    assert any("Right at every case" in s.value for s in at.success)
