@@ -244,7 +244,11 @@ class Sampler:
     frame of all (where the thread was: a compile, a lock, numpy), and by the innermost line of app.py or
     pages/. What py-spy does not do itself, done here: pick the page threads out of AppTest's and this
     script's, and count by the lab's own frame. A sample is one thread for S seconds, so the counts are
-    thread-seconds; waiting threads are sampled too (their Python frame is the call that waits)."""
+    thread-seconds; waiting threads are sampled too (their Python frame is the call that waits). Threads the
+    lab starts itself from a pages/ module (BACKGROUND: the session watcher, asleep between looks) are not page
+    runs and are left out."""
+
+    BACKGROUND = ("pages/session_watch.py:_watch",)
 
     def __init__(self, every: float):
         from attnlab.procs import Record
@@ -287,7 +291,7 @@ class Sampler:
                         lab = lab or f
                         if page is None and (f.path.startswith(pages) or f.path.endswith("app.py")):
                             page = f"{self._where(f)}:{f.line}"
-                if page is None:
+                if page is None or any(self._where(f) in self.BACKGROUND for f in stack.frames):
                     continue
                 samples += stack.count
                 a, b = self._where(lab), self._where(stack.frames[-1])

@@ -94,14 +94,17 @@ def test_capacitys_sampler_counts_page_threads_by_the_labs_frame_and_the_page_li
     exec(compile(source, str(ROOT / "pages" / "not_a_page.py"), "exec"), space)  # a frame of pages/, as a page's
     page = threading.Thread(target=space["page"], name="ScriptRunner.scriptThread")
     other = threading.Thread(target=lambda: threading.Event().wait(1.0), name="somebody-else")
+    watch_source = "import threading\ndef _watch():\n    threading.Event().wait(1.0)\n"
+    exec(compile(watch_source, str(ROOT / "pages" / "session_watch.py"), "exec"), space)  # the lab's own watcher
+    watcher = threading.Thread(target=space["_watch"], name="attnlab-session-watch")
     with capacity.Sampler(0.02) as sampler:
         time.sleep(0.3)  # py-spy attaches
-        page.start(), other.start()
-        page.join(), other.join()
+        page.start(), other.start(), watcher.start()
+        page.join(), other.join(), watcher.join()
     r = sampler.report()
     assert set(r) == {"every_s", "thread_s", "lab", "leaf", "pair", "page"}  # the JSON capacity.py writes
     assert r["lab"][0][0] == "pages/not_a_page.py:page" and r["page"][0][0] == "pages/not_a_page.py:page:3"
-    assert 0.5 <= r["thread_s"] <= 1.5  # only the page thread, about one second of it (not somebody-else)
+    assert 0.5 <= r["thread_s"] <= 1.5  # only the page thread, about one second of it (not somebody-else, not the watcher)
     assert "capacity" not in capacity.profile_text(r)
 
 
