@@ -18,10 +18,11 @@ LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 IMAGE_LOCK_FLAGS := --python-version 3.12 --python-platform x86_64-unknown-linux-gnu --generate-hashes \
   --config-file deploy/uv-image.toml
 
+# uv installs the lock in seconds where pip takes over a minute; pip is the fallback where uv cannot reach an index
 $(VENV)/.installed: requirements.lock
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.lock || $(PY) -m pip install -q -r requirements.lock
 	touch $@
 
 .PHONY: run test browser lint gpucheck load lock lock-image rehearse
