@@ -61,6 +61,36 @@ def _learner() -> str:
     return st.session_state.setdefault("yt_learner", secrets.token_hex(8))
 
 
+@st.cache_resource
+def _presses() -> pace.Presses:
+    return pace.Presses()
+
+
+def _browser() -> str:
+    """Who pressed, the same for every tab of one browser: IAP's signed-in user where the class sits behind IAP,
+    else the browser's XSRF cookie (one per browser, sent by every tab), else this session (AppTest has neither)."""
+    try:
+        who = (st.context.headers.get("X-Goog-Authenticated-User-Email")
+               or _xsrf_token(st.context.cookies.get("_streamlit_xsrf") or ""))
+    except Exception:  # noqa: BLE001 (no request context: AppTest)
+        who = ""
+    if not isinstance(who, str):  # AppTest's context is not a request's
+        who = ""
+    return hashlib.sha256(who.encode()).hexdigest()[:16] if who else "session:" + _learner()
+
+
+def _xsrf_token(cookie: str) -> str:
+    """Tornado's XSRF cookie "2|mask|masked token|time" as its token (the same however it was masked)."""
+    parts = cookie.split("|")
+    if len(parts) != 4 or parts[0] != "2":
+        return cookie
+    try:
+        mask, masked = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+    except ValueError:
+        return cookie
+    return bytes(b ^ mask[i % len(mask)] for i, b in enumerate(masked)).hex() if mask else cookie
+
+
 def tried(name: str) -> bool:
     """Whether this session pressed Check on exercise `name` at least once (the lab's answer may show from then)."""
     return bool(st.session_state.get(f"yt_{name}_tried"))
@@ -94,8 +124,8 @@ def section(name: str, shape: AttentionShape | None) -> None:
                         key=f"{key}_code", height=220)
     c1, c2, c3 = st.columns([1, 1, 2])
     if c1.button("Check", key=f"{key}_check", type="primary", on_click=_press, args=(key,)):
-        paced = pace.admit(st.session_state.setdefault("yt_presses", []), time.monotonic(),
-                           settings().checks_per_minute)  # one session's presses, every exercise's together
+        paced = _presses().admit(_browser(), time.monotonic(),
+                                 settings().checks_per_minute)  # one browser's presses, every tab's and exercise's
         if paced:
             st.session_state.pop(f"{key}_record", None)
             st.warning(paced)

@@ -417,3 +417,26 @@ def test_a_learner_writes_attention_checks_it_and_sees_the_verdict(tab, base_url
         tab.page.get_by_text(expect, exact=False).first.wait_for(timeout=60_000)
         tab.assert_clean()
     screenshot(tab.page, SHOTS / "yourturn_attention_right.png")
+
+
+def test_the_check_limit_is_one_browsers_whatever_tab_it_presses_in(browser):
+    """ATTNLAB_CHECKS_PER_MINUTE counts a browser's presses, not a tab's (issue 44): two presses in one tab use a
+    limit of 2, and the first press in a second tab of the same browser is refused with the sentence."""
+    from attnlab.yourturn import exercises
+
+    with StreamlitServer(env={"ATTNLAB_CHECKS_PER_MINUTE": "2", "ATTNLAB_WARM": "0"}) as server:
+        context = browser.new_context()
+        try:
+            first, second = context.new_page(), context.new_page()
+            for page, presses in ((first, 2), (second, 1)):
+                open_page(page, server.url, "naive-vs-fused", "4 · Naive vs fused")
+                box = page.get_by_label("Your `attention`", exact=False).first
+                rerun_after(page, lambda p=page, b=box: (b.fill(exercises.ATTENTION.solution), b.press("Control+Enter")))
+                for _ in range(presses):
+                    rerun_after(page, lambda p=page: p.get_by_role("button", name="Check").first.click())
+                    wait_idle(page)
+            first.get_by_text("Right at every case", exact=False).first.wait_for(timeout=60_000)
+            second.get_by_text("pressed Check 2 times in the last 60 s", exact=False).first.wait_for(timeout=30_000)
+            assert second.get_by_text("Right at every case", exact=False).count() == 0
+        finally:
+            context.close()

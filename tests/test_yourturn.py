@@ -312,6 +312,16 @@ def test_pace_admits_limit_presses_in_any_window_and_then_says_how_long_to_wait(
     assert all(pace.admit([], float(t), 0) is None for t in range(5))  # 0: no limit
 
 
+def test_presses_share_one_window_per_learner_and_let_go_of_idle_ones():
+    from attnlab.yourturn import pace
+
+    presses = pace.Presses(keep=2)
+    assert [presses.admit("a", t, 2) for t in (0.0, 1.0)] == [None, None]  # two tabs of browser a, or one
+    assert presses.admit("a", 2.0, 2) and presses.admit("b", 2.0, 2) is None  # a is at its limit, b is not
+    presses.admit("c", 100.0, 2)  # a third learner, past keep=2: windows that emptied go
+    assert set(presses._by) == {"c"}
+
+
 def test_the_check_limit_is_a_setting():
     from attnlab.settings import Settings
 
