@@ -127,6 +127,36 @@ def _globals():
             "nn": nn, "math": only(math, NAMESPACES["math"])}
 
 
+class _TooLong(Exception):
+    pass
+
+
+TRACE_OVER_EQNS = 4  # operations JAX may record while tracing, over the walk's limit, before tracing stops
+
+
+def _count_operations():
+    """A counter of the operations JAX records while tracing (its trace's process_primitive, called once for each);
+    past `counter.most` tracing stops at once, where the walk after tracing would refuse the program only once it
+    was whole (a loop of 65,000 operations took 9 of the sandbox's 10 s of CPU before the walk saw it). None on a
+    JAX without that method: the walk still refuses, only later."""
+    try:
+        from jax._src.interpreters import partial_eval as pe
+
+        original = pe.DynamicJaxprTrace.process_primitive
+    except (ImportError, AttributeError):
+        return None
+    counter = SimpleNamespace(seen=0, most=0)
+
+    def counted(self, *args, **kwargs):  # whatever this JAX's signature is
+        counter.seen += 1
+        if counter.most and counter.seen > counter.most:
+            raise _TooLong(counter.seen)
+        return original(self, *args, **kwargs)
+
+    pe.DynamicJaxprTrace.process_primitive = counted
+    return counter
+
+
 def _limit() -> None:
     """From here on: no new files or sockets, nothing written, bounded CPU and memory."""
     import resource
@@ -180,6 +210,7 @@ def main() -> None:
     trivial = jax.jit(lambda x: x + 1)
     trivial.trace(jax.ShapeDtypeStruct((1,), "float32")).lower().compile()
     jax.export.export(trivial, platforms=[platform])(jax.ShapeDtypeStruct((1,), "float32")).serialize()
+    counter = _count_operations() if limits is not None else None
     _limit()
     try:
         exec(code, scope)
@@ -189,7 +220,13 @@ def main() -> None:
             args = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in specs]
             jitted = jax.jit(functools.partial(fn, **numbers))
             if limits is not None:
-                traced = jitted.trace(*args)
+                if counter is not None:
+                    counter.seen, counter.most = 0, TRACE_OVER_EQNS * limits[i].max_eqns
+                try:
+                    traced = jitted.trace(*args)
+                finally:
+                    if counter is not None:
+                        counter.most = 0  # the lab's own lowering and export are not counted
                 stats = bounds.walk(traced.jaxpr)
                 why = bounds.refusal(stats, limits[i], f"{entry}()")
                 if why:
@@ -200,6 +237,10 @@ def main() -> None:
             exported = jax.export.export(jitted, platforms=[platform])(*args)
             blobs.append(exported.serialize())
         answer = ("ok", (blobs, walked))
+    except _TooLong as e:
+        answer = ("refused", f"{entry}() traces to more than {e.args[0] - 1:,} operations, and a solution needs far "
+                             f"fewer (at most {limits[i].max_eqns:,} here): is a loop unrolling into a huge program? "
+                             "Use array operations")
     except RecursionError:
         answer = ("stopped", "your function calls itself without end (RecursionError)")
     except NameError as e:  # a name the code never set, or a built-in the lab does not offer
