@@ -107,8 +107,23 @@ def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None
     bad = df[~df["status"].isin([runs.OK, runs.BAD_GRADIENTS])]
     if not bad.empty:
         st.markdown("**Not run here**")
-        common.text_table(bad[[*keys, "status", "reason"]].drop_duplicates())
+        common.text_table(merged(bad[[*keys, "status", "reason"]].drop_duplicates(), keys))
         memory_note(bad)
+
+
+def merged(bad: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Implementations refused for the same reason as one row naming them all (a refusal starts "<name> at <shape>:
+    ", the page's shape: said once, the sentence is the same)."""
+    if list(keys) != ["implementation"] or len(bad) < 2:
+        return bad
+
+    def own(row) -> str:
+        reason = str(row["reason"])
+        return reason.split(": ", 1)[1] if reason.startswith(f"{row['implementation']} at ") and ": " in reason else reason
+
+    out = bad.assign(reason=bad.apply(own, axis=1))
+    return (out.groupby(["status", "reason"], sort=False, as_index=False)["implementation"]
+            .agg(lambda names: ", ".join(dict.fromkeys(names)))[["implementation", "status", "reason"]])
 
 
 def memory_note(bad: pd.DataFrame) -> None:

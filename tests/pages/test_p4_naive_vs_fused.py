@@ -201,3 +201,11 @@ def test_the_queue_notice_counts_runs_in_words(monkeypatch):
     button(at, "btn_p4_time").click().run()
     said = texts(at, "info")
     assert "1 run on the device, 2 waiting (as of the last 30 s)" in said and "run(s)" not in said
+
+
+@pytest.mark.skipif(on_gpu, reason="the known abort is XLA's CPU compiler's")
+def test_a_known_abort_is_said_once_for_every_implementation_it_stops():
+    at = open_page(PAGE, {"dtype": "bfloat16", "head_dim": "1"})
+    said = texts(at) + "\n".join(str(f.values.tolist()) for f in frames(at))  # prose and every table
+    assert said.count("known to crash at bfloat16 with head_dim 1") == 1, said[:3000]
+    assert "sdpa_auto, sdpa_xla" in said, said[:3000]  # one row naming both
