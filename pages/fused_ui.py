@@ -54,6 +54,9 @@ def not_run(df: pd.DataFrame) -> None:
 def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     """The compiled programs of None, 'xla' and 'cudnn' here, and what they say, in a sentence each."""
     df = programs(shape, names)
+    first = df.groupby("reason", sort=False)["implementation"].transform("first")  # a reason said once, on its first row
+    said_before = (df["reason"].astype(str) != "") & (first != df["implementation"])
+    df = df.assign(reason=df["reason"].where(~said_before, "as for " + first))
     common.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
                .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
     if common.device_info().backend == "gpu":
