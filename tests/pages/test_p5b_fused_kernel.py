@@ -220,3 +220,25 @@ def test_the_nsight_table_names_its_gpu_and_shape_not_the_sidebars():
     # under the model's table at the sidebar's shape, the counted bytes (16 GiB "model's total") read as this shape's
     at = open_page(PAGE, CUSTOM, tab=TRAFFIC)
     assert f"DRAM bytes counted by an H200 (Nsight Compute) at {ladder.ANCHOR.describe()}" in texts(at, "markdown")
+
+
+def test_the_last_shapes_compiled_memory_is_gone_while_the_new_one_compiles(no_ladder, monkeypatch):
+    """Issue 42: a new shape's compile must not run beside the last shape's chart, as if it were this shape's."""
+    from pages import common
+    from tests.apptest_util import Screen
+
+    small = {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "2", "kv_heads": "2", "head_dim": "16"}
+    at = open_page(PAGE, small, tab=TRAFFIC)
+    screen = Screen(monkeypatch)
+    button(at, "btn_p10_compiled").click().run()
+    screen.settle()
+    old = "compiled scratch (temp) bytes, B1 T64 S64"
+    assert old in screen.text()
+    during, real = [], common._on_device
+    monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs: (
+        during.append(screen.text()) if fn.endswith("compiled_memory") else None) or real(fn, args, kwargs))
+    at.number_input(key="shape_q_len").set_value(48).run()
+    button(at, "btn_p10_compiled").click().run()
+    assert not at.exception
+    assert during and all(old not in seen for seen in during)
+    assert "compiled scratch (temp) bytes, B1 T48" in screen.text()
