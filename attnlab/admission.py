@@ -8,29 +8,17 @@ device goes through `DEVICE` here, in that process:
     with DEVICE.building():                       # lower or compile: side by side, never during a run
         ...
 
-One run at a time means a timing is exclusive by construction, and the memory budget is a check of
-one run against the whole budget (a run that could never fit is refused at once with a sentence),
-not a sum over runs. Compiles are the slow part of a new shape and XLA does them without Python's
-lock, so several run side by side, but only between runs: on the H200 a process aborted when CUDA
-refused a running program's synchronisation while two other threads compiled
-(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Runs and builds wait in one line, phase-fair (the
-readers-writer lock of that name, with builds as readers): when a build reaches the head of the line,
-the builds in line go side by side, up to `builds_at_once()` of them; when a run does, it goes alone once
-the builds in flight are done, and when a phase ends the runs that waited for it go before the next one.
-So a run waits for at most one build phase, and a build for the runs ahead of it and one round of runs per
-phase ahead of it (on the H200 a class's stream of runs kept tuned builds, and so every timing, waiting
-20 s when builds waited for an empty queue; in a plain first-come line, builds between runs went in as
-many phases; with every build in line in one phase, a phase took 4-6 s and checks of 10 ms waited for it).
+One run at a time makes a timing exclusive by construction and the memory budget a check of one run against
+the whole budget. Tuned compiles run side by side, but only between runs (a run beside XLA's autotuner aborted
+a process on the H200). Runs and builds wait in one phase-fair line: a run waits for at most one build phase,
+a build for the runs ahead of it. Why, with the H200's figures: docs/design-notes.md, "The device's line".
 
 The rule holds by construction in the device worker: it serves every entry point under `DEVICE.serving()`, and
-the places that put work on the device (`runs.make_inputs`, a `compiled.ForCheck` program's call) call
-`DEVICE.launch`, which refuses with a sentence (`OutsideTurn`) a thread that does not hold the device;
-tests/test_device_rule.py runs every entry point against a device that records each launch and each turn.
+the places that put work on the device call `DEVICE.launch`, which refuses a thread without a turn
+(`OutsideTurn`); tests/test_device_rule.py runs every entry point against a recording device.
 
-A request that would wait behind too many others, or too long, gets `DeviceBusy`; one bigger than
-the budget gets `OverBudget`. Both are expected events a page shows as a message.
-
-The budget a run is checked against is `attnlab.budget.Budget` (what it is, and where its figures come from).
+`DeviceBusy` (a line too long or too slow) and `OverBudget` (one run bigger than `attnlab.budget.Budget`)
+are expected events a page shows as a message.
 """
 
 from __future__ import annotations
@@ -41,7 +29,6 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 
 from attnlab.budget import Budget
 
@@ -102,11 +89,8 @@ class _Ticket:
 
 
 def builds_at_once() -> int:
-    """Tuned compiles in one build phase: a quarter of this process's CPUs, at least two. XLA's autotuner compiles
-    its candidate kernels on several threads, so a handful of tuned compiles keep the CPUs busy, and more at once
-    only make each (and so the runs waiting for the phase) take longer: on the H200's 16 cores a class's phases
-    of every build in line took 4-6 s each, against 0.7 s for one tuned compile alone, while checks of 10 ms
-    waited for them (2026-12-02, ATTNLAB_REQUEST_LOG)."""
+    """Tuned compiles in one build phase: a quarter of this process's CPUs, at least two (XLA's autotuner already
+    compiles on several threads; docs/design-notes.md, "The device's line")."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(2, cpus // 4)
 
@@ -165,12 +149,9 @@ class Device:
         return sum(not t.build for t in self._line)
 
     def _admit(self) -> None:
-        """Let in whoever's turn it is (called with the lock held, whenever the device or the line changes).
-
-        A run goes alone, when no build is in flight: the first in line, or one that waited through the last build
-        phase. Otherwise, when a build is the first in line, a phase: the first `max_builds` builds in line go,
-        side by side, past the runs between them; a build joins a phase in flight while it has room and no run
-        waits. When a phase ends, the runs then waiting go before the next phase."""
+        """Let in whoever's turn it is (with the lock held, whenever the device or the line changes): a run alone, when no
+        build is in flight and it is first in line or waited through the last phase; else the first `max_builds`
+        builds in line, side by side; a build joins a phase in flight while it has room and no run waits."""
         if self._holder is not None or not self._line:
             return
         if self._builders:
@@ -197,11 +178,8 @@ class Device:
 
     @contextlib.contextmanager
     def ledger(self):
-        """Seconds the request served in this thread spends on the device's line, by kind, in a dict that fills as
-        it goes: run_wait_s (waiting for a run's turn), run_s (holding the device), build_wait_s (waiting for a
-        build phase), build_s (a tuned compile in its phase), compile_s (wall time of `compiled.compile_many`,
-        whose pool threads' waits count as their longest). The worker's request log writes it, so a class's slow
-        page says whether it waited or worked."""
+        """Seconds this thread's request spends on the device's line, by kind (waiting for or holding a run's turn,
+        a build phase, compiling), in a dict that fills as it goes: the request log says whether a page waited or worked."""
         spent = self._local.ledger = dict.fromkeys(("run_wait_s", "run_s", "build_wait_s", "build_s", "compile_s"), 0.0)
         try:
             yield spent
@@ -215,8 +193,7 @@ class Device:
             spent[kind] += seconds
 
     @contextlib.contextmanager
-    def use(self, device_bytes: int = 0, host_bytes: int = 0, *, on_wait: Callable[[int], None] | None = None,
-            timeout_s: float | None = None):
+    def use(self, device_bytes: int = 0, host_bytes: int = 0, *, timeout_s: float | None = None):
         """Hold the device alone for a run of this size; yields the seconds spent waiting. The thread
         that holds it passes straight through (a timing inside a run)."""
         me = threading.get_ident()
@@ -239,8 +216,6 @@ class Device:
             if self._line or self._holder is not None or self._builders:
                 if self.waiting >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
-                if on_wait:
-                    on_wait(self.running + self.waiting)
                 self.stats.waited += 1
             self._line.append(ticket)
             self._admit()
@@ -285,12 +260,8 @@ class Device:
         """Lower or compile a program: side by side with other builders, never during a run. The
         thread that holds the device builds what it needs; a build inside a build passes through.
 
-        quiet: a program compiled without autotuning (`compiled.check_options()`, on a GPU) launches nothing on
-        the device while XLA builds it, so it neither waits for runs nor holds them up. The turns are for the
-        compiles that do: XLA's autotuner runs candidate kernels, and a run's synchronisation beside them aborted
-        a process (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). Without this, a class's many small checks took turns
-        with every run: on the H200 each of twenty learners had a request in flight all class long, a heatmap's
-        taking 3 s for a compile of a fraction of that (2026-12-02, ATTNLAB_REQUEST_LOG)."""
+        quiet: a program compiled without autotuning (`compiled.check_options()`) launches nothing on the device, so
+        it neither waits for runs nor holds them up (docs/design-notes.md, "The device's line")."""
         if quiet:
             yield
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 
 import jax
@@ -136,7 +136,6 @@ def run(
     backward: bool = False,
     tuned: bool | None = None,
     seed: int = 0,
-    on_wait: Callable[[int], None] | None = None,
     **timing_kw,
 ) -> list[Result]:
     """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
@@ -162,7 +161,7 @@ def run(
     results.update(_compile_first(shape, runnable, accuracy, timed or program, backward, tuned))
     runnable = [n for n in runnable if n not in results]
     if runnable:
-        results.update(_turn(shape, runnable, info, accuracy, timed, program, backward, tuned, seed, on_wait,
+        results.update(_turn(shape, runnable, info, accuracy, timed, program, backward, tuned, seed,
                              timing_kw))
     return [results[n] for n in names]
 
@@ -202,7 +201,7 @@ def _compile_first(shape, names, accuracy: bool, compile_: bool, backward: bool,
     return failed
 
 
-def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, on_wait, timing_kw) -> dict:
+def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, timing_kw) -> dict:
     """One turn on the device for every output, the reference and the timings; what the compiler made is read
     after it (others' runs need not wait for that)."""
     allocates = accuracy or timed
@@ -210,7 +209,7 @@ def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, o
     results: dict[str, Result] = {}
     programs: dict = {}
     try:
-        with DEVICE.use(dev, host, on_wait=on_wait) if allocates else contextlib.nullcontext(0.0) as waited:
+        with DEVICE.use(dev, host) if allocates else contextlib.nullcontext(0.0) as waited:
             results.update(_run_held(shape, names, accuracy, timed or program, tuned, backward, seed, waited,
                                      programs))
             # the timings in the same turn: in a class every turn waits behind the line's build phases, and on
@@ -218,7 +217,7 @@ def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, o
             # others behind this turn wait for its timings, each brief while they wait (_time)
             for n in names if timed else ():
                 if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
-                    results[n] = _time(results[n], info, seed, on_wait, timing_kw, tuned is not False)
+                    results[n] = _time(results[n], info, seed, timing_kw, tuned is not False)
     except Exception as e:  # busy queue, or the inputs/reference did not fit after all
         status, reason = failure(e)
         results.update({n: Result(shape, n, status, reason, backward) for n in names if n not in results})
@@ -261,7 +260,7 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
 UNTUNED = "compiled without XLA's autotuning: its matmul kernels may differ from JAX's default"
 
 
-def _time(result: Result, info, seed: int, on_wait, timing_kw: dict, tuned: bool = True) -> Result:
+def _time(result: Result, info, seed: int, timing_kw: dict, tuned: bool = True) -> Result:
     """The four timings of an implementation already compiled, inside the run's turn on the device (the
     turn is kept: `DEVICE.use` passes the holder through), briefly when others are waiting.
 
@@ -270,7 +269,7 @@ def _time(result: Result, info, seed: int, on_wait, timing_kw: dict, tuned: bool
     shape, n, backward = result.shape, result.implementation, result.backward
     dev, host = memory_needed(shape, [n], accuracy=False, backward=backward)
     try:
-        with DEVICE.use(dev, host, on_wait=on_wait) as waited:
+        with DEVICE.use(dev, host) as waited:
             waiting = DEVICE.waiting
             if waiting:  # others are queued behind this measurement: measure briefly and say so
                 timing_kw = {"budget_s": 0.2, "repeats": 10, "warmup_s": 0.05, **timing_kw}

@@ -3,20 +3,11 @@
     client = RayWorkers("auto")          # or "ray://attnlab-head:10001" from a UI pod, or "local"
     client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it
 
-Each worker is a named, detached actor (`attnlab-device-0`, `-1`, ...) asking for one GPU
-(`num_gpus=1`), restarted by Ray without limit (`max_restarts=-1`: no budget for learners' crashes to use up)
-and never retried; a learner's program that crashed it is refused by the restarted actor (suspects.py's
-markers). Every UI process finds the same actors by name, and creates the missing ones when the cluster has more
-GPUs than workers: a class grows by adding GPU nodes. A request goes to the worker that owns its route (rendezvous hashing over the workers' names:
-every request at one shape meets the worker that compiled that shape's programs, and adding a worker
-moves only its share of the shapes); a timing goes to its owner when the owner is idle, else to the
-least busy worker. Ray does the rest: placement on GPUs, restarts, moving the objects, the dashboard.
-
-The connection itself can fail (the head restarted): any failure of it, told apart from an actor's death
-(attnlab/service/ray_link.py), fails the request with WorkerLost (LOST, a sentence for the learner) and the next
-request reconnects: ray.shutdown(), ray.init again, the workers found again by name or created again (a head
-restarted without GCS persistence has lost its detached actors). One reconnect at a time (a burst of pages waits
-for it), at most one attempt every RETRY_S.
+Each worker is a named, detached actor (`attnlab-device-0`, ...) asking for one GPU, restarted by Ray without
+limit and never retried. Every UI process finds the same actors by name and creates the missing ones (a class
+grows by adding GPU nodes). A request goes to the worker that owns its route (rendezvous hashing); a timing to its
+owner when idle, else to the least busy worker. A failed connection (the head restarted) fails the request with
+WorkerLost, and the next request reconnects, one reconnect at a time. Why each: docs/design-notes.md, "On Ray".
 """
 
 from __future__ import annotations
@@ -28,6 +19,7 @@ import sys
 import threading
 import time
 
+from attnlab.service.ray_actor import actor_class
 from attnlab.service.ray_link import GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
@@ -38,37 +30,6 @@ PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
 RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
-
-
-class DeviceActor:
-    """The Ray actor around a DeviceWorker (Ray's `@ray.remote` is applied in `_actor_class`)."""
-
-    def __init__(self, name: str):
-        from attnlab.service.worker import DeviceWorker
-        from attnlab.studies import warm
-
-        self.worker = DeviceWorker(name)
-        # JAX's device and tokamax's import (seconds), in the background as the child worker does: Ray serves the
-        # actor once this returns, so a worker restarted after a crash answers its next request in seconds
-        threading.Thread(target=warm.worker_start, name="attnlab-worker-start", daemon=True).start()
-
-    def call(self, request: Request) -> Reply:
-        return self.worker.call(request)
-
-    def info(self):
-        return self.worker.info()
-
-    def forget(self) -> int:
-        return self.worker.forget()
-
-    def drop(self, sessions: list[str]) -> int:
-        return self.worker.drop(sessions)
-
-
-def _actor_class():
-    import ray
-
-    return ray.remote(DeviceActor)
 
 
 def owner(route: str, names: list[str]) -> str:
@@ -117,8 +78,7 @@ class RayWorkers:
                 if why:
                     raise ConnectionError(why)
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
-        # a local cluster without GPUs (a laptop, CPU tests) runs its workers on the CPU; a hosted one always asks
-        # for a GPU each (its GPU pool may be at 0 nodes now: the worker waits for one)
+        # a local cluster without GPUs runs its workers on the CPU; a hosted one asks for a GPU each (it may wait)
         self.gpus_each = 1 if self.address != "local" or ray.cluster_resources().get("GPU", 0) >= 1 else 0
         with self._lock:
             self._actors = {}  # handles of the last connection are not this one's
@@ -148,15 +108,13 @@ class RayWorkers:
                 raise WorkerLost(LOST) from None
             self.reconnects += 1
             again = "reconnected" if self.generation > 1 else "connected"  # the first connection may be a retry too
-            print(f"attnlab: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s",
-                  file=sys.stderr, flush=True)
+            print(f"attnlab: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
         finally:
             self._reconnecting.release()
 
     @contextlib.contextmanager
     def _connection(self):
-        """Ray calls inside it: a broken connection is made again first; a failure of the connection inside
-        raises WorkerLost(LOST) and marks it broken for the next call to reconnect."""
+        """Ray calls inside it: a broken connection made again first; one failing inside raises WorkerLost(LOST)."""
         generation = self.generation
         if self.broken:
             self._reconnect(generation)
@@ -188,7 +146,7 @@ class RayWorkers:
             self._looked = time.monotonic()
             if len(self._actors) == n and not force:
                 return
-            cls = _actor_class()
+            cls = actor_class()
             actors = {}
             for i in range(n):
                 name = f"{PREFIX}{i}"
@@ -196,8 +154,7 @@ class RayWorkers:
             self._actors = actors
 
     def _create(self, cls, name: str):
-        """The named worker, made if it is missing. Two UI processes may make it at once, and over ray:// the loser's
-        get_if_exists raises ActorAlreadyExistsError (the rehearsal's two replicas did): then it is found by name."""
+        """The named worker, made if missing (or found by name where another UI process made it first)."""
         import ray
 
         try:
@@ -226,10 +183,8 @@ class RayWorkers:
             raise WorkerLost(died(e, learners)) from None
 
     def _choose(self, request: Request, reserve: bool = False) -> str:
-        """The owner of the request's route; for a timing, the owner if it is idle, else the least busy worker
-        (busy: what the workers say they run and queue, plus what this process has sent them and not yet
-        heard back, so a burst of timings from one UI process spreads before the workers report it).
-        `reserve`: count the request as sent to the chosen worker (chosen and counted under one lock)."""
+        """The owner of the request's route; for a timing, the owner if idle, else the least busy worker (what the
+        workers run and queue, plus what this process sent them unanswered). `reserve`: count it as sent there."""
         names = self.names
         mine = owner(request.route, names)
         infos = self._infos(names, timeout=2.0) if request.timed and len(names) > 1 else {}
@@ -267,8 +222,7 @@ class RayWorkers:
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
-        """Whether every worker answered within `timeout` seconds (a new actor imports JAX first; one that Ray
-        is restarting refuses calls until it is back; a connection that failed is made again meanwhile)."""
+        """Whether every worker answered within `timeout` seconds (new or restarting actors, a reconnect: waited for)."""
         import ray
 
         deadline = time.monotonic() + timeout
@@ -284,9 +238,8 @@ class RayWorkers:
                 time.sleep(0.5)
 
     def ready(self) -> str | None:
-        """None when the cluster's head answers this process (connected, or connected again now); else a sentence.
-        Workers still starting, or waiting for a GPU node, leave it ready: each page says so for its own request,
-        and taking every UI out of rotation would not bring a worker back (a busy worker must not either)."""
+        """None when the cluster's head answers this process (workers still starting leave it ready: taking every UI
+        out of rotation would not bring one back); else a sentence."""
         import ray
 
         try:
@@ -301,16 +254,17 @@ class RayWorkers:
             return [i for i in self._infos(self.names, timeout=5.0).values() if i is not None]
 
     def forget(self) -> int:
-        import ray
-
-        with self._connection():
-            return sum(ray.get([a.forget.remote() for a in self._actors.values()]))
+        return self._each("forget")
 
     def drop(self, sessions: list[str]) -> int:
+        return self._each("drop", list(sessions))
+
+    def _each(self, method: str, *args) -> int:
+        """Every worker's answer to `method`, summed."""
         import ray
 
         with self._connection():
-            return sum(ray.get([a.drop.remote(list(sessions)) for a in self._actors.values()]))
+            return sum(ray.get([getattr(a, method).remote(*args) for a in self._actors.values()]))
 
     def describe(self) -> str:
         return f"{len(self._actors)} device worker(s) on Ray ({self.address})"
