@@ -8,7 +8,7 @@ import streamlit as st
 from attnlab.math import flash
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder, memory
-from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, yourturn_ui
+from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, waiting, yourturn_ui
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -76,11 +76,12 @@ if tabs[1].open:
                 "and from GPU memory, for the sidebar's B, N, K, H and dtype.")
         kernel_ui.traffic_block(shape)
         if sections.on_demand("p10_compiled", "Compile and read the scratch memory", (shape, lengths)):
-            df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
-            if df is not None:
-                fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
-                                      "compiled scratch (log)")  # lines on top of each other are named
-                sections.not_run(df)
+            with waiting.fresh():  # the last shape's chart goes as this one compiles
+                df = sections.guarded(compiled_memory, shape, lengths, what="Compiling")
+                if df is not None:
+                    fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
+                                          "compiled scratch (log)")  # lines on top of each other are named
+                    sections.not_run(df)
         kernel_ui.ncu_block(found)
 
 if tabs[2].open:
@@ -91,16 +92,17 @@ if tabs[2].open:
                      hide_index=True, width="stretch")
         st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
         if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
-            df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
-                                         accuracy=False, program=True, backward=True, tuned=True) for t in lengths])
-            ok = df[df["status"] == "ok"]
-            if not ok.empty:
-                charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",
-                            "forward+backward scratch (temp) bytes", "T = S", width="stretch")
-                st.caption(f"Compiled on this machine ({common.device_info().backend.upper()}) at {shape.describe()}, "
-                           "T = S varied. flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score "
-                           "matrix, so its memory grows like naive's; past it only the number of tiles grows.")
-            sections.not_run(df)
+            with waiting.fresh():
+                df = pd.concat([common.frame(shape.replace(q_len=t, kv_len=t), ("naive", "flash_jax", "sdpa_cudnn"),
+                                             accuracy=False, program=True, backward=True, tuned=True) for t in lengths])
+                ok = df[df["status"] == "ok"]
+                if not ok.empty:
+                    charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",
+                                "forward+backward scratch (temp) bytes", "T = S", width="stretch")
+                    st.caption(f"Compiled on this machine ({common.device_info().backend.upper()}) at {shape.describe()}, "
+                               "T = S varied. flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score "
+                               "matrix, so its memory grows like naive's; past it only the number of tiles grows.")
+                sections.not_run(df)
 
 if tabs[3].open:
     with tabs[3]:
