@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab import device
 from attnlab.backends import fp8, te
 from attnlab.studies import clocks, fp8_study
-from pages import codeblock, common, fp8_ui, sections
+from pages import codeblock, common, fp8_ui, sections, waiting
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
 
@@ -43,27 +43,12 @@ st.write(f"The codelab's TE sweep: causal, bfloat16, T from 128 to 2,048, at the
          "line runs a few microseconds above cuDNN's, because TE calls the same cuDNN attention kernel and adds "
          "small kernels of its own around it (see the kernel counts), while XLA's climbs away as T grows. Wall "
          "time adds each library's Python and dispatch on top.")
-why_te = common.unmet(sweep_base, ("te_dpa",))["te_dpa"]  # checked by the device worker: pages never import TE
-if why_te is None:
-    lengths = st.multiselect("q_len = kv_len", [128, 256, 512, 1024, 2048, 4096, 8192],
-                             default=[128, 256, 512, 1024, 2048], key="p9_te_lengths")
-    shapes = [sweep_base.replace(q_len=t, kv_len=t) for t in sorted(lengths)]
-    df = None
-    if shapes and sections.on_demand("p9_te", f"Run the TE sweep ({len(shapes) * len(TE_NAMES)} cells)", tuple(shapes)):
-        df = sections.sweep("p9_te", shapes, TE_NAMES, "TE sweep", timed=True)
-else:
-    st.info(f"Cannot run here: {why_te}")
-    with st.expander("The code to run it on a GPU with TE"):
-        codeblock.code(te.TE_SNIPPET)
-    df = sections.shipped_frame("te_sweep")
-    if df.empty:
-        st.info("No H200 results ship with this version, so there is no TE sweep to show.")
-        df = None
-    else:
-        ends = df.sort_values("q_len")["shape"]
-        st.caption(f"The shipped sweep ran at its own shapes, not the sidebar's: {ends.iloc[0]} … {ends.iloc[-1]}. "
-                   f"Clock: {clocks.WARM}, unlike the FP8 study below, which reads it.")
-if df is not None:
+
+
+def te_results(df) -> None:
+    """The TE sweep's chart and tables (measured here, or shipped)."""
+    if df is None:
+        return
     sections.sweep_chart(df, "q_len", "p9_te", first="device_ms")
     sections.results(df, ["q_len", "implementation", "wall_ms", "throughput_ms", "device_ms", "tflops",
                           "device_tflops", "pct_of_peak", "kernel_count"], failed=False)
@@ -76,6 +61,29 @@ if df is not None:
                "length (launch-bound); at T 2,048 the two columns come close. XLA's kernels are slower, so its "
                "columns meet from T 512.")
     common.download(df, "te_sweep", "Download the TE sweep (CSV)")
+
+
+why_te = common.unmet(sweep_base, ("te_dpa",))["te_dpa"]  # checked by the device worker: pages never import TE
+if why_te is None:
+    lengths = st.multiselect("q_len = kv_len", [128, 256, 512, 1024, 2048, 4096, 8192],
+                             default=[128, 256, 512, 1024, 2048], key="p9_te_lengths")
+    shapes = [sweep_base.replace(q_len=t, kv_len=t) for t in sorted(lengths)]
+    with waiting.fresh():  # the last sweep's chart and tables go as a new sweep runs
+        if shapes and sections.on_demand("p9_te", f"Run the TE sweep ({len(shapes) * len(TE_NAMES)} cells)",
+                                         tuple(shapes)):
+            te_results(sections.sweep("p9_te", shapes, TE_NAMES, "TE sweep", timed=True))
+else:
+    st.info(f"Cannot run here: {why_te}")
+    with st.expander("The code to run it on a GPU with TE"):
+        codeblock.code(te.TE_SNIPPET)
+    df = sections.shipped_frame("te_sweep")
+    if df.empty:
+        st.info("No H200 results ship with this version, so there is no TE sweep to show.")
+    else:
+        ends = df.sort_values("q_len")["shape"]
+        st.caption(f"The shipped sweep ran at its own shapes, not the sidebar's: {ends.iloc[0]} … {ends.iloc[-1]}. "
+                   f"Clock: {clocks.WARM}, unlike the FP8 study below, which reads it.")
+        te_results(df)
 
 st.header("FP8, told truthfully")
 st.write(
@@ -99,20 +107,22 @@ tab_a, tab_b, tab_c = sections.tabs("p9_tab", ["(a) autocast around attention", 
 if tab_a.open:
     with tab_a:
         st.caption("What to look at: the two kernel lists are the same, and the outputs do not differ.")
-        result = fp8_ui.study("p9_autocast", why_a, f"Compare with and without autocast at {half.describe()}", half,
-                              lambda: fp8_ui.autocast_study(half), "te_autocast", te.TE_SNIPPET)
-        if result is not None:
-            fp8_ui.autocast(result)
+        with waiting.fresh():  # the last measurement goes as a new one runs
+            result = fp8_ui.study("p9_autocast", why_a, f"Compare with and without autocast at {half.describe()}", half,
+                                  lambda: fp8_ui.autocast_study(half), "te_autocast", te.TE_SNIPPET)
+            if result is not None:
+                fp8_ui.autocast(result)
 if tab_b.open:
     with tab_b:
         st.write("A block of QKV projection, DotProductAttention and output projection built from TE layers, in bf16 "
                  "and under FP8 autocast with delayed scaling (HYBRID format; the scale from past steps' amax, a "
                  "tensor's largest |value|) and current scaling (this step's amax). What to look at: the projections' GEMMs become FP8 and the block gets "
                  "faster; the error is the block's output against bf16.")
-        result = fp8_ui.study("p9_block", why_a, f"Time the block at {half.describe()}", half,
-                              lambda: fp8_ui.block_study(half), "te_block", te.TE_SNIPPET)
-        if result is not None:
-            fp8_ui.block(result)
+        with waiting.fresh():
+            result = fp8_ui.study("p9_block", why_a, f"Time the block at {half.describe()}", half,
+                                  lambda: fp8_ui.block_study(half), "te_block", te.TE_SNIPPET)
+            if result is not None:
+                fp8_ui.block(result)
 if tab_c.open:
     with tab_c:
         st.write("Q, K and V are stored in FP8 E4M3 with per-tensor scales (448 / amax, so the largest value lands on "
@@ -133,10 +143,11 @@ if tab_c.open:
         if why_c is None and not shapes:
             st.info("Choose at least one q_len and one head_dim.")
         else:
-            result = fp8_ui.study("p9_fp8", why_c, f"Run FP8 vs bf16 at {len(shapes)} shapes", shapes,
-                                  lambda: fp8_ui.attention_study(shapes), "fp8_attention", fp8.HOPPER_SNIPPET)
-            if result is not None:
-                fp8_ui.fp8_attention(result)
+            with waiting.fresh():
+                result = fp8_ui.study("p9_fp8", why_c, f"Run FP8 vs bf16 at {len(shapes)} shapes", shapes,
+                                      lambda: fp8_ui.attention_study(shapes), "fp8_attention", fp8.HOPPER_SNIPPET)
+                if result is not None:
+                    fp8_ui.fp8_attention(result)
 
 st.header("Clean up")
 st.write("The codelab's last step on one GPU (page 10 goes on to several). On your own GPU, give it back when done:")
