@@ -8,7 +8,7 @@ import streamlit as st
 
 from attnlab.device import FP8_ATTENTION_MIN_CC
 from attnlab.studies import vendor
-from pages import common, sections
+from pages import common, sections, waiting
 
 COLUMNS = {
     "precision": st.column_config.TextColumn("precision"),
@@ -36,21 +36,24 @@ def section() -> None:
              f"Source: {vendor.SOURCE}. The lab measures the same thing with its own harness, so you can see how "
              "close a JAX program gets to the vendor's figure.")
     info = common.device_info()
-    live = info.at_least(FP8_ATTENTION_MIN_CC)
-    df = None
-    if live:
+    if info.at_least(FP8_ATTENTION_MIN_CC):
         st.caption(f"This server has a {info.device_kind}: the button measures all {len(vendor.VENDOR)} rows here "
                    "(compiles at four shapes, then about a second of GPU time per row: a minute or so in all; other "
                    "learners' runs wait while it holds the GPU).")
-        if sections.on_demand("p7_vendor", "Measure NVIDIA's rows on this GPU", info.device_kind):
-            with st.spinner("Measuring at NVIDIA's shapes on this GPU…"):
-                df = sections.guarded(measure, what="The measurement at NVIDIA's shapes")
+        with waiting.fresh():  # the last measurement goes as a new one runs
+            if sections.on_demand("p7_vendor", "Measure NVIDIA's rows on this GPU", info.device_kind):
+                with st.spinner("Measuring at NVIDIA's shapes on this GPU…"):
+                    df = sections.guarded(measure, what="The measurement at NVIDIA's shapes")
+                if df is not None:
+                    st.caption(f"The lab's column: {df['where'].iloc[0]}.")
+                    table(df)
     else:
         df = vendor.shipped()
         st.info(f"This server has no Hopper GPU, so the lab's column below was {df['where'].iloc[0]}; the 16k rows "
                 "were not measured there yet.")
-    if df is not None:
-        if live:
-            st.caption(f"The lab's column: {df['where'].iloc[0]}.")
-        common.table(df[list(COLUMNS)], column_config=COLUMNS)
-        st.markdown(vendor.WHY)
+        table(df)
+
+
+def table(df: pd.DataFrame) -> None:
+    common.table(df[list(COLUMNS)], column_config=COLUMNS)
+    st.markdown(vendor.WHY)
