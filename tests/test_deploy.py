@@ -771,7 +771,7 @@ def test_lock_is_for_python_311_linux_and_is_what_make_installs():
     header = (REPO / "requirements.lock").read_text().splitlines()[:3]
     assert any("--python-version 3.11" in h and "linux" in h for h in header), header
     makefile = (REPO / "Makefile").read_text()
-    assert "uv pip install -q --python $(PY) -r requirements.lock" in makefile  # uv first, in seconds
+    assert "uv pip install -q --compile-bytecode --python $(PY) -r requirements.lock" in makefile  # uv, with bytecode
     assert "pip install -q -r requirements.lock" in makefile  # pip where uv cannot reach an index
     assert "pip install -q -r requirements.txt" not in makefile
     assert re.search(r"^lock:", makefile, re.MULTILINE)
