@@ -152,6 +152,8 @@ def quantity(q: str) -> float:
 
 # Where this machine's python3 finds its native libraries (TransformerEngine's on the H200: ../shared/te-on-h200/env.sh)
 NATIVE = ("LD_LIBRARY_PATH", "CUDNN_PATH", "NVTE_FRAMEWORK")
+# Diagnostics a rehearsal may ask every pod for (where a class's time went: scripts/request_log.py); not the manifests'
+DIAGNOSTIC = ("ATTNLAB_REQUEST_LOG", "ATTNLAB_TIMING_LOG")
 
 
 def env_of(container: dict, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
@@ -193,7 +195,7 @@ class Local:
         env["TMPDIR"] = str(self.folder)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]))
-        for name in NATIVE:  # where this environment's native libraries are (the image's paths are the image's)
+        for name in NATIVE + DIAGNOSTIC:  # this environment's native libraries (the image's paths are the image's)
             if name in os.environ:
                 env[name] = os.environ[name]
         for sub in ("cache", "home"):

@@ -248,17 +248,22 @@ class Rehearsal:
 
     def _class(self, pages, shapes, firsts) -> dict:
         visits: list[Visit] = []
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()  # wall0: the request log's clock (scripts/request_log.py)
         self._learners(pages, shapes, firsts, visits, threading.Event(), once=True).join()
         times = [v.end - v.start for v in visits if v.ok and v.page != "connect"]
         bad = [v for v in visits if not v.ok or v.lost]
-        return {"elapsed_s": time.monotonic() - t0, "pages_planned": len(shapes) * len(pages), "pages_served": len(times),
+        return {"elapsed_s": time.monotonic() - t0, "began_at": wall0, "pages_planned": len(shapes) * len(pages), "pages_served": len(times),
                 "median_page_s": statistics.median(times) if times else None, "p95_page_s": percentile(times, 95),
                 "worst_page_s": max(times, default=None), "errors": len(bad),
                 "by_page": {Path(f).stem: {"median_s": round(statistics.median(ts), 2), "worst_s": round(max(ts), 2)}
                             for f in sorted({v.page for v in visits if v.page != "connect"})
                             if (ts := [v.end - v.start for v in visits if v.page == f and v.ok])},
                 "error_messages": [f"[s{v.session} {Path(v.page).stem}] {v.failure or ''} {v.problems}" for v in bad][:10],
+                # the slowest visits, when each began in the class: what the p95 is made of
+                "slowest": [{"session": v.session, "page": Path(v.page).stem, "shape": shapes[v.session],
+                             "from_s": round(v.start - t0, 2), "s": round(v.end - v.start, 2)}
+                            for v in sorted((v for v in visits if v.ok and v.page != "connect"),
+                                            key=lambda v: v.start - v.end)[:15]],
                 "replicas": sorted({v.replica for v in visits if v.replica})}
 
     def _faults(self, pages, shapes, firsts) -> list[dict]:

@@ -45,8 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--since", type=float, help="only requests that ended after this time.time() (a class's start)")
+    ap.add_argument("--slowest", type=int, default=0, help="also list the N slowest requests, each with its ledger")
     args = ap.parse_args(argv)
     lines = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
+    since = args.since or 0.0
+    lines = [line for line in lines if line["t"] >= since]
     table = summary(lines)
     if table.empty:
         print("no requests in", args.log)
@@ -55,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(lines)} requests over {max(t) - min(t):.0f} s ({args.log})")
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
         print(table.rename(columns=lambda c: c.replace("median_", "med_")).to_string(index=False))
+    if args.slowest:
+        slow = sorted(lines, key=lambda line: -line["s"])[:args.slowest]
+        for line in slow:  # began: seconds after --since (or the first request's end)
+            began = line["t"] - line["s"] - (since or min(t))
+            parts = " ".join(f"{p}={line[p]:.2f}" for p in PARTS if line.get(p))
+            print(f"  began {began:6.2f} s  {line['s']:6.2f} s  {line['how']:<9} {line['fn']:<22} {parts}  {line['what'][:90]}")
     if args.json:
         args.json.write_text(table.to_json(orient="records", indent=1))
     return 0
