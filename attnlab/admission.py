@@ -33,7 +33,7 @@ from collections import deque
 from attnlab.budget import Budget
 
 
-def log_span(kind: str, start: float, end: float) -> None:
+def log_span(kind: str, start: float, end: float, what: str = "") -> None:
     """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid kind' (perf_counter: CLOCK_MONOTONIC, one clock for
     every process of the machine) for each turn on the device ('turn'), tuned build ('build') and measurement
     ('timing'), so a class run from outside can check that no timing shared the device (scripts/load_test.device_rule)."""
@@ -43,7 +43,7 @@ def log_span(kind: str, start: float, end: float) -> None:
     if path:
         try:
             with open(path, "a") as f:
-                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()} {kind}\n")
+                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()} {kind}{' ' + what if what else ''}\n")
         except OSError:
             pass  # a diagnostic only: never fail a run over it
 
@@ -256,7 +256,7 @@ class Device:
             self._cond.notify_all()
 
     @contextlib.contextmanager
-    def building(self, quiet: bool = False):
+    def building(self, quiet: bool = False, what: str = ""):
         """Lower or compile a program: side by side with other builders, never during a run. The
         thread that holds the device builds what it needs; a build inside a build passes through.
 
@@ -286,7 +286,7 @@ class Device:
         finally:
             if not passing:
                 self.spend("build_s", time.perf_counter() - built_from)
-                log_span("build", built_from, time.perf_counter())
+                log_span("build", built_from, time.perf_counter(), what)
             self._local.depth = depth
             if not passing:
                 with self._cond:

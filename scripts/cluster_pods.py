@@ -20,7 +20,10 @@ What Kubernetes and KubeRay would run, translated for one machine and nothing el
 What one machine changes, and only that: every port a pod listens on is a free port of this machine (several pods
 would all want 8501 or 52365), written into the command where the pod's own flag names it; a Service's DNS name is
 127.0.0.1; the pod's volumes are folders under `root` (its /tmp is TMPDIR, so Ray's /tmp/ray is the pod's own);
-/app (the image's WORKDIR) is this checkout; `python3`, `ray` and their native libraries (`NATIVE`) are this
+/app (the image's WORKDIR) is this checkout; a container sees the GPUs its `nvidia.com/gpu` limit gives it and no
+others (`CUDA_VISIBLE_DEVICES`, as NVIDIA's device plugin mounts only the devices it allocates): the head and the UI
+pods none, worker pod i the i-th (without it, Ray's head on a GPU machine finds the GPU and takes a device worker,
+which then runs JAX on the CPU: the head's JAX_PLATFORMS); `python3`, `ray` and their native libraries (`NATIVE`) are this
 environment's.
 """
 
@@ -156,6 +159,13 @@ NATIVE = ("LD_LIBRARY_PATH", "CUDNN_PATH", "NVTE_FRAMEWORK")
 DIAGNOSTIC = ("ATTNLAB_REQUEST_LOG", "ATTNLAB_TIMING_LOG")
 
 
+def visible_gpus(container: dict, pod_index: int = 0) -> str:
+    """CUDA_VISIBLE_DEVICES for a container: the devices its `nvidia.com/gpu` limit allocates it, the pod_index-th
+    set of this machine's GPUs; none ("") without a limit, as a pod on Kubernetes sees no GPU it was not given."""
+    n = int(quantity(str(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))))
+    return ",".join(str(pod_index * n + j) for j in range(n))
+
+
 def env_of(container: dict, secrets: dict[str, dict[str, str]]) -> dict[str, str]:
     env = {}
     for e in container.get("env", []):
@@ -188,8 +198,9 @@ class Local:
             return "127.0.0.1" + (f":{self.head_ports.get(int(port), port)}" if port else "")
         return re.sub(rf"\b{HEAD_SVC}(?:\.[a-z0-9.-]*[a-z0-9])?(?::(\d+))?", one, value)
 
-    def env(self, image_env: dict[str, str], manifest_env: dict[str, str]) -> dict[str, str]:
-        """The image's ENV under the manifest's env (Kubernetes' order), its paths and addresses made local."""
+    def env(self, image_env: dict[str, str], manifest_env: dict[str, str], gpus: str) -> dict[str, str]:
+        """The image's ENV under the manifest's env (Kubernetes' order), its paths and addresses made local; `gpus`:
+        the devices the container was allocated (`visible_gpus`)."""
         env = {k: self.address(self.path(v)) for k, v in {**image_env, **manifest_env}.items()}
         env["HOME"] = self.path(env.get("HOME", "/home/attnlab"))
         env["TMPDIR"] = str(self.folder)
@@ -198,6 +209,7 @@ class Local:
         for name in NATIVE + DIAGNOSTIC:  # this environment's native libraries (the image's paths are the image's)
             if name in os.environ:
                 env[name] = os.environ[name]
+        env["CUDA_VISIBLE_DEVICES"] = gpus
         for sub in ("cache", "home"):
             (self.folder / sub).mkdir(exist_ok=True)
         return env
@@ -270,15 +282,15 @@ class Cluster:
             own = _ports(wc, {k: RAY_PORTS[k] for k in ("dashboard-agent-listen-port", "metrics-export-port")})
             local = Local(root / f"w{i}", by_number)
             wait = ["/bin/bash", "-c", f"until ray health-check --address {HEAD_SVC}:6379 >/dev/null 2>&1; do sleep 5; done"]
-            init = [("wait-gcs-ready", local.command(wait), local.env(image.env, {}))]
-            gates = [(c["name"], local.command(c["command"]), local.env(image.env, env_of(c, secrets)))
+            init = [("wait-gcs-ready", local.command(wait), local.env(image.env, {}, visible_gpus({})))]
+            gates = [(c["name"], local.command(c["command"]), local.env(image.env, env_of(c, secrets), visible_gpus(c, i)))
                      for c in tmpl.get("initContainers", [])]
             gate = gates[0] if gates else None
             init += [] if fake_gpus else gates  # a fake GPU cannot pass the gate: rehearse.py shows it refuses once
             params = dict(group["rayStartParams"], **{k: own[RAY_PORTS[k]] for k in
                                                        ("dashboard-agent-listen-port", "metrics-export-port")})
             pods.append(cls._ray_pod(f"gpu-worker-{i}", wc, params, False, image, root / f"w{i}", by_number, own,
-                                     secrets, init))
+                                     secrets, init, i))
         uis = []
         uc = dep["spec"]["template"]["spec"]["containers"][0]
         for i in range(ui):
@@ -288,12 +300,13 @@ class Cluster:
             argv = [re.sub(r"^(--server\.port=)(\d+)$", lambda m, p=ports: m.group(1) + str(p[int(m.group(2))]), a) for a in argv]
             probes = [Probe.from_manifest(kind, uc[f"{kind}Probe"], ports) for kind in ("startup", "readiness", "liveness")
                       if f"{kind}Probe" in uc]
-            uis.append(Pod(f"ui-{i}", local.command(argv), local.env(image.env, env_of(uc, secrets)), [], probes, ports,
+            uis.append(Pod(f"ui-{i}", local.command(argv), local.env(image.env, env_of(uc, secrets), visible_gpus(uc)), [],
+                           probes, ports,
                            local.folder))
         return cls(head, pods, uis, rc["spec"].get("rayVersion", ""), gate)
 
     @staticmethod
-    def _ray_pod(name, container, params, head, image, folder, head_ports, ports, secrets, init) -> Pod:
+    def _ray_pod(name, container, params, head, image, folder, head_ports, ports, secrets, init, index=0) -> Pod:
         local = Local(folder, head_ports)
         if head:
             params = dict(params, **{k: ports[k] for k in RAY_PORTS})
@@ -301,5 +314,6 @@ class Cluster:
         agent = ports["dashboard-agent-listen-port"]
         probes = [Probe("readiness", "/api/healthz", agent, source="KubeRay", **KUBERAY_READY),
                   Probe("liveness", "/api/healthz", agent, source="KubeRay", **KUBERAY_LIVE)]
-        return Pod(name, ["/bin/bash", "-c", "--", local.address(line)], local.env(image.env, env_of(container, secrets)),
+        return Pod(name, ["/bin/bash", "-c", "--", local.address(line)],
+                   local.env(image.env, env_of(container, secrets), visible_gpus(container, index)),
                    init, probes, ports, local.folder)

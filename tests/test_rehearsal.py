@@ -65,6 +65,14 @@ def test_ui_replicas_run_the_images_command_with_the_deployments_env_and_probes(
     assert ui.ports[8501] != cluster.ui[1].ports[8501]
 
 
+def test_a_pod_sees_only_the_gpus_its_limit_gives_it(cluster):
+    # on the H200 the head's `ray start` found the machine's GPU and took a second device worker, which ran JAX on the
+    # CPU (the head's JAX_PLATFORMS=cpu): half the class's requests, on a GKE node with no GPU at all
+    assert cluster.head.env["CUDA_VISIBLE_DEVICES"] == "" and cluster.ui[0].env["CUDA_VISIBLE_DEVICES"] == ""
+    assert [w.env["CUDA_VISIBLE_DEVICES"] for w in cluster.workers] == ["0", "1"]
+    assert cluster.gate[2]["CUDA_VISIBLE_DEVICES"] == "1"  # the GPU gate of the last worker, on that worker's GPU
+
+
 def test_a_fake_gpu_worker_skips_the_gate_that_a_real_one_runs_first(cluster):
     name, argv, env = cluster.gate
     assert argv == ["python3", "scripts/entrypoint.py", "--check"] and env["ATTNLAB_REQUIRE_GPU"] == "1"

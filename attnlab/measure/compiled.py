@@ -203,7 +203,7 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tu
     t0 = time.perf_counter()
     quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
     lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing (one thread at a time: base.lower)
-    with DEVICE.building(quiet):  # the compile, whose autotuner runs kernels: between runs. A thread waited for
+    with DEVICE.building(quiet, who):  # the compile, whose autotuner runs kernels: between runs. A thread waited for
         compiled, first, key = PROGRAMS.compile(lowered, who, options)  # below is in its turn, never waiting for one
     answer = (compiled, (time.perf_counter() - t0) * 1e3, first)
     if name is not None:
