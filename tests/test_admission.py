@@ -226,9 +226,9 @@ def test_programs_compiled_without_autotuning_build_quietly_and_tuned_ones_take_
     seen = []
     real = DEVICE.building
 
-    def spy(quiet=False):
+    def spy(quiet=False, what=""):
         seen.append(quiet)
-        return real(quiet)
+        return real(quiet, what)
 
     DEVICE.building = spy
     try:
