@@ -1,6 +1,6 @@
 """The hosted class rehearsed on this machine (scripts/rehearse.py): its pieces read the manifests as KubeRay and
 Kubernetes do, and the whole rehearsal (2 UI replicas behind HAProxy, a Ray head, 2 device workers on fake GPUs,
-20 learners, a device worker, a UI replica and the Ray head killed) meets the issue's targets."""
+10 learners, a device worker, a UI replica and the Ray head killed) meets the issue's targets."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import cluster_pods  # noqa: E402
 import proxy  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or str(Path(sys.executable).with_name("kubectl"))
+# 10 learners here (the H200's rehearsal has 20): on CI's 2 cores twice as many learners add minutes, not a check
+LEARNERS = 10
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
 
 
@@ -92,27 +94,27 @@ def test_the_proxys_configuration_comes_from_the_backend_config_and_haproxy_take
 
 
 def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
-    """20 learners through the proxy with 0 errors; after a device worker, a UI replica and the Ray head are killed,
+    """10 learners (`LEARNERS`) through the proxy with 0 errors; after a device worker, a UI replica and the Ray head are killed,
     every learner served again, no session lost on the replicas that survived; every pod ready at the end, the GPU
     gate refusing a fake GPU, and the UI's readiness failing while Ray cannot be reached (rehearse.check)."""
     if HAPROXY is None and not os.environ.get("CI"):
         pytest.skip("HAProxy not installed (make browser installs it)")
     out = tmp_path / "rehearsal.json"
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--check", "--learners", "20", "--warm-wait-s", "0",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--check", "--learners", str(LEARNERS), "--warm-wait-s", "0",
                            "--json", str(out), "--logs", str(tmp_path / "logs")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1500)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
     report = json.loads(out.read_text())
     # what must hold anywhere; how soon (the issue's 10/10/60 s) is the benchmark's (`make rehearse`, --check), not
-    # a timed test's: here 5 pods and 20 learners share CI's 2 cores
+    # a timed test's: here 5 pods and the learners share CI's 2 cores
     assert [m for m in report["missed"] if " after it was started again " not in m] == [], report["missed"]
     assert report["class"]["errors"] == 0 and report["class"]["pages_served"] == report["class"]["pages_planned"]
     assert [f["fault"] for f in report["faults"]] == ["worker", "ui", "head"]
     for f in report["faults"]:
-        # within 3x its target + 30 s: after a device fault all 20; after a UI replica's, the learners it had
+        # within 3x its target + 30 s: after a device fault all of them; after a UI replica's, the learners it had
         assert f["learners_served_again"] == f["learners"], f
-        assert f["learners"] == 20 if f["fault"] != "ui" else 0 < f["learners"] < 20, f
+        assert f["learners"] == LEARNERS if f["fault"] != "ui" else 0 < f["learners"] < LEARNERS, f
         if f["fault"] == "ui":
             assert f["others_served_again_s"] is not None, f  # the other replica's learners went on
         assert f["sessions_lost_on_surviving_replicas"] == [], f
