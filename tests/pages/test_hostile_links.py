@@ -60,6 +60,12 @@ def test_a_valid_but_heavy_link_opens_every_page_with_bounded_memory(page, link)
         assert "over this lab's budget" in said or "Even a fused kernel" in said
 
 
+# Page 8's forward timing runs its three variants through runs.run, admitted by runs.memory_needed as the output
+# check's are (6.1 GiB at this link: rise 6,145 MiB against 6,152 admitted on 2026-12-04), and took 90 of the test's
+# 118 s on CI's CPU: the check's press stands for it
+SAME_PATH = {"btn_p8_forward"}
+
+
 @pytest.mark.parametrize("page", ["pages/p4_naive_vs_fused.py", "pages/p8_mha_gqa_mqa.py"])
 def test_a_button_pressed_on_a_heavy_link_holds_about_what_the_queue_admitted(page):
     # the issue's own link, then each button: a run is admitted for its estimated bytes, and the process's
@@ -67,7 +73,7 @@ def test_a_button_pressed_on_a_heavy_link_holds_about_what_the_queue_admitted(pa
     from attnlab.admission import DEVICE
 
     link = LINKS["mqa-many-heads"]
-    for key in [b.key for b in open_page(page, link).button if (b.key or "").startswith("btn_")]:
+    for key in [b.key for b in open_page(page, link).button if (b.key or "").startswith("btn_") and b.key not in SAME_PATH]:
         at = open_page(page, link)
         with open("/proc/self/status") as f:
             baseline = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
