@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import statistics
@@ -153,6 +154,22 @@ class Rehearsal:
             time.sleep(0.5)
         return time.monotonic() - t0
 
+    def ray_gpus(self) -> dict:
+        """The GPUs Ray counts in the cluster (`ray status`) against those the worker pods were given: one more is a
+        device worker where no GPU pod is (on the H200 the head's `ray start` once found the machine's GPU)."""
+        given = sum(len(w.env["CUDA_VISIBLE_DEVICES"].split(",")) for w in self.cluster.workers
+                    if w.env.get("CUDA_VISIBLE_DEVICES"))
+        deadline = time.monotonic() + 30  # Ray's monitor reports the cluster's resources a few seconds after it starts
+        while True:
+            out = subprocess.run(["ray", "status", "--address", f"127.0.0.1:{self.cluster.head.ports['port']}"], cwd=ROOT,
+                                 env=self.cluster.head.env, capture_output=True, text=True, timeout=60)
+            found = re.search(r"[\d.]+/([\d.]+) GPU", out.stdout)
+            if (found and float(found.group(1)) == given) or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+        return {"given_to_worker_pods": given, "counted_by_ray": float(found.group(1)) if found else None,
+                "said": "" if found else (out.stdout + out.stderr)[-300:]}
+
     def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 240.0) -> float:
         """Every replica opens its first page once (the app then warms the device workers), then wait until the UI
         pods and the device workers are idle, as class_server does: a class arrives after its server has warmed
@@ -222,6 +239,7 @@ class Rehearsal:
                         "mode": a.mode}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
+        report["gpus"] = self.ray_gpus()
         report["warm_s"] = self.warm(timeout=self.args.warm_wait_s)
         rng = random.Random(a.seed)
         pages = list(page_paths().items())
@@ -342,6 +360,9 @@ def check(report: dict) -> list[str]:
     bad = []
     if not report["gate"]["as_it_should"]:
         bad.append(f"the GPU gate: {report['gate']}")
+    g = report.get("gpus", {})
+    if g and g["counted_by_ray"] != g["given_to_worker_pods"]:
+        bad.append(f"Ray counts {g['counted_by_ray']} GPUs, the worker pods were given {g['given_to_worker_pods']} {g['said']}")
     c = report["class"]
     if c["errors"] or c["pages_served"] != c["pages_planned"]:
         bad.append(f"class: {c['errors']} errors, {c['pages_served']}/{c['pages_planned']} pages: {c['error_messages'][:3]}")
@@ -408,7 +429,8 @@ def summary(r: dict) -> str:
     c = r["class"]
     lines = [f"rehearsal: {r['ui_replicas']} UI replicas, {r['device_workers']} device workers"
              f"{' (fake GPUs)' if r['fake_gpus'] else ''}, {r['learners']} learners; every pod ready after "
-             f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'})",
+             f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'}); "
+             f"Ray counts {r.get('gpus', {}).get('counted_by_ray')} GPUs, the worker pods were given {r.get('gpus', {}).get('given_to_worker_pods')}",
              f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
              f"{c['errors']} errors, replicas {c['replicas']}"]
     for f in r["faults"]:

@@ -111,6 +111,7 @@ def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
     assert [m for m in report["missed"] if " after it was started again " not in m] == [], report["missed"]
     assert report["class"]["errors"] == 0 and report["class"]["pages_served"] == report["class"]["pages_planned"]
     assert [f["fault"] for f in report["faults"]] == ["worker", "ui", "head"]
+    assert report["gpus"]["counted_by_ray"] == report["gpus"]["given_to_worker_pods"] == 2, report["gpus"]
     for f in report["faults"]:
         # within 3x its target + 30 s: after a device fault all of them; after a UI replica's, the learners it had
         assert f["learners_served_again"] == f["learners"], f
