@@ -256,8 +256,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["XLA_FLAGS"] = server_xla_flags(os.environ.get("XLA_FLAGS", ""))  # before anything starts JAX
     import faulthandler
 
-    from attnlab import service
+    from attnlab import service, threads
     from attnlab.settings import settings
+
+    threads.serve_many_threads()  # every learner's page is a thread of this process (attnlab.threads says why)
 
     for problem in settings().problems:
         print(f"serve.py: {problem}", file=sys.stderr)

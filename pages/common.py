@@ -247,7 +247,7 @@ def table(data, *, column_config: dict | None = None, hide_index: bool = True, w
         df = data
         if drop_empty and len(df):
             df = df[[c for c in df.columns if not df[c].isna().all()]]
-        text = [c for c in df.columns if df[c].dtype == object and df[c].dropna().map(type).eq(str).all()]
+        text = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) and df[c].dropna().map(type).eq(str).all()]
         if text:
             df = df.assign(**{c: df[c].where(df[c].notna(), _TEXT_NONE) for c in text})
         data = df

@@ -16,6 +16,11 @@ os.environ.setdefault("ATTNLAB_WARM", "0")
 # the real default, a child process: see tests/test_service.py and the browser tests)
 os.environ.setdefault("ATTNLAB_DEVICE", "inprocess")
 sys.path.insert(0, str(ROOT))
+# as the UI server and the device workers run (attnlab.threads), from the first test on: an in-process device
+# worker sets it when a test first makes one, and tests after it would otherwise see other pandas strings
+from attnlab import threads  # noqa: E402
+
+threads.serve_many_threads()
 
 
 def _backend() -> str:

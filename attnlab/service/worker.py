@@ -23,6 +23,7 @@ import os
 import threading
 import time
 
+from attnlab import threads
 from attnlab.admission import DEVICE
 from attnlab.budget import Budget
 from attnlab.service import entries
@@ -52,6 +53,7 @@ class WorkerInfo:
 
 class DeviceWorker:
     def __init__(self, name: str = "device-0"):
+        threads.serve_many_threads()  # its requests are threads of this process (attnlab.threads says why)
         self.name = name
         self.started = time.monotonic()
         self._lock = threading.Lock()
@@ -147,9 +149,9 @@ class DeviceWorker:
         without a session (the CLI, a warm-up) is never dropped; one already running finishes its current turn."""
         gone = set(sessions)
         with self._lock:  # held, so a thread is marked only while it computes the request found here
-            threads = [self._threads[k] for k, waiting in self._sessions.items() if k in self._threads and waiting <= gone]
-            DEVICE.abandon(threads)
-        return len(threads)
+            held = [self._threads[k] for k, waiting in self._sessions.items() if k in self._threads and waiting <= gone]
+            DEVICE.abandon(held)
+        return len(held)
 
     def forget(self) -> int:
         """Drop every kept result (an instructor's "clear"); how many there were."""
