@@ -142,7 +142,7 @@ class Rehearsal:
                 "as_it_should": out.returncode == (3 if self.fake else 0)}
 
     def up(self, timeout: float = 300.0) -> float:
-        t0 = time.monotonic()
+        t0 = self.began = time.monotonic()
         self.lb = Proxy.start(self.root, {p.name: p.ports[8501] for p in self.cluster.ui}, self.backend_config)
         for pod in [self.cluster.head, *self.cluster.workers]:
             self.kubelets[pod.name] = Kubelet(pod, self.logs).start()
@@ -252,7 +252,7 @@ class Rehearsal:
         deadline = time.monotonic() + 180
         while not all(k.ready for k in self.kubelets.values()) and time.monotonic() < deadline:
             time.sleep(0.5)  # the faults' pods back before the report
-        report["pods"] = {n: self._pod(k) for n, k in self.kubelets.items()}
+        report["pods"] = {n: {**self._pod(k), "ready_after_s": k.time_to_ready(self.began)} for n, k in self.kubelets.items()}
         report["proxy"] = self.lb.states()
         return report
 
@@ -440,7 +440,9 @@ def summary(r: dict) -> str:
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
     for name, p in r["pods"].items():
-        lines.append(f"pod {name}: restarts {p['restarts']}, probes {p['probes']}")
+        first = p.get("ready_after_s")
+        lines.append(f"pod {name}: ready after {'never' if first is None else f'{first:.1f} s'}, restarts {p['restarts']}, "
+                     f"probes {p['probes']}")
     lines.append("missed: " + ("; ".join(r["missed"]) if r["missed"] else "nothing"))
     return "\n".join(lines)
 
