@@ -1,38 +1,41 @@
 """Many threads in one process: how the two processes that serve a class share their interpreter.
 
 The UI server runs each learner's page in a thread of its own, and the device worker each request; every one
-of them needs CPython's GIL for its Python. A thread that lets go of the GIL for a short call into C (pyarrow's
-compute kernels, which pandas ≥ 3 uses for every column of strings; a file's stat; JAX's dispatch) asks for it
+of them needs CPython's GIL for its Python. A thread that lets go of the GIL for a short call into C asks for it
 back when the call returns, and while another thread is busy in Python it waits for that thread's switch
-interval, 5 ms by default: the convoy effect. A page of small DataFrame operations then pays 5 ms for each one.
+interval, 5 ms by default: the convoy effect. pandas ≥ 3 keeps every column of strings in pyarrow, whose compute
+kernels let go of the GIL, so each small DataFrame operation of a page (a column selection, a filter, a
+groupby) paid about 5 ms whenever other learners' pages were running.
 
-Measured on the H200 machine (one UI process, 20 learners, `scripts/capacity.py --serve 1`): a quarter of the
-UI's samples were threads in `pyarrow.compute.take` under a DataFrame's column selection, waiting for the GIL.
-`scripts/convoy.py` reproduces it in one process (docs/design-notes.md, "The GIL's convoy").
+Measured on the H200 machine: with 20 learners on one UI process (`scripts/capacity.py --serve 1`), a quarter of
+its page threads' samples were in `pyarrow.compute.take`; `scripts/convoy.py` reproduces it in one process. With
+pandas's object strings those operations stay in Python and NumPy and never queue for the GIL halfway. The
+hosted class's rehearsal (2 UI replicas, 20 learners, TE and tokamax): 95th-percentile page 4.6 s before,
+3.3-3.8 s after, the class 17.5 s long before and 10.7-11.2 s after (deploy/README.md).
+
+A shorter switch interval (`sys.setswitchinterval`) also shortens the convoy in `scripts/convoy.py`, but in the
+rehearsal it made the class slower (median page 0.3 s with the default, 0.7 s at 1 ms, 1.0 s at 0.5 ms): the
+device worker's compile and trace threads then hand the GIL to each other ten times as often. It is left at
+Python's default.
 
 `serve_many_threads()` is what the UI server (serve.py) and every device worker (service.worker.DeviceWorker)
-set at start: a shorter switch interval, and pandas's object strings, whose operations stay in Python and NumPy
-and so never queue for the GIL in the middle of one. Neither changes a value any page shows.
+set at start. It changes no value a page shows.
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
-
-SWITCH_INTERVAL_S = 0.0005  # Python's default is 0.005
 
 
 def serve_many_threads() -> None:
-    """Set this process up to serve many threads at once (the module's docstring says why)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    """Set this process up to serve many threads at once: pandas's object strings (the module's docstring says why)."""
     import pandas as pd
 
     with warnings.catch_warnings():  # pandas 3 warns that the option goes in pandas 4; until then it is the fix
         warnings.simplefilter("ignore")
         try:
             pd.set_option("future.infer_string", False)
-        except (KeyError, pd.errors.OptionError):  # a pandas without it: the switch interval alone
+        except (KeyError, pd.errors.OptionError):  # a pandas without the option: nothing to set
             pass
 
 
@@ -40,4 +43,4 @@ def serving_many_threads() -> bool:
     """Whether `serve_many_threads()` holds in this process."""
     import pandas as pd
 
-    return sys.getswitchinterval() == SWITCH_INTERVAL_S and pd.Series(["a"]).dtype == object
+    return pd.Series(["a"]).dtype == object
