@@ -8,6 +8,7 @@ A container's memory limit (its cgroup) counts as the host's. `admission.DEVICE`
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from attnlab.settings import settings
 from attnlab.shapes import GIB, format_bytes
@@ -79,8 +80,9 @@ class Budget:
         host = int(host_available_bytes() * 0.5)
         if shared:
             return cls(host, host, shared, "half of the memory available when the device worker started")
-        return cls(int(info.memory_free_bytes * 0.8), host, shared,
-                   f"80 % of the {format_bytes(info.memory_free_bytes)} free of this GPU's {format_bytes(total)} "
+        free = cast(int, info.memory_free_bytes)  # not shared: a number (device.memory gives it with a total)
+        return cls(int(free * 0.8), host, shared,
+                   f"80 % of the {format_bytes(free)} free of this GPU's {format_bytes(cast(int, total))} "
                    "when the device worker started", total)
 
     def check(self, device_bytes: int, host_bytes: int) -> str | None:

@@ -33,11 +33,11 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=int, default=getattr(d, f))
     p.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16", "float16"])
     for t in MASK_TYPES:  # --causal, --window LEFT RIGHT, --kv-lengths N [N ...]
-        flag, kind = f"--{t.key.replace('_', '-')}", dict(dest=t.key, help=t.help)
+        flag = f"--{t.key.replace('_', '-')}"
         if t.count == 0:
-            p.add_argument(flag, action="store_true", **kind)
+            p.add_argument(flag, action="store_true", dest=t.key, help=t.help)
         else:
-            p.add_argument(flag, type=int, nargs=t.count or "+", metavar=t.metavar, **kind)
+            p.add_argument(flag, type=int, nargs=t.count or "+", metavar=t.metavar, dest=t.key, help=t.help)
 
 
 def _shape(a) -> AttentionShape:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -46,8 +47,8 @@ class MaskType:
     off: ClassVar[object]  # the value that means "none of this mask" (AttentionShape's default)
     count: ClassVar[int | None]  # numbers it is written with: 0 a yes/no flag, None one or more
     help: ClassVar[str]  # one line for the CLI's --help
-    metavar = None  # the CLI's names for its numbers
-    widget = ()  # the sidebar's text box: label, placeholder, help (a flag: a toggle)
+    metavar: ClassVar[str | tuple[str, ...] | None] = None  # the CLI's names for its numbers
+    widget: ClassVar[tuple[str, ...]] = ()  # the sidebar's text box: label, placeholder, help (a flag: a toggle)
 
     @property
     def value(self):
@@ -79,7 +80,8 @@ class MaskType:
         """The mask for `value` (a list kept as a tuple), or None when `value` means none (None, False, ())."""
         if value is None or (isinstance(value, (bool, np.bool_, tuple, list)) and not value):
             return None
-        return cls(tuple(value) if isinstance(value, list) else value)
+        make = cast("Callable[[object], MaskType]", cls)  # a mask type is a dataclass of one field: its value
+        return make(tuple(value) if isinstance(value, list) else value)
 
     @classmethod
     def parse(cls, raw: str) -> tuple[object, str | None]:
@@ -189,10 +191,10 @@ class Mask:
         """This mask with the types named set (to their off value: removed)."""
         if unknown := set(values) - set(BY_KEY):
             raise TypeError(f"no mask type {', '.join(sorted(unknown))}; the lab's are {', '.join(BY_KEY)}")
-        have = {t.key: t for t in self.types}
+        have: dict[str, MaskType | None] = {t.key: t for t in self.types}
         for key, value in values.items():
             have[key] = BY_KEY[key].from_value(value)
-        return Mask(tuple(have[t.key] for t in MASK_TYPES if have.get(t.key) is not None))
+        return Mask(tuple(m for t in MASK_TYPES if (m := have.get(t.key)) is not None))
 
     def __bool__(self) -> bool:
         return bool(self.types)

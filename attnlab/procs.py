@@ -158,7 +158,8 @@ def read_raw(path: Path) -> list[Stack]:
             pending += "\n"
             continue
         pending = ""
-        processes, thread, frames = [], "", []
+        processes, thread = [], ""
+        frames: list[Frame] = []
         while m := _PROCESS.match(head):
             processes.append(f'{m["pid"]}:"{m["command"]}"')
             head = head[m.end():]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import ml_dtypes  # NumPy has no bfloat16 of its own; JAX brings it through ml_dtypes
 import numpy as np
@@ -229,10 +230,10 @@ class AttentionShape:
         return base if shape.validate() else shape
 
 
-def _parse(params: Mapping[str, object]) -> tuple[dict[str, object], list[str]]:
+def _parse(params: Mapping[str, object]) -> tuple[dict[str, Any], list[str]]:
     """Each field of `params` read on its own: the values that parse, and a sentence for every one that does
     not (all of them, so a learner fixes a link in one go). Relations between fields are `validate`'s."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # AttentionShape's keyword arguments: ints, a dtype's name, mask types' values
     problems: list[str] = []
     for name in INT_FIELDS:
         if name not in params:

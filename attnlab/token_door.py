@@ -39,7 +39,9 @@ class RequireToken:
         self.open = {f"{prefix}/{path}" for path in OPEN_PATHS}
 
     def _matches(self, given: str | None) -> bool:
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+        if not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.token.encode())
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket") or scope["path"].rstrip("/") in self.open:

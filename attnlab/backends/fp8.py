@@ -39,6 +39,7 @@ from attnlab.masks import Causal
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = 448.0
+_Three = tuple[Array, Array, Array]  # (q, k, v), or their scales
 
 
 def amax_scale(x: Array) -> Array:
@@ -65,13 +66,14 @@ def _params(sq, sk, sv, s_s, s_o) -> dict:
 P_SCALE = E4M3_MAX  # unnormalised softmax tiles lie in (0, 1]: 448 uses FP8's whole range
 
 
-def quantize_inputs(q, k, v, data_scales: bool = True):
+def quantize_inputs(q, k, v, data_scales: bool = True) -> tuple[_Three, _Three]:
     """((q8, k8, v8), (scale_q, scale_k, scale_v)): per-tensor 448/amax scales, or unit scales."""
     if data_scales:
         scales = (amax_scale(q), amax_scale(k), amax_scale(v))
     else:
         scales = (jnp.float32(1.0),) * 3
-    return tuple(quantize(x, sc) for x, sc in zip((q, k, v), scales, strict=True)), scales
+    q8, k8, v8 = (quantize(x, sc) for x, sc in zip((q, k, v), scales, strict=True))
+    return (q8, k8, v8), scales
 
 
 def fp8_kernel(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0):
@@ -84,7 +86,8 @@ def fp8_kernel(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0):
     sq, sk, sv = scales
     out8, amax_s, amax_o = fa.dot_product_attention(
         q8, k8, v8,
-        fp8_params=_params(sq, sk, sv, scale_s, scale_o),
+        # jax's FP8Params (a TypedDict) says float, but the kernel reads (1, 1, 1, 1) arrays
+        fp8_params=_params(sq, sk, sv, scale_s, scale_o),  # type: ignore[arg-type]
         scale=1.0 / q8.shape[-1] ** 0.5,
         mask_type=fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK,
         use_fp8=True,

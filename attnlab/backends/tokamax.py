@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
+from typing import TypedDict
 
 from attnlab.backends.base import Backend, Requirement, streamed_bytes
 from attnlab.masks import Causal, Padding, Window
@@ -127,9 +128,17 @@ LICENCE_NOTE = ("Copyright 2025 DeepMind Technologies Limited. Licensed under th
                 "Version 2.0 (http://www.apache.org/licenses/LICENSE-2.0). Excerpt copied verbatim "
                 "from tokamax 0.0.17 (github.com/openxla/tokamax); unchanged.")
 
+
+class Excerpt(TypedDict):
+    path: str
+    first_line: int
+    text: str
+    marks: dict[int, str]
+
+
 # Each excerpt: the file in tokamax 0.0.17, its first line number, the text, and the online-softmax
 # lines marked by their line number in that file: max, exp, rescale (exp of old max - new max), sum, accumulate.
-EXCERPTS = {
+EXCERPTS: dict[str, Excerpt] = {
     "triton": dict(
         path="tokamax/_src/ops/attention/pallas_triton.py",
         first_line=251,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
+from typing import TypedDict, cast
 
 import jax
 import jax.numpy as jnp
@@ -19,10 +20,16 @@ import numpy as np
 from attnlab.math import attention
 from attnlab.shapes import AttentionShape, format_bytes
 
+
+class Tolerance(TypedDict):  # np.allclose's keyword arguments
+    rtol: float
+    atol: float
+
+
 # allclose tolerances per input dtype, against the float64 reference. float32 allows for TF32:
 # on Ampere and newer GPUs JAX's default matmul precision lets XLA use TF32 tensor cores
 # (10-bit mantissa, ~3e-4 relative error).
-TOLERANCES = {
+TOLERANCES: dict[str, Tolerance] = {
     "float32": dict(rtol=2e-3, atol=2e-3),
     "bfloat16": dict(rtol=1e-2, atol=1e-2),
     "float16": dict(rtol=5e-3, atol=5e-3),
@@ -167,6 +174,6 @@ def float64_reference(shape: AttentionShape, q, k, v, max_bytes: int | None = No
     w = attention.softmax(attention.scale(attention.scores(q64, k64, np), shape.head_dim), allowed, np)
     defined = np.ones((s.batch, len(rows), 1, 1), bool)
     if allowed is not None:  # (t, S) or (b, 1, t, S) -> (b, t, 1, 1)
-        seen = np.broadcast_to(allowed, (s.batch, 1, len(rows), shape.kv_len)).any(axis=-1)
+        seen = cast(np.ndarray, np.broadcast_to(allowed, (s.batch, 1, len(rows), shape.kv_len)).any(axis=-1))
         defined = seen[:, 0, :, None, None]
     return Reference(shape, s, attention.attend(w, v64, np), defined)

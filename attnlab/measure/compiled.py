@@ -217,8 +217,8 @@ _LOCK = threading.Lock()  # the compile pool's creation
 def compile_threads() -> int:
     """Programs this process compiles at once, every request's together (ATTNLAB_COMPILE_THREADS; default: the
     CPUs this process may use: the device worker owns its pod's CPUs; docs/design-notes.md, "Compile threads")."""
-    if settings().compile_threads:
-        return settings().compile_threads
+    if threads := settings().compile_threads:
+        return threads
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
@@ -283,7 +283,7 @@ def which_kernel(info: CompiledInfo) -> str:
 def growth(df: pd.DataFrame, y: str = "temp_bytes", x: str = "q_len") -> pd.DataFrame:
     """Per implementation: y at the shortest and longest x measured, their ratio, and the log-log slope
     (2 for O(T²), 1 for O(T), 0 for a fixed size)."""
-    rows = []
+    rows: list[dict] = []
     if not len(df) or y not in df:
         return pd.DataFrame(rows)
     ok = df[(df["status"] == "ok") & (df[y].fillna(0) > 0)]

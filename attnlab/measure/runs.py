@@ -77,7 +77,8 @@ def host_inputs(shape: AttentionShape, seed: int = 0) -> tuple[np.ndarray, np.nd
     if np.prod(q_shape) + 2 * np.prod(kv_shape) > HOST_DRAW_MAX:
         raise ValueError(f"{shape.describe()} is too large to draw on the host (at most {HOST_DRAW_MAX:,} elements)")
     rng, dtype = np.random.default_rng(seed), jnp.dtype(shape.dtype)
-    return tuple(rng.standard_normal(s, dtype=np.float32).astype(dtype) for s in (q_shape, kv_shape, kv_shape))
+    q, k, v = (rng.standard_normal(s, dtype=np.float32).astype(dtype) for s in (q_shape, kv_shape, kv_shape))
+    return q, k, v
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
@@ -235,7 +236,7 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
     for n in names:
         parts: dict = {"queue_wait_s": waited}
         try:
-            if accuracy and not backward:  # tuned when timed: the program the timing uses, compiled once
+            if ref is not None:  # accuracy, forward; tuned when timed: the program the timing uses, compiled once
                 y = compiled.compile_backend(n, shape, False, tuned)[0](q, k, v)
                 parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                              reference_note=ref.note, output_slice=ref.take(y))

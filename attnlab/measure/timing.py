@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import jax
 
@@ -71,8 +72,8 @@ def kernel_times(compiled, args, iterations: int = DEVICE_CALLS) -> tuple[float 
         return None, (), f"CUPTI unavailable: {type(e).__name__}: {str(e)[:200]}"
     if per_iter is None:
         return None, (), "CUPTI saw no kernel launches"
-    if iterations == 1:
-        per_iter = [per_iter]
+    if iterations == 1:  # one call's list of (kernel, ms): jax's overload for iterations=1 (ours is an int)
+        per_iter = [cast(list[tuple[str, float]], per_iter)]
     totals = [sum(ms for _, ms in it) for it in per_iter]
     median_i = sorted(range(len(totals)), key=totals.__getitem__)[len(totals) // 2]
     kernels = tuple((str(n), float(ms)) for n, ms in per_iter[median_i])

@@ -81,7 +81,7 @@ class _Readiness:
     """One check at a time, in a thread of its own: a caller waits for it at most READY_WAIT_S, and a check that
     hangs (a Ray client waiting out its reconnect grace period) never holds more than its one thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.answer: str | None = "not checked yet"
         self.at = -READY_KEEP_S

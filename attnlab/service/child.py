@@ -218,7 +218,7 @@ class ChildWorker:
 # the child
 # ------------------------------------------------------------------------------------------------
 def main(fd: int, threads: int, name: str) -> None:
-    from attnlab.service.worker import DeviceWorker
+    from attnlab.service.worker import DeviceWorker, WorkerInfo
 
     conn = Connection(fd)
     worker = DeviceWorker(name)
@@ -230,6 +230,7 @@ def main(fd: int, threads: int, name: str) -> None:
             conn.send((number, value))
 
     def serve(number: int, op: str, payload) -> None:
+        answer: Reply | WorkerInfo | int
         try:
             if op == "call":
                 answer = worker.call(payload)

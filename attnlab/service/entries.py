@@ -80,7 +80,7 @@ def _entries() -> dict[str, Entry]:
 
 def _resolve(name: str) -> Callable:
     module, _, qualname = name.partition(":")
-    fn = importlib.import_module(module)
+    fn: Any = importlib.import_module(module)  # then each attribute of the qualified name, looked up by name
     for part in qualname.split("."):
         fn = getattr(fn, part)
     return fn

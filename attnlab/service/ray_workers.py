@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from attnlab.service.ray_actor import actor_class
 from attnlab.service.ray_link import GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
@@ -44,7 +45,7 @@ class RayWorkers:
         self.wanted, self.threads = workers, threads
         self._lock = threading.Lock()
         self._reconnecting = threading.Lock()
-        self._actors: dict[str, object] = {}
+        self._actors: dict[str, Any] = {}  # Ray's actor handles: their methods (.call.remote) are found by name
         self._sent: dict[str, int] = {}  # requests this process has in flight to each worker
         self._looked = 0.0
         self.generation = 0  # connections made so far; a failure counts only against the one it met
@@ -71,13 +72,15 @@ class RayWorkers:
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
                 path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
                 ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                         logging_level="warning", num_gpus=self.fake_gpus or None,
+                         # Ray says `logging_level: int`, yet takes a level's name (its own default is "info")
+                         logging_level="warning", num_gpus=self.fake_gpus or None,  # type: ignore[arg-type]
                          runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
             else:
                 why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
                 if why:
                     raise ConnectionError(why)
-                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
+                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
+                         logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
         # a local cluster without GPUs runs its workers on the CPU; a hosted one asks for a GPU each (it may wait)
         self.gpus_each = 1 if self.address != "local" or ray.cluster_resources().get("GPU", 0) >= 1 else 0
         with self._lock:

@@ -22,6 +22,7 @@ import inspect
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +30,14 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import Mesh, PartitionSpec
 
+set_xla_metadata: Callable[..., Any] | None
 try:  # a frontend attribute XLA's latency-hiding scheduler reads: ops of one group are scheduled together
     from jax.experimental.xla_metadata import set_xla_metadata
 except ImportError:  # older jax: no grouping (the scheduler alone decides)
     set_xla_metadata = None
 
+_shard_map: Callable[..., Any]  # its signature (and _NO_CHECK's keyword) depends on jax's version
+_NO_CHECK: dict[str, Any]
 try:  # jax >= 0.7 has shard_map at the top level (replication check: check_vma)
     from jax import shard_map as _shard_map
 
@@ -191,7 +195,7 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
             if overlap and not last:  # sent before computing: nothing the transfer needs is computed here
                 kv_next = lax.ppermute(kv, axis, right)
             part = _attend(q, *kv, me, owner, causal=causal, layout=layout, block=block, steps=steps)
-        o, lse = part if o is None else merge(o, lse, *part)
+        o, lse = part if o is None else merge(o, cast(Array, lse), *part)  # lse is set with o
         if fence and overlap and not last:  # the next block is usable only once this step is done
             o, lse, kv_next = lax.optimization_barrier((o, lse, kv_next))
         if not overlap and not last:  # the send reads this step's result, so it cannot start before it
@@ -199,6 +203,8 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
             kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
         if not last:
             kv = kv_next
+    if o is None:  # no step ran (devices < 1): what o.astype raised
+        raise AttributeError("'NoneType' object has no attribute 'astype'")
     return o.astype(q.dtype)
 
 
@@ -208,6 +214,7 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
     A block here may be my own (owner is traced), so lax.switch decides (no 'uniform' steps)."""
     k_all = lax.all_gather(k, axis, axis=1, tiled=True)  # (B, S, K, H), device j's block at j·S/P
     v_all = lax.all_gather(v, axis, axis=1, tiled=True)
+    o: Array | None
     if not causal:
         o, _ = block(q, k_all, v_all, False)
         return o.astype(q.dtype)
@@ -216,7 +223,9 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
     for owner in range(devices):
         k_j, v_j = k_all[:, owner * s:(owner + 1) * s], v_all[:, owner * s:(owner + 1) * s]
         part = _attend(q, k_j, v_j, me, owner, causal=causal, layout=layout, block=block)
-        o, lse = part if o is None else merge(o, lse, *part)
+        o, lse = part if o is None else merge(o, cast(Array, lse), *part)  # lse is set with o
+    if o is None:  # no device (devices < 1): what o.astype raised
+        raise AttributeError("'NoneType' object has no attribute 'astype'")
     return o.astype(q.dtype)
 
 

@@ -107,7 +107,8 @@ ROOFLINE_COLUMNS = ["implementation", "label", "causal", "model", "model_bytes",
                     "attainable_tflops", "pct_of_attainable"]
 
 
-def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings, block_q: int = BLOCK_Q) -> pd.DataFrame:
+def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings | None,
+             block_q: int = BLOCK_Q) -> pd.DataFrame:
     """Each measured forward row (of `ladder`'s table, or rows in its columns) as a point: 'intensity' (FLOPs per
     byte of the traffic model, 'model_bytes'), 'achieved_tflops', and what the measured ceilings allow there,
     'attainable_tflops' = min(matmul TFLOP/s, copy TB/s × intensity); 'pct_of_attainable' in %."""
@@ -123,6 +124,8 @@ def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings, block_q
         flops = float(r.get("gflop") or shape.flops() / 1e9) * 1e9
         traffic = model_bytes(shape, r["implementation"], block_q)
         intensity = flops / traffic
+        if ceilings is None:  # a file without ceilings has no roof (None's attribute, as it always raised)
+            raise AttributeError("'NoneType' object has no attribute 'matmul_bf16_tflops'")
         attainable = min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * intensity)
         out.append({"implementation": r["implementation"], "label": r.get("label"), "causal": r["causal"],
                     "model": MODEL.get(r["implementation"], "naive"), "model_bytes": traffic,

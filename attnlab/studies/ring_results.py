@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
@@ -149,13 +149,12 @@ def headline(run: RingRun | None) -> str:
 def timeline_summary(run: RingRun | None, mask: str = "non_causal") -> TimelineSummary | None:
     """The whole ring as measured at the timeline's length: the default ring's (`headline`) time and share of
     the transfer hidden, the ring without overlap, the send, ..."""
-    t = run.timeline.get(mask) if run else None
-    if not t:
+    if run is None or not (t := run.timeline.get(mask)):
         return None
     T = max((r.T for r in run.measured), default=None)
     key = headline(run)
-    row = next(r for r in run.lengths if r.T == T)
-    return TimelineSummary(T=T, variant=VARIANTS[key],
+    row = next(r for r in run.lengths if r.T == T)  # StopIteration when nothing was measured (T None)
+    return TimelineSummary(T=row.T, variant=VARIANTS[key],
                            ring_ms=row.ms(mask, key) if row.has(mask, key) else t.ring_ms,
                            transfer_hidden=t.transfer_hidden_by_variant.get(key, t.transfer_hidden),
                            ring_no_overlap_ms=t.ring_no_overlap_ms, send_ms=t.send_ms, send_GBps=t.send_GBps,
@@ -201,12 +200,12 @@ def rates(run: RingRun | None, h200: SuiteRun | None = None, dtype: str | None =
         rows = [r for r in h200.tables.get("long_context", []) if r.get("implementation") == "sdpa_cudnn"
                 and r.get("pass") == "forward" and not r.get("causal") and r.get("status") == "ok"]
         if rows:
-            r = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
-            flops_per_s = (r.get("device_tflops") or r["tflops"]) * 1e12
-            flops_source = f"cuDNN forward on one {h200.environment.device}, {r['shape']}"
+            best = max(rows, key=lambda r: (r["q_len"], r["head_dim"]))
+            flops_per_s = (best.get("device_tflops") or best["tflops"]) * 1e12
+            flops_source = f"cuDNN forward on one {h200.environment.device}, {best['shape']}"
             measured = f"Measured {h200.environment.date}"
     if flops_per_s is not None and dtype == "float32":
-        peak = device.peak_for("NVIDIA H200")
+        peak = cast(device.Peak, device.peak_for("NVIDIA H200"))  # device.PEAKS has the H200's row
         flops_per_s *= peak.tf32_tflops / peak.bf16_tflops
         flops_source = (f"{flops_source} (a bfloat16 measurement), scaled to float32 by the "
                         f"{peak.model}'s datasheet TF32 / bf16 peaks, {peak.tf32_tflops:g} / "

@@ -5,6 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TypedDict
+
+
+class RingShape(TypedDict, total=False):
+    """The per-device shape the benchmark ran at."""
+
+    B: int
+    N: int
+    K: int
+    H: int
+    dtype: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +29,7 @@ class RingEnvironment:
     date: str  # ISO 8601
     block: str  # the per-block attention: "cudnn_block" or "xla_block"
     xla_flags: str = ""
-    shape: Mapping[str, int | str] = dataclasses.field(default_factory=dict)  # {'B', 'N', 'K', 'H', 'dtype'}
+    shape: RingShape = dataclasses.field(default_factory=RingShape)  # {'B', 'N', 'K', 'H', 'dtype'}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,8 @@ def points(result: LadderRun) -> list[dict]:
     out = [{**p, "bytes": MODEL, "traffic_bytes": p["model_bytes"]} for p in model]
     for p in model:
         c = result.ncu.get(p["implementation"])
-        if c is None or not c.measured or p["causal"]:  # counted once, at the anchor without a mask
+        # counted (c.measured: both byte counts) once, at the anchor without a mask
+        if c is None or c.read_bytes is None or c.write_bytes is None or p["causal"]:
             continue
         row = next(r for r in result.ladder if r["implementation"] == p["implementation"]
                    and r.get("pass") == "forward" and not r["causal"])
@@ -47,6 +48,8 @@ def roofs(result: LadderRun, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> l
     """Two roofs as points: 'datasheet' (memory TB/s, bf16 TFLOP/s) and 'measured' (the copy's TB/s, the
     matmul's TFLOP/s), each with its 'roof' label; min(compute, bandwidth × intensity) at log-spaced x."""
     peak, c = result.environment.peak, result.ceilings
+    if c is None:  # a file without ceilings has no measured roof (None's attribute, as it always raised)
+        raise AttributeError("'NoneType' object has no attribute 'copy_tb_s'")
     pairs = [("measured", c.copy_tb_s, c.matmul_bf16_tflops)]
     if peak and peak.memory_tb_s and peak.bf16_tflops:
         pairs.insert(0, ("datasheet", float(peak.memory_tb_s), float(peak.bf16_tflops)))

@@ -16,6 +16,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypedDict, cast
 
 import jax
 import pandas as pd
@@ -30,7 +31,19 @@ from attnlab.studies.fidelity import bare_loop, fidelity  # noqa: F401  (re-expo
 
 CODELAB = AttentionShape()  # B4 T128 N8 H64 float32
 FUSED = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa", "cudnn_fp8"]
-LONG = dict(batch=4, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
+
+
+class Sizes(TypedDict, total=False):
+    """AttentionShape's keyword arguments that LONG sets."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+
+
+LONG: Sizes = dict(batch=4, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,8 +206,8 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
     long_rows = []
     for head_dim, heads in ((128, 16), (64, 32)):
         for causal in (False, True):
-            base = AttentionShape(q_len=2048, kv_len=2048, causal=causal, **{**LONG, "head_dim": head_dim,
-                                                                               "heads": heads, "kv_heads": heads})
+            sizes: Sizes = {**LONG, "head_dim": head_dim, "heads": heads, "kv_heads": heads}
+            base = AttentionShape(q_len=2048, kv_len=2048, causal=causal, **sizes)
             for backward in (False, True):
                 names = ["naive", "sdpa_xla", "sdpa_cudnn", "te_dpa"] + ([] if backward else ["cudnn_fp8"])
                 long_rows += runs.records(_collect(_sweep(base, "q_len", [2048, 4096, 8192, 16384], names,
@@ -205,7 +218,7 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> SuiteRun:
     anchor = AttentionShape(q_len=8192, kv_len=8192, **LONG)
     fid = runs.records(fidelity([anchor, anchor.replace(causal=True), CODELAB.replace(dtype="bfloat16")]))
     log("FP8 attention (JAX cuDNN) ...")
-    fp8_shapes = [AttentionShape(q_len=t, kv_len=t, causal=c, **{**LONG, "batch": b})
+    fp8_shapes = [AttentionShape(q_len=t, kv_len=t, causal=c, **cast(Sizes, {**LONG, "batch": b}))
                   for t, b in ((2048, 4), (8192, 4), (16384, 2)) for c in (False, True)]
     fp8_shapes += [AttentionShape(q_len=8192, kv_len=8192, causal=c, batch=4, heads=32, kv_heads=32,
                                   head_dim=64, dtype="bfloat16") for c in (False, True)]

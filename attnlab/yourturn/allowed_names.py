@@ -65,8 +65,8 @@ def dotted(node: ast.AST) -> str | None:
 def namespace_of(name: str) -> tuple[str, str] | None:
     """("jax.nn", "softmax") for "jax.nn.softmax" / "nn.softmax"; None when it names no namespace."""
     head, _, leaf = name.rpartition(".")
-    head = ALIASES.get(head, head)
-    return (head, leaf) if head in NAMESPACES else None
+    namespace = ALIASES.get(head, head)  # None for a refused alias (np)
+    return (namespace, leaf) if namespace is not None and namespace in NAMESPACES else None
 
 
 def offer(name: str) -> str:
@@ -87,6 +87,8 @@ def number(node) -> float | None:
 
 def int_of(node) -> int:
     v = number(node)
+    if v is None:  # what int(None) raises: callers ask only after small_int said it is one
+        raise TypeError("int() argument must be a string, a bytes-like object or a real number, not 'NoneType'")
     return int(v)
 
 

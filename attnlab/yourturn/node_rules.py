@@ -5,6 +5,7 @@ allowed_names.py."""
 from __future__ import annotations
 
 import ast
+from typing import NoReturn
 
 from attnlab.yourturn.allowed_names import (
     ARRAY_ATTRS,
@@ -52,7 +53,7 @@ class Checker(ast.NodeVisitor):
         self.depth = 0
         self.functions: set[str] = set()
 
-    def refuse(self, node: ast.AST, why: str):
+    def refuse(self, node: ast.AST, why: str) -> NoReturn:
         raise Refused(f"{_where(node)}{why}")
 
     def generic_visit(self, node: ast.AST):

@@ -36,12 +36,12 @@ def specs_of(case: exercises.Case) -> list[tuple[tuple[int, ...], str]]:
     return [(shape, dtype) for _, shape, dtype in case.arrays]
 
 
-def digest(blob: bytes) -> str:
+def digest(blob: bytes | bytearray) -> str:
     """The name a learner's exported program is remembered by (attnlab/yourturn/suspects.py)."""
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def compile_program(blob: bytes, specs, quiet: bool = True):
+def compile_program(blob: bytearray, specs, quiet: bool = True):
     """A learner's program compiled here, remembered while it compiles (a compile that aborts or outlasts
     COMPILE_S stops this worker, and is refused from then on). quiet: compiled without autotuning, so it
     launches nothing on the device and holds no place in the device's line (admission.Device.building)."""
@@ -52,7 +52,7 @@ def compile_program(blob: bytes, specs, quiet: bool = True):
         return lowered.compile(compiled_mod.check_options()) if quiet else lowered.compile()
 
 
-def refused_before(blob: bytes, stats: bounds.Stats | None) -> str | None:
+def refused_before(blob: bytes | bytearray, stats: bounds.Stats | None) -> str | None:
     """Why a learner's program is not run here, decided before it is compiled: it stopped a worker before,
     or the lab's cost model says it would hold the device past ATTNLAB_RUN_SECONDS. None: it may run."""
     why = suspects.refusal(digest(blob))

@@ -48,7 +48,7 @@ class Refused(Stopped):
 
 def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...], str]], dict]],
            platform: str, precision: str | None = None, limits: list | None = None,
-           stats: list | None = None) -> list[bytes]:
+           stats: list | None = None) -> list[bytearray]:
     """The serialised program of `entry` at each case: (input (shape, dtype) list, Python numbers) -> bytes.
     Raises Stopped with a sentence (a limit, or the code's own error while tracing).
 
@@ -236,7 +236,7 @@ def main() -> None:
                 walked.append(stats)
             exported = jax.export.export(jitted, platforms=[platform])(*args)
             blobs.append(exported.serialize())
-        answer = ("ok", (blobs, walked))
+        answer: tuple[str, tuple[list[bytearray], list[bounds.Stats]] | str] = ("ok", (blobs, walked))
     except _TooLong as e:
         answer = ("refused", f"{entry}() traces to more than {e.args[0] - 1:,} operations, and a solution needs far "
                              f"fewer (at most {limits[i].max_eqns:,} here): is a loop unrolling into a huge program? "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from jax import Array
 
 from attnlab import admission, device
 from attnlab.math import checks
@@ -51,7 +52,8 @@ def time_solution(name: str, source: str, shape: AttentionShape) -> runs.Result:
     problems = s.validate()
     if problems:
         return runs.Result(s, "yours", runs.INVALID, " ".join(problems))
-    specs = [(s.q_shape(), s.dtype), (s.kv_shape(), s.dtype), (s.kv_shape(), s.dtype)]
+    specs: list[tuple[tuple[int, ...], str]] = [(s.q_shape(), s.dtype), (s.kv_shape(), s.dtype),
+                                                (s.kv_shape(), s.dtype)]
     stats: list[bounds.Stats] = []
     try:
         (blob,) = sandbox.export(source, ex.entry, [(specs, {})], learner.platform(),
@@ -89,7 +91,7 @@ def time_solution(name: str, source: str, shape: AttentionShape) -> runs.Result:
                        peak_tflops=timing.peak_tflops(s.dtype, device.info()))
 
 
-def _wrong_at(s: AttentionShape, entry: str, out, inputs) -> str | None:
+def _wrong_at(s: AttentionShape, entry: str, out, inputs: tuple[Array, Array, Array]) -> str | None:
     """Why the learner's output at the timed shape is not attention's (None: it is, within the lab's tolerances),
     on the float64 reference's slice of rows."""
     if isinstance(out, (tuple, list)) or not hasattr(out, "shape"):

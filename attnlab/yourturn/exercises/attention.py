@@ -65,7 +65,7 @@ def _mha(q, k, v, *, scale=None, axis=-1, out="btnh", kv_map="group", safe=True)
 
 
 def _common_mistakes(grouped: bool) -> tuple[Mistake, ...]:
-    found = (
+    found: tuple[Mistake, ...] = (
         Mistake("no scale", "The scores are not divided by √d (d = head_dim): softmax sees logits whose spread grows "
                 "with √d and saturates (page 1 shows it). Hint: what did the formula do between QKᵀ and the softmax?",
                 lambda q, k, v: _mha(q, k, v, scale=1.0)),

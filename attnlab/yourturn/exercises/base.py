@@ -48,7 +48,7 @@ class Exercise:
     skeleton: str
     solution: str
     cases: tuple[Case, ...]
-    reference: Callable  # (**inputs as float64, **numbers) -> ndarray or tuple of ndarrays
+    reference: Callable | None  # (**inputs as float64, **numbers) -> ndarray or tuple of ndarrays (STEP: None)
     mistakes: tuple[Mistake, ...]
     timed: bool = True  # whether a passing function is timed at the learner's shape
 
