@@ -49,7 +49,8 @@ test: $(VENV)/.installed browser
 	$(PY) -m pytest -q
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check attnlab pages app.py tests
+	$(VENV)/bin/ruff check attnlab pages app.py serve.py scripts tests
+	$(VENV)/bin/mypy
 
 gpucheck:
 	bash scripts/gpu_check.sh
