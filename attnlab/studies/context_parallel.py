@@ -203,8 +203,8 @@ def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overla
             kv_next = lax.ppermute(tuple(x + after.astype(x.dtype) for x in kv), axis, right)
         if not last:
             kv = kv_next
-    if o is None:  # no step ran (devices < 1): what o.astype raised
-        raise AttributeError("'NoneType' object has no attribute 'astype'")
+    if o is None:  # no step ran
+        raise ValueError("no device ran a step: devices must be at least 1")
     return o.astype(q.dtype)
 
 
@@ -224,8 +224,8 @@ def _all_gather(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, 
         k_j, v_j = k_all[:, owner * s:(owner + 1) * s], v_all[:, owner * s:(owner + 1) * s]
         part = _attend(q, k_j, v_j, me, owner, causal=causal, layout=layout, block=block)
         o, lse = part if o is None else merge(o, cast(Array, lse), *part)  # lse is set with o
-    if o is None:  # no device (devices < 1): what o.astype raised
-        raise AttributeError("'NoneType' object has no attribute 'astype'")
+    if o is None:  # no step ran
+        raise ValueError("no device ran a step: devices must be at least 1")
     return o.astype(q.dtype)
 
 

@@ -124,8 +124,8 @@ def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings | None,
         flops = float(r.get("gflop") or shape.flops() / 1e9) * 1e9
         traffic = model_bytes(shape, r["implementation"], block_q)
         intensity = flops / traffic
-        if ceilings is None:  # a file without ceilings has no roof (None's attribute, as it always raised)
-            raise AttributeError("'NoneType' object has no attribute 'matmul_bf16_tflops'")
+        if ceilings is None:  # the page draws roofs only for files with ceilings
+            raise ValueError("this ladder file has no measured ceilings: no roof to draw")
         attainable = min(ceilings.matmul_bf16_tflops, ceilings.copy_tb_s * intensity)
         out.append({"implementation": r["implementation"], "label": r.get("label"), "causal": r["causal"],
                     "model": MODEL.get(r["implementation"], "naive"), "model_bytes": traffic,

@@ -48,8 +48,8 @@ def roofs(result: LadderRun, lo: float = 1.0, hi: float = 1e5, n: int = 41) -> l
     """Two roofs as points: 'datasheet' (memory TB/s, bf16 TFLOP/s) and 'measured' (the copy's TB/s, the
     matmul's TFLOP/s), each with its 'roof' label; min(compute, bandwidth × intensity) at log-spaced x."""
     peak, c = result.environment.peak, result.ceilings
-    if c is None:  # a file without ceilings has no measured roof (None's attribute, as it always raised)
-        raise AttributeError("'NoneType' object has no attribute 'copy_tb_s'")
+    if c is None:  # the page draws roofs only for files with ceilings
+        raise ValueError("this ladder file has no measured ceilings: no roof to draw")
     pairs = [("measured", c.copy_tb_s, c.matmul_bf16_tflops)]
     if peak and peak.memory_tb_s and peak.bf16_tflops:
         pairs.insert(0, ("datasheet", float(peak.memory_tb_s), float(peak.bf16_tflops)))

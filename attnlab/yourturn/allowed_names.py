@@ -87,8 +87,8 @@ def number(node) -> float | None:
 
 def int_of(node) -> int:
     v = number(node)
-    if v is None:  # what int(None) raises: callers ask only after small_int said it is one
-        raise TypeError("int() argument must be a string, a bytes-like object or a real number, not 'NoneType'")
+    if v is None:  # callers ask only after small_int said it is one
+        raise TypeError(f"not a number: {ast.dump(node)[:80]}")
     return int(v)
 
 

@@ -126,10 +126,9 @@ def _check(name: str, source: str) -> Verdict:
 
 
 def _reference(ex: exercises.Exercise) -> Callable:
-    """The exercise's float64 reference. Only STEP has none (step.check_step checks it): calling None raises
-    what it always did."""
+    """The exercise's float64 reference. Only STEP has none (step.check_step checks it instead)."""
     if ex.reference is None:
-        raise TypeError("'NoneType' object is not callable")
+        raise TypeError(f"exercise {ex.name!r} has no float64 reference (step.check_step checks it)")
     return ex.reference
 
 
