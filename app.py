@@ -22,21 +22,44 @@ st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # paths with os.path.samefile: tens of seconds of CPU per class. Learners see one line, never it.
 jax.config.update("jax_traceback_filtering", "off")
 
-PAGES = [
-    # the default page is served at /, never at its own url_path: /formula and friends are ALIASES below
-    st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="how-attention-works",
-            default=True),
-    st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
-    st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
-    st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
-    st.Page("pages/p5_cudnn.py", title="5 · cuDNN", icon="⚡", url_path="cudnn"),
-    st.Page("pages/p5b_fused_kernel.py", title="5b · Inside the fused kernel", icon="🔬", url_path="fused-kernel"),
-    st.Page("pages/p6_causal.py", title="6 · Causal masking", icon="🔺", url_path="causal"),
-    st.Page("pages/p7_benchmarks.py", title="7 · Benchmarks", icon="⏱️", url_path="benchmarks"),
-    st.Page("pages/p8_mha_gqa_mqa.py", title="8 · MHA, GQA, MQA", icon="🧩", url_path="mha-gqa-mqa"),
-    st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
-    st.Page("pages/p10_across_gpus.py", title="10 · Across GPUs", icon="🔗", url_path="across-gpus"),
-]
+def make_pages() -> dict:
+    """The lab's st.Page objects: its pages in order, the first page's aliases and the instructor's page.
+
+    Made once per browser session and kept in it (`session_pages`), not at every run: an st.Page of a file
+    resolves the file on the disk, and with 20 learners on one UI process on the H200 that was 5 % of the page
+    threads' samples. Never shared between sessions: st.navigation marks the page it returns as callable and
+    Page.run clears the mark, on the object itself."""
+    pages = [
+        # the default page is served at /, never at its own url_path: /formula and friends are aliases of it
+        st.Page("pages/p1_attention.py", title="1 · How attention works", icon="🧮", url_path="how-attention-works",
+                default=True),
+        st.Page("pages/p2_gpu_check.py", title="2 · GPU check", icon="🖥️", url_path="gpu-check"),
+        st.Page("pages/p3_qkv.py", title="3 · Q, K, V", icon="📐", url_path="qkv"),
+        st.Page("pages/p4_naive_vs_fused.py", title="4 · Naive vs fused", icon="⚖️", url_path="naive-vs-fused"),
+        st.Page("pages/p5_cudnn.py", title="5 · cuDNN", icon="⚡", url_path="cudnn"),
+        st.Page("pages/p5b_fused_kernel.py", title="5b · Inside the fused kernel", icon="🔬", url_path="fused-kernel"),
+        st.Page("pages/p6_causal.py", title="6 · Causal masking", icon="🔺", url_path="causal"),
+        st.Page("pages/p7_benchmarks.py", title="7 · Benchmarks", icon="⏱️", url_path="benchmarks"),
+        st.Page("pages/p8_mha_gqa_mqa.py", title="8 · MHA, GQA, MQA", icon="🧩", url_path="mha-gqa-mqa"),
+        st.Page("pages/p9_te_fp8.py", title="9 · TransformerEngine & FP8", icon="🚀", url_path="te-fp8"),
+        st.Page("pages/p10_across_gpus.py", title="10 · Across GPUs", icon="🔗", url_path="across-gpus"),
+    ]
+
+    def first_page() -> None:
+        """/formula, /attention and /home: the first page is served at the root URL, so these links lead there."""
+        st.switch_page(pages[0])
+
+    aliases = [st.Page(first_page, title="1 · How attention works", url_path=path, visibility="hidden")
+               for path in ("formula", "attention", "home")]
+    return {"pages": pages, "aliases": aliases,
+            "instructor": st.Page("pages/p12_instructor.py", title="Instructor", icon="🧑‍🏫", url_path="instructor")}
+
+
+def session_pages() -> dict:
+    if "attnlab_pages" not in st.session_state:
+        st.session_state["attnlab_pages"] = make_pages()
+    return st.session_state["attnlab_pages"]
+
 
 def page_file(page) -> str:
     """The running page's file as app.py names it ("pages/p4_....py"), or "" (Streamlit keeps it as `_page`; a test
@@ -45,23 +68,13 @@ def page_file(page) -> str:
     return f"pages/{Path(source).name}" if isinstance(source, (str, Path)) else ""
 
 
-def _first_page() -> None:
-    """/formula, /attention and /home: the first page is served at the root URL, so these links lead there."""
-    st.switch_page(PAGES[0])
-
-
-ALIASES = [st.Page(_first_page, title="1 · How attention works", url_path=path, visibility="hidden")
-           for path in ("formula", "attention", "home")]
-INSTRUCTOR = st.Page("pages/p12_instructor.py", title="Instructor", icon="🧑‍🏫", url_path="instructor")
-
-
-def instructor() -> list:
+def instructor(page) -> list:
     """The instructor's page, for a browser that opened a link with the instructor's token (ATTNLAB_INSTRUCTOR_TOKEN)."""
     token = settings().instructor_token
     if token and st.query_params.get("instructor") == token:
         st.session_state["instructor"] = True
         del st.query_params["instructor"]  # not in the address bar, nor in a link copied from it
-    return [INSTRUCTOR] if token and st.session_state.get("instructor") else []
+    return [page] if token and st.session_state.get("instructor") else []
 
 
 def freeze_long_lived() -> None:
@@ -97,18 +110,19 @@ def warm_once() -> threading.Thread:
     return t
 
 
-page = st.navigation(PAGES + ALIASES + instructor())
+nav = session_pages()
+page = st.navigation(nav["pages"] + nav["aliases"] + instructor(nav["instructor"]))
 st.sidebar.title("🔦 AttnLab")
 with activity.page_running():
     try:
         sidebar.device_badge()
         st.session_state["shape"] = sidebar.shape_sidebar()
         with st.sidebar.expander("📓 The codelab, step by step"):
-            guide.codelab_path()
+            guide.codelab_path({page_file(p): p for p in nav["pages"]})
         with st.sidebar.expander("📖 Glossary"):
             guide.glossary()
         page.run()
-        guide.step_footer(page_file(page))
+        guide.step_footer(page_file(page), {page_file(p): p for p in nav["pages"]})
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
 freeze_once()

@@ -69,16 +69,18 @@ WRAP_LINKS = ('[data-testid="stSidebar"] [data-testid="stPageLink"] span, '
               '{white-space: normal; overflow: visible; text-overflow: clip;}')
 
 
-def codelab_path() -> None:
-    """The codelab's steps, in its order, each a link to its page with where to look there."""
+def codelab_path(pages: dict) -> None:
+    """The codelab's steps, in its order, each a link to its page with where to look there (`pages`: each page
+    file's st.Page: a link to a file path would resolve the file on the disk at every run)."""
     st.caption("The codelab's Lesson 5 (attention on GPU), step by step: the page, then where on it.")
     st.html(f"<style>{WRAP_LINKS}</style>")
+    # one element a step, where to look in its label: every element a run sends takes a lock in Streamlit (its
+    # config), and with a class on one UI process the page threads queue for it
     for i, (step, page, where) in enumerate(CODELAB, 1):
-        st.page_link(page, label=f"{i}. {step}")
-        st.caption(f"↳ {where}")
+        st.page_link(pages[page], label=f"**{i}. {step}** · {where}")
     st.caption("Beyond the codelab:")
     for step, page in BEYOND:
-        st.page_link(page, label=step)
+        st.page_link(pages[page], label=step)
 
 
 def steps_on(page: str) -> list[int]:
@@ -86,7 +88,7 @@ def steps_on(page: str) -> list[int]:
     return [i for i, (_, p, _) in enumerate(CODELAB, 1) if p == page]
 
 
-def step_footer(page: str) -> None:
+def step_footer(page: str, pages: dict) -> None:
     """Under a page: which codelab steps it covers, and a link to the page of the next step (or beyond the codelab)."""
     mine = steps_on(page)
     if not mine:
@@ -97,9 +99,9 @@ def step_footer(page: str) -> None:
     following = [(i, step, p) for i, (step, p, _) in enumerate(CODELAB, 1) if i > mine[-1] and p != page]
     if following:
         i, step, p = following[0]
-        st.page_link(p, label=f"Next: codelab step {i}. {step}", icon="➡️")
+        st.page_link(pages[p], label=f"Next: codelab step {i}. {step}", icon="➡️")
     else:
-        st.page_link(BEYOND[0][1], label=f"Beyond the codelab: {BEYOND[0][0]}", icon="➡️")
+        st.page_link(pages[BEYOND[0][1]], label=f"Beyond the codelab: {BEYOND[0][0]}", icon="➡️")
 
 
 def glossary() -> None:

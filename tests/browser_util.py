@@ -35,23 +35,23 @@ VIEWPORT = {"width": 1400, "height": 900}
 
 def _app_pages() -> list[tuple[str, str]]:
     """(url path, the page's st.title) for every page of app.py's st.navigation, in its order, read from
-    app.py and the pages' sources (nothing imported, so no Streamlit is needed). The default page is
+    app.py (make_pages: `pages = [...]`, `aliases = [...]`) and the pages' sources (nothing imported, so no Streamlit is needed). The default page is
     served at the root URL, not at its own url_path, so its path here is the first alias app.py
     gives it (/formula)."""
     tree = ast.parse((ROOT / "app.py").read_text())
     found, aliases = [], []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PAGES"]:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["pages"]:
             for call in node.value.elts:
                 kw = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
                 source = (ROOT / ast.literal_eval(call.args[0])).read_text()
                 title = next(ast.literal_eval(n.args[0]) for n in ast.walk(ast.parse(source))
                              if isinstance(n, ast.Call) and ast.unparse(n.func) == "st.title")
                 found.append((kw["url_path"], title, kw.get("default", False)))
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["ALIASES"]:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["aliases"]:
             aliases = list(ast.literal_eval(node.value.generators[0].iter))  # (path for path in (...))
     if not found:
-        raise RuntimeError("no PAGES = [st.Page(...), ...] in app.py")
+        raise RuntimeError("no pages = [st.Page(...), ...] in app.py's make_pages")
     return [(aliases[0] if default and aliases else path, title) for path, title, default in found]
 
 
