@@ -16,8 +16,9 @@
 4. A class through the proxy (N learners as headless tabs, scripts/st_client.py: every page once, shapes as
    scripts/capacity.py's), then the learners keep going on the pages that use the device (`DEVICE_PAGES`; after a
    device fault on shapes nobody computed, so a page served again has used the device) while the cluster's faults
-   come one after another: a
-   device worker killed (SIGKILL, as a native abort), a UI replica killed, the Ray head killed (the kubelet
+   come one after another, each once the class has settled from the last (every learner served a round of those
+   pages since it: a fault is measured from a class at its pace, not from one still compiling the shapes the last
+   fault made new): a device worker killed (SIGKILL, as a native abort), a UI replica killed, the Ray head killed (the kubelet
    starts each again). For each: how soon every learner it cut off was served a page again (after a device
    fault every learner; after a UI replica's, the learners that replica had, who reconnect through the proxy to
    another), sessions lost on the replicas that survived, and what the probes said meanwhile.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import random
@@ -288,15 +290,31 @@ class Rehearsal:
         visits: list[Visit] = []
         stop = threading.Event()
         thread = self._learners(pages, shapes, firsts, visits, stop, once=False)
-        out = []
+        out, since = [], time.monotonic()
         try:
             for kind in self.args.faults:
-                time.sleep(3.0)
-                out.append(self._fault(kind, visits))
+                settled = self._settle(visits, since, len(pages))
+                out.append({**self._fault(kind, visits), "settled_before_s": settled})
+                since = time.monotonic()
         finally:
             stop.set()
             thread.join(timeout=self.args.timeout + 30)
         return out
+
+    def _settle(self, visits: list[Visit], since: float, rounds: int) -> float | None:
+        """Wait until the class has settled after the last fault: every learner served `rounds` pages (one round of
+        the device pages) begun since `since`, so that the next fault is measured from a class at its steady pace,
+        not from one still compiling the shapes the last fault made new (a device fault moves every learner to
+        new shapes). At least 3 s; at most --settle-s. Seconds it took, or None when the class had not settled."""
+        t0 = time.monotonic()
+        while True:
+            served = collections.Counter(v.session for v in list(visits)
+                                         if v.start >= since and v.ok and not v.lost and v.page != "connect")
+            done = len(served) == self.args.learners and min(served.values()) >= rounds
+            waited = time.monotonic() - t0
+            if waited >= 3.0 and (done or waited >= self.args.settle_s):
+                return round(waited, 1) if done else None
+            time.sleep(0.25)
 
     def _fault(self, kind: str, visits: list[Visit]) -> dict:
         n = self.args.learners
@@ -395,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=list(TARGETS))
     ap.add_argument("--head-down-s", type=float, default=15.0,
                     help="how long the killed head stays down before its kubelet starts it again")
+    ap.add_argument("--settle-s", type=float, default=120.0,
+                    help="before each fault, wait at most this long for every learner to be served a round of the device "
+                         "pages since the last one")
     ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
     ap.add_argument("--warm-wait-s", type=float, default=240.0,
                     help="at most this long, wait for the server's warm-up to finish before the class (0: no wait; "
@@ -434,7 +455,9 @@ def summary(r: dict) -> str:
              f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
              f"{c['errors']} errors, replicas {c['replicas']}"]
     for f in r["faults"]:
-        lines.append(f"fault {f['fault']:6s} ({f['what']}): every learner served again after "
+        settled = f.get("settled_before_s")
+        lines.append(f"fault {f['fault']:6s} ({f['what']}; class settled {'never' if settled is None else f'{settled:.0f} s'} "
+                     f"before it): every learner served again after "
                      f"{_s(f['every_learner_served_again_s'])} s, {_s(f['served_again_after_started_again_s'])} s after "
                      f"it was started again (target {f['target_s']} s), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "

@@ -31,7 +31,7 @@ def _run_on_virtual_devices(*args: str, devices: int) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("devices", [2])  # 4 devices: 25 s of CI's 30 minutes; 8 (below) covers a longer ring
 def test_ring_and_all_gather_match_single_device_and_float64_on_every_variant(devices):
     out = _run_on_virtual_devices(str(devices), devices=devices)
     assert out.count("ok ") == 18, out  # round-trip + 3 non-causal + 8 causal + 3 grouped + 3 unfenced rings
