@@ -34,10 +34,6 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason=f"needs a CUDA GPU; JAX's backend here is {_backend()}")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     skip_browser = pytest.mark.skip(reason="needs Debian's Chromium (apt-get install chromium) and playwright")
-    if any(item.name == "test_mypy_finds_no_type_error_in_attnlab" for item in items):
-        from tests import background, test_lint
-
-        background.start("mypy", test_lint.mypy_argv(), str(ROOT))  # beside the tests before it (45 s of one core)
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(skip_gpu)

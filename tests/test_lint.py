@@ -2,10 +2,7 @@
 
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-
-from tests import background
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,12 +18,7 @@ def test_ruff_finds_nothing_in_the_code_and_tests():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def mypy_argv() -> list[str]:
-    """pyproject.toml's [tool.mypy] (files and settings); its cache in a fresh folder, never the checkout."""
-    return [str(Path(sys.executable).with_name("mypy")), "--cache-dir", tempfile.mkdtemp(prefix="attnlab-mypy-")]
-
-
-def test_mypy_finds_no_type_error_in_attnlab():
-    # started beside the first tests by conftest.py (tests/background.py) when this test is selected
-    status, out = background.result("mypy", mypy_argv(), str(ROOT))
-    assert status == 0, out
+def test_mypy_finds_no_type_error_in_attnlab(tmp_path):
+    # the files and settings are pyproject.toml's [tool.mypy]; its cache goes to tmp_path, never the checkout
+    out = _run("mypy", "--cache-dir", str(tmp_path / "mypy_cache"))
+    assert out.returncode == 0, out.stdout + out.stderr
