@@ -56,6 +56,7 @@ def make_pages() -> dict:
 
 
 def session_pages() -> dict:
+    """This browser session's pages (`make_pages`), made on its first run."""
     if "attnlab_pages" not in st.session_state:
         st.session_state["attnlab_pages"] = make_pages()
     return st.session_state["attnlab_pages"]
@@ -111,6 +112,7 @@ def warm_once() -> threading.Thread:
 
 
 nav = session_pages()
+by_file = {page_file(p): p for p in nav["pages"]}  # the guide's links, by object (pages/guide.py says why)
 page = st.navigation(nav["pages"] + nav["aliases"] + instructor(nav["instructor"]))
 st.sidebar.title("🔦 AttnLab")
 with activity.page_running():
@@ -118,11 +120,11 @@ with activity.page_running():
         sidebar.device_badge()
         st.session_state["shape"] = sidebar.shape_sidebar()
         with st.sidebar.expander("📓 The codelab, step by step"):
-            guide.codelab_path({page_file(p): p for p in nav["pages"]})
+            guide.codelab_path(by_file)
         with st.sidebar.expander("📖 Glossary"):
             guide.glossary()
         page.run()
-        guide.step_footer(page_file(page), {page_file(p): p for p in nav["pages"]})
+        guide.step_footer(page_file(page), by_file)
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
 freeze_once()
