@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import random
@@ -50,7 +51,7 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnlab.procs import tree  # noqa: E402
+from attnlab.procs import Record, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import page_paths, percentile, session_shapes  # noqa: E402
@@ -247,16 +248,47 @@ class Rehearsal:
         pages = list(page_paths().items())
         shapes = session_shapes(a.mode, a.learners, rng)
         firsts = [rng.randrange(len(pages)) for _ in range(a.learners)]
-        report["class"] = self._class(pages, shapes, firsts)
+        with self._sampled("class"):
+            report["class"] = self._class(pages, shapes, firsts)
         device_pages = [(f, u) for f, u in pages if f in DEVICE_PAGES]
         assert len(device_pages) == len(DEVICE_PAGES), f"app.py lists {device_pages}, not every one of {DEVICE_PAGES}"
-        report["faults"] = self._faults(device_pages, shapes, firsts) if a.faults else []
+        with self._sampled("faults"):
+            report["faults"] = self._faults(device_pages, shapes, firsts) if a.faults else []
         deadline = time.monotonic() + 180
         while not all(k.ready for k in self.kubelets.values()) and time.monotonic() < deadline:
             time.sleep(0.5)  # the faults' pods back before the report
         report["pods"] = {n: {**self._pod(k), "ready_after_s": k.time_to_ready(self.began)} for n, k in self.kubelets.items()}
         report["proxy"] = self.lb.states()
         return report
+
+    @contextlib.contextmanager
+    def _sampled(self, phase: str):
+        """With --sample-to DIR: py-spy records every device worker and UI container into DIR/<phase>/ while `phase`
+        runs, a worker started again after a fault as soon as it appears (`python scripts/samples.py DIR/<phase>`
+        sums it up)."""
+        if not self.args.sample_to:
+            yield
+            return
+        records: dict[int, Record] = {}
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                ui = [k.proc.pid for n, k in self.kubelets.items() if n.startswith("ui") and k.proc and k.proc.poll() is None]
+                for pid in [*ui, *(p.pid for p in self.device_workers())]:
+                    if pid not in records:
+                        records[pid] = Record([pid], folder=self.args.sample_to / phase).__enter__()
+                stop.wait(0.5)
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            for r in records.values():
+                r.__exit__(None, None, None)
 
     def _learners(self, pages, shapes, firsts, visits, stop, once) -> threading.Thread:
         async def go() -> None:
@@ -425,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--logs", type=Path)
+    ap.add_argument("--sample-to", type=Path, help="py-spy records the device workers and UI pods here (scripts/samples.py)")
     ap.add_argument("--keep", action="store_true", help="keep the pods' folders")
     ap.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
     args = ap.parse_args(argv)

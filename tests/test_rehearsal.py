@@ -93,6 +93,7 @@ def test_the_proxys_configuration_comes_from_the_backend_config_and_haproxy_take
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.alone  # a class's targets in seconds, and every core the class's processes can use
 def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
     """10 learners (`LEARNERS`) through the proxy with 0 errors; after a device worker, a UI replica and the Ray head are killed,
     every learner served again, no session lost on the replicas that survived; every pod ready at the end, the GPU

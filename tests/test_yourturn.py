@@ -209,6 +209,16 @@ def test_code_the_allowlist_admits_is_stopped_by_its_limits(case):
     assert v.status == status and words in v.message, (case, v.status, v.message)
 
 
+def test_a_sandbox_that_waited_for_a_cpu_says_the_server_was_busy_not_that_the_code_loops(monkeypatch):
+    # the wall limit passes while the process has used little CPU (here: still importing JAX): the load is the
+    # server's, so the learner is told to press again, not that their code does not end
+    monkeypatch.setattr(sandbox, "WALL_S", 0.3)
+    v = grade.check("attention", exercises.ATTENTION.solution)
+    assert v.status == "stopped" and "too busy" in v.message and "press Check again" in v.message, v.message
+    assert "loop" not in v.message
+
+
+@pytest.mark.alone  # a CPU limit reached in time: on cores another test keeps busy, the wall limit comes first
 def test_a_python_number_that_grows_without_end_is_stopped_by_the_cpu_limit():
     v = grade.check("attention", _fn("n = 10\nfor i in range(64):\n    n = n * n\nreturn q"))
     assert v.status == "stopped" and ("CPU" in v.message or "memory" in v.message), v.message

@@ -31,7 +31,8 @@ import sys
 import time
 from types import SimpleNamespace
 
-WALL_S = 15.0  # tracing and exporting one learner's function at every case (a solution takes 1-2 s)
+WALL_S = 30.0  # tracing and exporting one learner's function at every case (a solution takes 1-2 s of CPU; at NICE
+# below a busy server it can wait for a CPU for several times that: a hostile learner's test, on 2 busy cores, took 15 s)
 CPU_S = 10
 ADDRESS_SPACE_EXTRA = 3 * 2**30  # bytes the process may grow by once JAX is loaded
 NICE = 10  # the process's CPU priority below the server's and the worker's (a class measured with a learner
@@ -71,19 +72,27 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
            "XLA_FLAGS": "", "JAX_ENABLE_X64": "0", **({"JAX_DEFAULT_MATMUL_PRECISION": precision} if precision else {})}
     request = pickle.dumps((source, entry, cases, platform, limits))
     start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab.yourturn.sandbox"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
     try:
-        out = subprocess.run([sys.executable, "-m", "attnlab.yourturn.sandbox"], input=request, capture_output=True,
-                             env=env, timeout=WALL_S, cwd=root)
+        stdout, stderr = proc.communicate(request, timeout=WALL_S)
     except subprocess.TimeoutExpired:
+        used = _cpu_s(proc.pid)
+        proc.kill()
+        proc.communicate()
+        if used is not None and used < CPU_S / 2:  # it waited for a CPU: the server's load, not the learner's code
+            raise Stopped(f"the lab's server was too busy to trace your function within {WALL_S:.0f} s (it had "
+                          f"{used:.1f} s of CPU; a solution needs about one): press Check again in a moment") from None
         raise Stopped(f"tracing your function took more than {WALL_S:.0f} s, so the lab stopped it "
                       "(a loop or recursion that does not end?)") from None
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if out.returncode != 0 or not out.stdout:
         tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
         how = (f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit code {out.returncode}")
         if "MemoryError" in tail[0] or out.returncode in (-9, -6, -11):
             raise Stopped(f"tracing or compiling your function ran out of the memory the lab gives it, or its "
                           f"compiler gave up ({how}): a huge number or array?")
-        if out.returncode == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU
+        if out.returncode == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU (a process killed on a long run)
             raise Stopped(f"tracing and compiling your function used more than {CPU_S} s of CPU, so the lab stopped "
                           "it (a solution takes about one): a huge program, or a huge constant to fold?")
         raise Stopped(f"the lab could not trace your function ({how}): {tail[0][:300]}")
@@ -96,6 +105,17 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     if stats is not None:
         stats.extend(walked)
     return blobs
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds the process `pid` has used (user and system), or None once it is gone."""
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return t.user + t.system
 
 
 # ------------------------------------------------------------------------------------------------
