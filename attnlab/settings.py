@@ -20,6 +20,9 @@ and what it means. A process reads them on first use; `override(**fields)` chang
                               device work have bounds of their own); default 64, so that an answer the
                               worker keeps never queues behind a class's compiles
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
+    ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may hold, in
+                              GiB (default 8: the worker pods' cache volume is 10 GiB); kept by the device worker
+                              (attnlab/measure/disk_cache.py), not by JAX's locked cap; 0: no bound
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free
                               memory and half of the host's available memory when it started)
     ATTNLAB_RUN_SECONDS       the longest one run may hold the device, in seconds (default 60): a run whose
@@ -76,6 +79,19 @@ def _count(env: Mapping[str, str], name: str, default: int, problems: list[str])
     return default
 
 
+def _gib(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
+    """A number of GiB, 0 included; anything else is said in `problems` and the default used."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+        if not value >= 0:
+            raise ValueError
+    except ValueError:
+        problems.append(f"{name}={raw!r} is not a number of GiB; using {default:g}")
+        return default
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     device: str = "child"
@@ -84,6 +100,7 @@ class Settings:
     fake_gpus: int = 0
     worker_threads: int = 64
     compile_threads: int | None = None
+    compile_cache_gib: float = 8.0
     memory_limit_gib: float | None = None
     run_seconds: float = 60.0
     checks_per_minute: int = 10
@@ -130,6 +147,7 @@ class Settings:
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
+            compile_cache_gib=_gib(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
             metrics=_flag(env, "ATTNLAB_METRICS", False),

@@ -26,6 +26,7 @@ import pandas as pd
 from attnlab.admission import DEVICE
 from attnlab.backends import get, known_aborts
 from attnlab.backends.base import abstract_inputs, lower
+from attnlab.measure import disk_cache
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 
@@ -183,6 +184,7 @@ class Programs:
         finally:
             with self._lock:
                 self._compiling.pop(key).set()
+        disk_cache.compiled_one()  # the persistent cache's bound, now and then
         return compiled, None, key
 
     def __len__(self) -> int:

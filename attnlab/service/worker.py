@@ -26,6 +26,7 @@ import time
 from attnlab import threads
 from attnlab.admission import DEVICE
 from attnlab.budget import Budget
+from attnlab.measure import disk_cache
 from attnlab.service import entries
 from attnlab.service.request import Reply, Request
 from attnlab.settings import settings
@@ -54,6 +55,7 @@ class WorkerInfo:
 class DeviceWorker:
     def __init__(self, name: str = "device-0"):
         threads.serve_many_threads()  # its requests are threads of this process (attnlab.threads says why)
+        threading.Thread(target=disk_cache.bound, name="attnlab-cache-bound", daemon=True).start()
         self.name = name
         self.started = time.monotonic()
         self._lock = threading.Lock()

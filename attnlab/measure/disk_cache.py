@@ -1,0 +1,75 @@
+"""JAX's persistent compilation cache, bounded without JAX's lock.
+
+    disk_cache.bound()        # at a device worker's start, then after every EVERY programs it compiles
+
+JAX can bound the folder itself (`jax_compilation_cache_max_size`), but then it takes one file lock for every
+read and every write, and on every write reads every entry's size and access time to choose what to evict.
+On the H200, a class's first seconds on one device worker (20 learners, 5 new shapes: `scripts/rehearse.py
+--sample-to`) spent about a fifth of the compile threads' samples waiting for that lock (`filelock`'s
+`_poll_until_acquired`) against the rest compiling. Uncapped, JAX takes no lock. What this does instead, and
+JAX's cache does not: the bound is kept from the one process that writes the folder (a device worker owns
+its pod's cache volume), now and then rather than on every write: the entries least recently written or read
+go first until the folder holds at most `ATTNLAB_COMPILE_CACHE_GIB`. A reader that loses an entry to it
+compiles the program again (JAX treats an unreadable entry as a miss).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import jax
+
+from attnlab.settings import settings
+
+EVERY = 256  # programs compiled between two looks at the folder
+SUFFIX = "-cache"  # JAX's name for an entry's file (jax/_src/lru_cache.py)
+
+_lock = threading.Lock()  # one bound() at a time
+_count_lock = threading.Lock()
+_compiled = 0
+
+
+def folder() -> Path | None:
+    """The persistent cache's folder in this process, or None where there is none."""
+    path = jax.config.jax_compilation_cache_dir
+    return Path(path) if path else None
+
+
+def bound(path: Path | None = None, limit_bytes: int | None = None) -> int:
+    """Remove the least recently used entries until the folder holds at most `limit_bytes` (default: the
+    setting). Bytes removed; 0 where there is no folder, no limit, or another thread is at it already."""
+    path = path or folder()
+    limit = limit_bytes if limit_bytes is not None else int(settings().compile_cache_gib * 2**30)
+    if path is None or limit <= 0 or not _lock.acquire(blocking=False):
+        return 0
+    try:
+        entries = []
+        for f in path.glob(f"*{SUFFIX}"):
+            try:
+                s = f.stat()
+            except OSError:  # written or removed meanwhile
+                continue
+            entries.append((max(s.st_atime, s.st_mtime), s.st_size, f))
+        total, removed = sum(size for _, size, _ in entries), 0
+        for _, size, f in sorted(entries, key=lambda e: e[0]):
+            if total - removed <= limit:
+                break
+            try:
+                f.unlink()
+                removed += size
+            except OSError:
+                continue
+        return removed
+    finally:
+        _lock.release()
+
+
+def compiled_one() -> None:
+    """A program was compiled (and so perhaps written to the folder): every EVERY of them, `bound()`."""
+    global _compiled
+    with _count_lock:
+        _compiled += 1
+        due = _compiled % EVERY == 0
+    if due:
+        bound()
