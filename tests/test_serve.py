@@ -278,3 +278,27 @@ def test_a_server_stays_live_but_not_ready_while_ray_cannot_be_reached():
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(f"{srv.url}/_attnlab/ready", timeout=5)
         assert e.value.code == 503 and "cannot be reached" in e.value.read().decode() and time.monotonic() - t0 < 5
+
+
+def test_a_head_that_accepts_but_does_not_answer_costs_a_ui_seconds_not_ray_clients_minute(tmp_path):
+    # a head whose client port accepts TCP while its server is still starting: Ray's client, left to its defaults,
+    # waits 5 + 10 + 15 s before it gives up, and the UI could not try again (nor be ready) for all that time
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # accepts, never answers
+    try:
+        code = ("import sys, time; from attnlab.service.ray_workers import RayWorkers; t = time.monotonic(); "
+                "w = RayWorkers(sys.argv[1]); print(round(time.monotonic() - t, 1)); print(w.broken)")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_CLIENT_")}
+        out = subprocess.run([sys.executable, "-c", code, f"ray://127.0.0.1:{listener.getsockname()[1]}"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        listener.close()
+    seconds, broken = out.stdout.splitlines()[:2]
+    assert broken, out.stdout + out.stderr[-2000:]  # it said why it could not connect (and retries on a request)
+    assert float(seconds) < 15, (seconds, broken)

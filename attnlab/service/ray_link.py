@@ -20,6 +20,11 @@ import socket
 # how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
 # default, 30 s, is how long a page hung after the head died; a restarted head refuses the old session anyway)
 GRACE_S = "5"
+# how long Ray's client waits for a head to answer when it connects: its first wait, then the most (its defaults,
+# 5 and 30 s with 5 s more each of 3 tries, made a UI that met a head still starting wait about 50 s before it could
+# try again: in a rehearsal one UI replica was ready 80 s after it started, the other at 30 s). A head that answers
+# needs well under a second; one that does not is tried again on the next request anyway.
+CONNECT_S = {"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "2"}
 LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
         "reconnecting: press the button again in a few seconds.")
 

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from attnlab.service.ray_actor import actor_class
-from attnlab.service.ray_link import GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
+from attnlab.service.ray_link import CONNECT_S, GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
 __all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
@@ -54,6 +54,8 @@ class RayWorkers:
         self.reconnects = 0
         if address.startswith("ray://"):
             os.environ.setdefault("RAY_CLIENT_RECONNECT_GRACE_PERIOD", GRACE_S)
+            for name, value in CONNECT_S.items():  # read when Ray's client module is first imported: by ray.init
+                os.environ.setdefault(name, value)
         try:
             self._connect()
         except Exception as e:
