@@ -32,7 +32,7 @@ import time
 from types import SimpleNamespace
 
 WALL_S = 30.0  # tracing and exporting one learner's function at every case (a solution takes 1-2 s of CPU; at NICE
-# below a busy server it can wait for a CPU for several times that: a hostile learner's test, on 2 busy cores, took 15 s)
+# below a busy server it can wait for a CPU several times that long: the lab's own solution took over 15 s on 2 busy cores)
 CPU_S = 10
 ADDRESS_SPACE_EXTRA = 3 * 2**30  # bytes the process may grow by once JAX is loaded
 NICE = 10  # the process's CPU priority below the server's and the worker's (a class measured with a learner
