@@ -32,7 +32,7 @@ _compiled = 0
 
 def folder() -> Path | None:
     """The persistent cache's folder in this process, or None where there is none."""
-    path = jax.config.jax_compilation_cache_dir
+    path = jax.config.values.get("jax_compilation_cache_dir")
     return Path(path) if path else None
 
 
