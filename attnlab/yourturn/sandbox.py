@@ -85,6 +85,10 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
                           f"{used:.1f} s of CPU; a solution needs about one): press Check again in a moment") from None
         raise Stopped(f"tracing your function took more than {WALL_S:.0f} s, so the lab stopped it "
                       "(a loop or recursion that does not end?)") from None
+    except BaseException:  # as subprocess.run does: never leave the process behind
+        proc.kill()
+        proc.communicate()
+        raise
     out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if out.returncode != 0 or not out.stdout:
         tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
