@@ -45,7 +45,7 @@ run: $(VENV)/.installed
 browser:
 	@bash scripts/install_debian_tools.sh
 
-# two processes, a file each at a time (CI has two cores: 18 min, not 30), then the tests whose limits are in seconds
+# two processes, a file each at a time (CI has two cores: 18-22 min, not 30), then the tests whose limits are in seconds
 test: $(VENV)/.installed browser
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not load and not alone"
 	$(PY) -m pytest -q -m "alone and not load"
