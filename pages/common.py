@@ -150,10 +150,10 @@ def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
     return runs.to_frame(run(shape, tuple(names), **parts))
 
 
-def unmet(shape: AttentionShape, names: tuple[str, ...] | None = None) -> dict[str, str | None]:
+def unmet(shape: AttentionShape, names: tuple[str, ...] | None = None, ahead: bool = False) -> dict[str, str | None]:
     """For each backend of `names` (default: every one), None when it can run `shape` on the device worker,
-    else why not (only the backends asked about are traced there)."""
-    return on_device(backends.unmet, shape, tuple(names) if names else None)
+    else why not (only the backends asked about are traced there). `ahead`: only ask now (`ask_ahead`)."""
+    return (ask_ahead if ahead else on_device)(backends.unmet, shape, tuple(names) if names else None)
 
 
 def runnable(shape: AttentionShape, names=None) -> list[str]:

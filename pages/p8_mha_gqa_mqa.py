@@ -10,6 +10,7 @@ from pages import charts, common, decode_ui, sections, waiting, yourturn_ui
 
 CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
 WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
+KV_LEN = 4096  # the decode step's cache length until the learner changes it
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
 
 
@@ -22,6 +23,12 @@ def decode_steps(shapes: list[AttentionShape], names: tuple[str, ...]) -> pd.Dat
     for d in shapes:
         results += common.run(d, names, accuracy=False, timed=True)  # a busy GPU's answer is not kept
     return kvcache.decode_table(results)
+
+
+def decode_shapes(variants: list[AttentionShape], kv_len: int | None = None) -> list[AttentionShape]:
+    """Each variant's decode step over a cache of kv_len tokens (default: the cache length the learner chose)."""
+    kv_len = kv_len or int(st.session_state.get("p8_kv_len", KV_LEN))
+    return [kvcache.decode_shape(v, kv_len) for v in variants]
 
 
 st.title("8 · MHA, GQA, MQA")
@@ -42,6 +49,9 @@ st.caption("The variants of the sidebar's shape: "
               f". No GQA: heads ({shape.heads}) has no divisor between 1 and itself."))
 
 st.header("Same output, fewer KV heads")
+# the page's checks of its six shapes (three variants, their three decode steps) asked together, not one after another
+for v in variants + decode_shapes(variants):
+    common.unmet(v, CANDIDATES, ahead=True)
 names = tuple(n for n in CANDIDATES if any(common.unmet(v, CANDIDATES)[n] is None for v in variants)) or ("naive",)
 answering = " and ".join(WORDS[n] for n in names)  # what runs here, not what a CPU usually runs
 st.write(f"Each variant through {', '.join(f'`{n}`' for n in names)}, compared with a float64 NumPy reference "
@@ -87,11 +97,11 @@ st.write("Generating a token is attention with one query (q_len = 1) over the wh
          "kv_heads·S·H values per sequence for the keys and again for the values. Whether the compiled program "
          "keeps to that, the H200's measurement at the end of the page shows.")
 c1, c2 = st.columns([1, 2])
-kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=262_144, value=4096, step=1024,
+kv_len = c1.number_input("cache length kv_len (tokens)", min_value=1, max_value=262_144, value=KV_LEN, step=1024,
                          key="p8_kv_len")
 chosen = c2.multiselect("implementations", CANDIDATES, default=list(CANDIDATES), key="p8_decode_impls",
                         help="One that cannot run here becomes a row saying why.")
-decode = [kvcache.decode_shape(v, int(kv_len)) for v in variants]
+decode = decode_shapes(variants, int(kv_len))
 cells = sum(len(common.runnable(d, chosen)) for d in decode) if chosen else 0
 cannot = len(decode) * len(chosen) - cells
 slow = common.on_device(cost.too_slow_plan, tuple(decode), tuple(len(common.runnable(d, chosen)) for d in decode),

@@ -6,7 +6,17 @@ import pytest
 
 from attnlab.admission import DEVICE
 from attnlab.measure import runs
-from tests.apptest_util import SMALL, button, charts, frame_with, frames, open_page, texts
+from tests.apptest_util import (
+    CUSTOM,
+    CUSTOM_SHAPE,
+    SMALL,
+    button,
+    charts,
+    frame_with,
+    frames,
+    open_page,
+    texts,
+)
 
 PAGE = "pages/p8_mha_gqa_mqa.py"
 on_gpu = jax.default_backend() == "gpu"
@@ -196,3 +206,20 @@ def test_the_page_names_only_the_implementations_that_answer_here():
     at = open_page(PAGE, {"dtype": "bfloat16", "head_dim": "1"})
     said = texts(at, "markdown")
     assert "on this CPU backend the naive code answers." in said and "XLA's SDPA answer" not in said
+
+
+def test_the_page_asks_for_its_six_shapes_checks_together_before_waiting_for_any(monkeypatch):
+    """In a class every request waits its turn in the device worker: the page's backend checks of its three variants
+    and their three decode steps go out at once, before it waits for the first (on the H200 page 8 was the slowest
+    first visit of a class at a new shape)."""
+    from attnlab import backends
+    from attnlab.studies import kvcache
+    from pages import common
+
+    asked, real = [], common.ask_ahead
+    monkeypatch.setattr(common, "ask_ahead", lambda fn, *a, **kw: asked.append((fn, a)) or real(fn, *a, **kw))
+    open_page(PAGE, CUSTOM)
+    variants = kvcache.variants(CUSTOM_SHAPE)
+    candidates = ("naive", "sdpa_xla", "sdpa_cudnn")
+    wanted = {(v, candidates) for v in variants + [kvcache.decode_shape(v, 4096) for v in variants]}
+    assert {a for fn, a in asked if fn is backends.unmet} == wanted
