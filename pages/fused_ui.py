@@ -116,7 +116,7 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
     charts.draw(st, memory_lines, ok, y, title, y_title, width="stretch")
     for a, b, rel in memory.overlaps(ok, y):
         pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
-        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by {pct} at every T; "
+        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by at most {pct} at any T; "
                    "dashes and markers tell them apart).")
 
 

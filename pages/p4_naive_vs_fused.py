@@ -52,19 +52,23 @@ if sections.on_demand("p4_same", "Run naive, SDPA and the float64 reference", (s
             c3.metric("max |naive − SDPA|", f"{diff:.3g}")
             c4.metric("allclose, both", str(naive.accuracy.allclose and auto.accuracy.allclose),
                       help=f"each against float64 at rtol {tol['rtol']:g}, atol {tol['atol']:g}")
-            same = "the same" if fused_ui.same_program(shape, "naive", "sdpa_auto") else "different"
+            same = fused_ui.same_program(shape, "naive", "sdpa_auto")
             st.caption(f"SDPA is `jax.nn.dot_product_attention(implementation=None)`. The difference is over the part "
                        f"of the outputs checked against float64{' (' + naive.reference_note + ')' if naive.reference_note else ''}. "
-                       f"The two compiled to {same} programs here"
-                       + (": exactly 0 means every rounding happened the same way, in the same order."
-                          if diff == 0 else ": they round in a different order, so the last bits differ."))
+                       + ("The two compiled to the same program here, so they agree exactly." if same and diff == 0 else
+                          "The two compiled to different programs here, yet they agree to the last bit: their "
+                          "arithmetic rounds in the same order." if diff == 0 else
+                          f"The two compiled to {'the same' if same else 'different'} programs here; they round in a "
+                          "different order, so the last bits differ."))
         elif acc is not None:
             st.warning("naive or SDPA did not run: the reasons are below.")
         if acc is not None:
             st.markdown("**Each implementation against a float64 reference** (NumPy, same inputs)")
             sections.results(acc, ["implementation", "label", "output_shape", "output_dtype", "relative_error",
                                    "max_abs_error", "allclose"])
-            st.caption(f"allclose at rtol {tol['rtol']:g}, atol {tol['atol']:g} (`checks.TOLERANCES['{shape.dtype}']`); "
+            st.caption(f"allclose at rtol {tol['rtol']:g}, atol {tol['atol']:g} (`checks.TOLERANCES['{shape.dtype}']`): "
+                       "every element within atol + rtol·|reference|, so an error above atol passes where the reference "
+                       "is large; "
                        "relative error is ‖out − ref‖ / ‖ref‖. FP8 misses a float tolerance by design (page 9).")
 
 st.subheader("Time per call")

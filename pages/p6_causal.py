@@ -125,7 +125,9 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
             c2.metric("max |fused − weights·V|", f"{a.max_abs_error:.3g}",
                       help="weights·V: the four stages in float64 NumPy, the masks applied by hand (attnlab.math.checks)")
             c2.metric(f"allclose at the {shape.dtype} tolerance (rtol {a.rtol:g}, atol {a.atol:g})",
-                      "yes" if a.allclose else "no")
+                      "yes" if a.allclose else "no",
+                      help="Every element within atol + rtol·|reference|: an error above atol passes where the "
+                           "reference is large.")
             if result.reference_note:
                 c2.caption(result.reference_note)
             args = [f"is_causal={use_causal}"] + ([f"local_window_size={window}"] if window else []) + (

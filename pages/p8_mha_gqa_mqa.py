@@ -109,7 +109,7 @@ slow = common.on_device(cost.too_slow_plan, tuple(decode), tuple(len(common.runn
 if slow:
     st.warning(slow)
 elif chosen and sections.on_demand("p8_decode", f"Time a decode step for each variant ({cells} cells"
-                                 + (f"; {cannot} cannot run here" if cannot else "") + ")", (tuple(decode), tuple(chosen))):
+                                 + (f" of {cells + cannot}: {cannot} cannot run here" if cannot else "") + ")", (tuple(decode), tuple(chosen))):
     with waiting.fresh():
         sections.queue_notice()
         with st.spinner("Timing one decode step per variant ..."):

@@ -30,7 +30,7 @@ def import_error() -> str | None:
     """None when `tokamax` imports here, else why not (in a sentence)."""
     if importlib.util.find_spec("tokamax") is None:
         return ("tokamax is not installed (pip install tokamax; it needs Python >= 3.12 and "
-                "jax >= 0.11.1, newer than this lab pins)")
+                "jax >= 0.11.1: the GPU image's lock has it; the CPU install's lock has an older jax)")
     try:
         import tokamax  # noqa: F401
     except Exception as e:  # an older jax, or a missing dependency

@@ -134,7 +134,7 @@ def test_decode_button_counts_only_the_cells_that_can_run_here():
     # shape), so on a CPU the button says how many of its cells cannot run rather than promising all of them
     at = open_page(PAGE)
     label = button(at, "btn_p8_decode").label
-    assert "(6 cells; 3 cannot run here)" in label, label
+    assert "(6 cells of 9: 3 cannot run here)" in label, label
 
 
 def test_at_its_own_shapes_the_page_asks_only_about_its_three_implementations(monkeypatch):
