@@ -14,7 +14,7 @@ import streamlit as st
 from attnlab import service
 from attnlab.settings import settings
 from attnlab.studies import warm
-from pages import activity, guide, sidebar
+from pages import activity, guide, opening, sidebar
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -99,6 +99,8 @@ def freeze_once() -> None:
 def _warm() -> None:
     try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
         warm.warm(call=service.call, pause=activity.wait_for_quiet)
+        activity.wait_for_quiet()
+        opening.warm()  # what pages 6 and 7 ask for as they open at the codelab's shape, kept by the worker
     except Exception as e:  # only a warm-up: the pages compute what they need themselves
         print(f"attnlab: warm-up stopped: {type(e).__name__}: {e}", flush=True)
 

@@ -139,10 +139,17 @@ def run(shape: AttentionShape, names: tuple[str, ...], accuracy: bool = True, ti
     `tuned`: True, a described program compiled with autotuning, as a timed one is (a memory chart's scratch);
     False, a timing of the program compiled without it (runs.run says when);
     `ahead`: only ask now (`ask_ahead`), returning None: the same call without it shows the answer."""
+    r = run_request(shape, names, accuracy, timed, program, backward, budget_s, tuned)
+    return (ask_ahead if ahead else on_device)(r.fn, *r.args, **dict(r.kwargs))
+
+
+def run_request(shape: AttentionShape, names, accuracy: bool = True, timed: bool = False, program: bool = False,
+                backward: bool = False, budget_s: float | None = None, tuned: bool | None = None) -> Request:
+    """The request `run` sends (pages/opening.py sends the same ones ahead of a class)."""
     kw = {} if budget_s is None else {"budget_s": budget_s}
     if tuned is not None:
         kw["tuned"] = tuned
-    return (ask_ahead if ahead else on_device)(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
+    return Request.of(RUN, shape, tuple(names), accuracy=accuracy, timed=timed, program=program, backward=backward, **kw)
 
 
 def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:

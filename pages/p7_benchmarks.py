@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab.measure import cost, timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
-from pages import codeblock, common, sections, vendor_ui, waiting
+from pages import codeblock, common, opening, sections, vendor_ui, waiting
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
@@ -27,7 +27,7 @@ if here.open:
         st.header(f"Every implementation at {shape.describe()}")
         st.caption("**What to look at:** wall against throughput (how much is Python's dispatch), the spread (how far "
                    "to trust a difference), and TFLOP/s. The notes under the table say what each oddity means.")
-        codelab = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn") if n in names]  # timed without asking
+        codelab = list(opening.p7_timed(names))  # timed without asking
         every = st.toggle(f"all {len(names)} implementations that run here", key="p7_every",
                           help="The codelab's three are timed as soon as the page opens (small shapes); the others on the "
                                "button.")
@@ -43,7 +43,7 @@ if here.open:
                 tuned = not quick or sections.on_demand("p7_tuned", "Time again, autotuned as JAX does by default",
                                                         (shape, tuple(timed)))
                 df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",
-                                      budget_s=None if every else 0.5, tuned=None if tuned else False)
+                                      budget_s=None if every else opening.P7_BUDGET_S, tuned=None if tuned else False)
                 if df is not None and not tuned:
                     st.caption("Timed as the page opened, in a class sharing the GPU: each program was compiled without "
                                "XLA's autotuning, which runs candidate matmul kernels on the GPU to keep the fastest and "
