@@ -4,7 +4,8 @@ A class starts at the codelab's shape. The warm-up (`attnlab.studies.warm`) comp
 page 7 also times the codelab's three implementations as it opens, and page 6 computes its first-vs-last study:
 at the class's start that is seconds of device time that every other learner's first page waits behind. Asked
 here before the class, the worker keeps the answers (`service.worker`, 12 h), and the pages are answered at once.
-Each request is built by the function its page calls, so the two cannot drift apart (tests/pages/test_opening.py).
+Page 7 builds its timing from `p7_timed`, `P7_BUDGET_S` and `untuned_on_open` here; tests/pages/test_opening.py
+checks that both requests are the ones the pages send as they open.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from attnlab import backends, service
 from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
+from pages import common
 
 P7_TIMED = ("naive", "sdpa_xla", "sdpa_cudnn")  # page 7 times these as it opens, where they run
 P7_BUDGET_S = 0.5  # seconds per implementation for that timing
@@ -23,6 +25,12 @@ def p7_timed(runnable) -> tuple[str, ...]:
     return tuple(n for n in P7_TIMED if n in runnable)
 
 
+def untuned_on_open(on_gpu: bool) -> bool:
+    """Page 7 times untuned programs as it opens in a class on a GPU: XLA's autotuner runs candidate kernels on the
+    GPU and holds every learner's runs while it does (XLA's CPU backend does not autotune)."""
+    return common.in_class() and on_gpu
+
+
 def p7_timing(shape: AttentionShape, runnable, quick: bool) -> tuple[tuple[str, ...], dict]:
     """Page 7's timing as it opens: (the implementations, common.run's keyword arguments). `quick`: in a class on
     a GPU, of untuned programs (page 7 says why)."""
@@ -31,8 +39,6 @@ def p7_timing(shape: AttentionShape, runnable, quick: bool) -> tuple[tuple[str, 
 
 def requests(shape: AttentionShape, runnable, quick: bool) -> list[Request]:
     """Every request above, as the pages send them."""
-    from pages import common  # (streamlit's: only where a page or the warm-up runs)
-
     names, kw = p7_timing(shape, runnable, quick)
     return [common.run_request(shape, names, **kw),
             Request.of(weights.first_vs_last, weights.first_vs_last_shape(shape))]
@@ -40,12 +46,10 @@ def requests(shape: AttentionShape, runnable, quick: bool) -> list[Request]:
 
 def warm(shape: AttentionShape | None = None) -> int:
     """Ask for `requests` at `shape` (default: the codelab's) and wait for the answers; how many were asked."""
-    from pages import common
-
     shape = shape or AttentionShape()
     why = service.call(backends.unmet, shape, None)  # page 7's own first request, kept too
     info = service.workers()[0].device
-    asked = requests(shape, [n for n, w in why.items() if w is None], common.in_class() and info.backend == "gpu")
+    asked = requests(shape, [n for n, w in why.items() if w is None], untuned_on_open(info.backend == "gpu"))
     for r in asked:
         service.send(r)
     return len(asked)

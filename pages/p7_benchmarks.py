@@ -39,7 +39,7 @@ if here.open:
                 # in a hosted class, a timing taken as the page opens is of untuned programs: XLA's autotuner runs its
                 # candidate kernels on the GPU, so a tuned compile holds every learner's run while it tunes (on the H200
                 # an own-shape class's page 7 waited 13 s for its three, most of it behind others' tuning)
-                quick = common.in_class() and on_gpu and not every  # XLA's CPU backend does not autotune
+                quick = opening.untuned_on_open(on_gpu) and not every
                 tuned = not quick or sections.on_demand("p7_tuned", "Time again, autotuned as JAX does by default",
                                                         (shape, tuple(timed)))
                 df = sections.guarded(common.frame, shape, tuple(timed), timed=True, what="Timing",

@@ -21,7 +21,7 @@ def test_the_requests_asked_ahead_are_the_ones_pages_6_and_7_send_as_they_open(m
     sent = sent_by(monkeypatch, "pages/p6_causal.py", "pages/p7_benchmarks.py")
     shape = AttentionShape()
     runnable = [n for n, why in backends.unmet(shape).items() if why is None]
-    asked = opening.requests(shape, runnable, quick=common.in_class() and device.info().backend == "gpu")
+    asked = opening.requests(shape, runnable, quick=opening.untuned_on_open(device.info().backend == "gpu"))
     assert len(asked) == 2 and {(r.fn, r.args, r.kwargs) for r in asked} <= sent, (asked, sent)
 
 
