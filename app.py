@@ -98,16 +98,14 @@ def freeze_once() -> None:
 
 def _warm() -> None:
     try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
-        warm.warm(call=service.call, pause=activity.wait_for_quiet)
-        activity.wait_for_quiet()
-        opening.warm()  # what pages 6 and 7 ask for as they open at the codelab's shape, kept by the worker
+        opening.warm_up(call=service.call, log=lambda line: print(line, flush=True))
     except Exception as e:  # only a warm-up: the pages compute what they need themselves
-        print(f"attnlab: warm-up stopped: {type(e).__name__}: {e}", flush=True)
+        print(f"{warm.STOPPED}: {type(e).__name__}: {e}", flush=True)
 
 
 @st.cache_resource(show_spinner=False)
 def warm_once() -> threading.Thread:
-    """Once per server process: the device worker compiles the codelab's shape for every backend."""
+    """Once per server process: the device worker compiles the codelab's shape for every backend (opening.warm_up)."""
     t = threading.Thread(target=_warm, name="attnlab-warm", daemon=True)
     t.start()
     return t

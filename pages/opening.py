@@ -1,23 +1,31 @@
 """What pages ask the device worker for as they open at the codelab's shape, asked by the server's warm-up first.
 
 A class starts at the codelab's shape. The warm-up (`attnlab.studies.warm`) compiles that shape's programs, but
-page 7 also times the codelab's three implementations as it opens, and page 6 computes its first-vs-last study:
-at the class's start that is seconds of device time that every other learner's first page waits behind. Asked
-here before the class, the worker keeps the answers (`service.worker`, 12 h), and the pages are answered at once.
-Page 7 builds its timing from `p7_timed`, `P7_BUDGET_S` and `untuned_on_open` here; tests/pages/test_opening.py
-checks that both requests are the ones the pages send as they open.
+page 7 also times the codelab's three implementations as it opens, page 6 computes its first-vs-last study, and
+page 8 checks the shape's MHA, GQA and MQA variants (two of them shapes of their own, compiled for three
+implementations): at the class's start that is seconds of device time that every other learner's first page waits
+behind. Asked here before the class, the worker keeps the answers (`service.worker`, 12 h), and the pages are
+answered at once.
+Page 7 builds its timing from `p7_timed`, `P7_BUDGET_S` and `untuned_on_open` here, page 8 its implementations from
+`p8_names`; tests/pages/test_opening.py checks that the requests are the ones the pages send as they open.
+
+`warm_up` is the server's whole warm-up, in the order a class needs it (app.py runs it once per UI process).
 """
 
 from __future__ import annotations
 
+import time
+
 from attnlab import backends, service
 from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
-from attnlab.studies import weights
-from pages import common
+from attnlab.studies import kvcache, weights
+from attnlab.studies import warm as warm_mod
+from pages import activity, common
 
 P7_TIMED = ("naive", "sdpa_xla", "sdpa_cudnn")  # page 7 times these as it opens, where they run
 P7_BUDGET_S = 0.5  # seconds per implementation for that timing
+P8_CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # page 8 checks its variants through these, where they run
 
 
 def p7_timed(runnable) -> tuple[str, ...]:
@@ -37,19 +45,50 @@ def p7_timing(shape: AttentionShape, runnable, quick: bool) -> tuple[tuple[str, 
     return p7_timed(runnable), {"timed": True, "budget_s": P7_BUDGET_S, "tuned": False if quick else None}
 
 
-def requests(shape: AttentionShape, runnable, quick: bool) -> list[Request]:
-    """Every request above, as the pages send them."""
+def p8_names(why_by_variant: list[dict]) -> tuple[str, ...]:
+    """Page 8's implementations, from `P8_CANDIDATES`' checks at each variant: those that run at least one here."""
+    return tuple(n for n in P8_CANDIDATES if any(why[n] is None for why in why_by_variant)) or ("naive",)
+
+
+def requests(shape: AttentionShape, runnable, quick: bool, p8: tuple[str, ...] = P8_CANDIDATES) -> list[Request]:
+    """Every request above, as the pages send them (`p8`: page 8's `p8_names`)."""
     names, kw = p7_timing(shape, runnable, quick)
     return [common.run_request(shape, names, **kw),
-            Request.of(weights.first_vs_last, weights.first_vs_last_shape(shape))]
+            Request.of(weights.first_vs_last, weights.first_vs_last_shape(shape)),
+            Request.of(kvcache.output_checks, shape, p8)]
 
 
 def warm(shape: AttentionShape | None = None) -> int:
     """Ask for `requests` at `shape` (default: the codelab's) and wait for the answers; how many were asked."""
     shape = shape or AttentionShape()
-    why = service.call(backends.unmet, shape, None)  # page 7's own first request, kept too
+    why = service.send(first_request(shape)).unwrap()  # page 7's own first request, kept too
+    service.send(Request.of(backends.unmet, shape, None))  # every backend's check: page 7's table of what cannot run
+    p8 = p8_names([service.call(backends.unmet, v, P8_CANDIDATES) for v in kvcache.variants(shape)])  # page 8's, too
     info = service.workers()[0].device
-    asked = requests(shape, [n for n, w in why.items() if w is None], untuned_on_open(info.backend == "gpu"))
+    asked = requests(shape, [n for n, w in why.items() if w is None], untuned_on_open(info.backend == "gpu"), p8)
     for r in asked:
         service.send(r)
     return len(asked)
+
+
+def first_request(shape: AttentionShape) -> Request:
+    """Page 7's first request: can the three it times run here? Only those are traced (every backend's check, tokamax's
+    Pallas kernels and TransformerEngine's among them, took 2-2.8 s at a new shape on the H200, and page 7 waited for it
+    before its timing; it now asks for that ahead, and reads it for its table of what cannot run)."""
+    return Request.of(backends.unmet, shape, P7_TIMED)
+
+
+def warm_up(call=None, pause=activity.wait_for_quiet, log=print) -> float:
+    """The server's warm-up, in the order a class needs it, each part while no learner's page runs here: the codelab's
+    shapes compiled for every backend, what pages 6, 7 and 8 ask as they open there (`warm`), then the sidebar's model
+    presets. Its end is logged as `attnlab.studies.warm.DONE` (the class scripts and an instructor wait for it).
+    Seconds it took. (On the H200 a rehearsal's class once began while the presets compiled, before pages 6 and 7 had
+    been asked for: both were among the slowest first visits.)"""
+    call, t0 = call or service.call, time.perf_counter()
+    warm_mod.warm(call=call, pause=pause, shapes=warm_mod.plan(presets=False))
+    pause()
+    warm()
+    warm_mod.warm(call=call, pause=pause, shapes=warm_mod.plan(codelab=False))
+    seconds = time.perf_counter() - t0
+    log(f"{warm_mod.DONE} in {seconds:.0f} s")
+    return seconds

@@ -14,7 +14,9 @@ st.write("A timing is only as good as what it measures. The lab's one harness (`
 info = common.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
-names = common.runnable(shape)
+# every implementation's check (tracing each one: seconds at a new shape on a GPU machine), asked now and read below,
+# while the codelab's three are checked and timed (pages/opening.py: `first_request`)
+common.unmet(shape, ahead=True)
 here, how, sweeps, long_tab, vendor_tab = sections.tabs("p7_tab", ["At your shape", "How it is timed", "Sweeps",
                                                                     "Long context on an H200", "NVIDIA's H200 table"])
 
@@ -27,11 +29,11 @@ if here.open:
         st.header(f"Every implementation at {shape.describe()}")
         st.caption("**What to look at:** wall against throughput (how much is Python's dispatch), the spread (how far "
                    "to trust a difference), and TFLOP/s. The notes under the table say what each oddity means.")
-        codelab = list(opening.p7_timed(names))  # timed without asking
-        every = st.toggle(f"all {len(names)} implementations that run here", key="p7_every",
+        codelab = list(opening.p7_timed(common.runnable(shape, opening.P7_TIMED)))  # timed without asking
+        every = st.toggle("every implementation that runs here", key="p7_every",
                           help="The codelab's three are timed as soon as the page opens (small shapes); the others on the "
                                "button.")
-        timed = names if every else codelab
+        timed = common.runnable(shape) if every else codelab
         if sections.on_demand("p7_here", f"Time {len(timed)} implementations at this shape", (shape, tuple(timed)),
                               auto=sections.small(shape) and not every):
             with waiting.fresh():
@@ -125,7 +127,8 @@ if sweeps.open:
                    "grows as T²; a fused kernel's TFLOP/s climbs until the GPU is full. One colour per implementation; in "
                    "the live charts solid and dashed lines are the two dtypes, in the H200's (bfloat16 only) a dashed line "
                    "is one lying on another. Masks of padding are left out of the sweeps.")
-        preferred = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn", "te_dpa") if n in names]
+        runs_here = common.runnable(shape)
+        preferred = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn", "te_dpa") if n in runs_here]
         st.header("Sequence length")
         st.write("q_len = kv_len = T grows; the rest of the sidebar's shape stays. Values default to what a "
                  + ("GPU" if on_gpu else "CPU finishes in seconds") + ".")

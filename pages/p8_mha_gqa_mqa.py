@@ -6,9 +6,9 @@ import streamlit as st
 from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache
-from pages import charts, common, decode_ui, sections, waiting, yourturn_ui
+from pages import charts, common, decode_ui, opening, sections, waiting, yourturn_ui
 
-CANDIDATES = ("naive", "sdpa_xla", "sdpa_cudnn")  # fixed: the decode multiselect's options never change
+CANDIDATES = opening.P8_CANDIDATES  # fixed: the decode multiselect's options never change
 WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
 KV_LEN = 4096  # the decode step's cache length until the learner changes it
 GBS_HELP = "K and V bytes read over the device time on a GPU, else over the throughput time"
@@ -52,7 +52,7 @@ st.header("Same output, fewer KV heads")
 # the page's checks of its six shapes (three variants, their three decode steps) asked together, not one after another
 for v in variants + decode_shapes(variants):
     common.unmet(v, CANDIDATES, ahead=True)
-names = tuple(n for n in CANDIDATES if any(common.unmet(v, CANDIDATES)[n] is None for v in variants)) or ("naive",)
+names = opening.p8_names([common.unmet(v, CANDIDATES) for v in variants])
 answering = " and ".join(WORDS[n] for n in names)  # what runs here, not what a CPU usually runs
 st.write(f"Each variant through {', '.join(f'`{n}`' for n in names)}, compared with a float64 NumPy reference "
          "of the same attention. " + ("" if on_gpu else f"cuDNN needs an NVIDIA GPU, so on this CPU backend "

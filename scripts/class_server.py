@@ -178,6 +178,32 @@ class RayHead:
         subprocess.run([self.cmd[0], "stop", "--force"], env=self.env, capture_output=True, timeout=120)
 
 
+def warm_ups_ended(log: Path, offset: int) -> int:
+    """How many app warm-ups logged their end (attnlab.studies.warm.DONE or STOPPED) in `log` after byte `offset`."""
+    from attnlab.studies import warm
+
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return 0
+    return sum(warm.DONE in line or warm.STOPPED in line for line in text.splitlines())
+
+
+def wait_for_warm_ups(logs: list[tuple[Path, int, int]], deadline: float, clock=time.monotonic) -> bool:
+    """Until each (log, offset, count) has `count` warm-ups ended after its offset, or `clock()` passes `deadline`;
+    whether all had. A class arrives after its server has warmed (the runbook's step 1 is 30 minutes ahead): idle
+    processes alone do not say so, as the warm-up waits for quiet between its shapes (on the H200 a rehearsal's class
+    once began in such a pause, before pages 6 and 7 had been asked for)."""
+    while True:
+        if all(warm_ups_ended(log, offset) >= count for log, offset, count in logs):
+            return True
+        if clock() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 class Server:
     """K UI processes (`python serve.py`) and the device: the embedded child (K = 1) or W workers on Ray."""
 
@@ -249,8 +275,11 @@ class Server:
         return time.perf_counter() - start
 
     def warm(self, watch_roots: list[int], idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 120.0) -> float:
-        """Open the first page once on every UI process (the app then warms the device workers), wait until idle."""
+        """Open the first page once on every UI process (the app then warms the device workers), wait until every one
+        has logged the end of its warm-up, then until idle (`timeout` in all)."""
         start = time.perf_counter()
+        self._log.flush()
+        offset = Path(self._log.name).stat().st_size
 
         async def first_pages() -> None:
             tabs = [await Tab.open(url) for url in self.urls]
@@ -259,6 +288,7 @@ class Server:
                 await t.close()
 
         asyncio.run(first_pages())
+        self.warm_ups_ended = wait_for_warm_ups([(Path(self._log.name), offset, self.ui)], start + timeout, time.perf_counter)
         # idle: the UI processes and the device workers (Ray's own control plane keeps a little CPU busy forever)
         w = Watch(watch_roots, with_ray=False)
         quiet_since, last = None, w.cpu_s()
@@ -447,7 +477,7 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
                 "per_gpu_peak_bytes": watch.gpu_peak, "source": "nvidia-smi memory.used and utilization.gpu",
                 "mean_utilisation_pct": statistics.mean(busy) if busy else None, "per_gpu_utilisation_pct": busy},
         "workers": workers, "device_rule": device_rule, "fault": fault, "hostile": _hostile_figures(presses) if hostile_every_s else None,
-        "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "start_s": start_s,
+        "peak_rss_bytes": watch.rss_peak, "elapsed_s": elapsed, "warm_s": warm_s, "warm_ups_ended": server.warm_ups_ended, "start_s": start_s,
         "cpu_s": cpu, "errors": len(messages), "failures": sum(v["failure"] is not None for v in visits) + stuck,
         "exceptions": sum(len(v["exceptions"]) for v in visits), "error_boxes": sum(len(v["error_boxes"]) for v in visits),
         "error_messages": messages, "per_page": per_page, "shapes": shapes,

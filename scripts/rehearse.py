@@ -55,6 +55,7 @@ from attnlab.procs import Record, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import page_paths, percentile, session_shapes  # noqa: E402
+from class_server import wait_for_warm_ups  # noqa: E402
 from cluster_pods import ROOT, Cluster, Image  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
 from proxy import Proxy  # noqa: E402
@@ -176,8 +177,10 @@ class Rehearsal:
     def warm(self, idle_cores: float = 0.15, quiet_s: float = 3.0, timeout: float = 240.0) -> float:
         """Every replica opens its first page once (the app then warms the device workers), then wait until the UI
         pods and the device workers are idle, as class_server does: a class arrives after its server has warmed
-        (the runbook's step 1 is 30 minutes ahead), not into its warm-up's tuned compiles. Seconds it took."""
+        (the runbook's step 1 is 30 minutes ahead), not into its warm-up's tuned compiles: first until every UI pod
+        has logged its warm-up's end (class_server.wait_for_warm_ups), then until idle. Seconds it took."""
         t0 = time.monotonic()
+        logs = [(self.logs / f"{pod.name}.log", (self.logs / f"{pod.name}.log").stat().st_size, 1) for pod in self.cluster.ui]
 
         async def first() -> None:
             for pod in self.cluster.ui:
@@ -185,6 +188,7 @@ class Rehearsal:
                 await tab.visit("", "", 300)
                 await tab.close()
         asyncio.run(first())
+        self.warm_ups_ended = wait_for_warm_ups(logs, t0 + timeout)
         seen: dict[int, float] = {}
 
         def cpu_s() -> float:  # the UI containers' trees and the device workers (Ray's own daemons never idle)
@@ -244,6 +248,7 @@ class Rehearsal:
         report["ready_after_s"] = self.up()
         report["gpus"] = self.ray_gpus()
         report["warm_s"] = self.warm(timeout=self.args.warm_wait_s)
+        report["warm_ups_ended"] = self.warm_ups_ended
         rng = random.Random(a.seed)
         pages = list(page_paths().items())
         shapes = session_shapes(a.mode, a.learners, rng)
@@ -483,7 +488,7 @@ def summary(r: dict) -> str:
     c = r["class"]
     lines = [f"rehearsal: {r['ui_replicas']} UI replicas, {r['device_workers']} device workers"
              f"{' (fake GPUs)' if r['fake_gpus'] else ''}, {r['learners']} learners; every pod ready after "
-             f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'}); "
+             f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later{'' if r.get('warm_ups_ended', True) else ' (a warm-up had not ended)'}; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'}); "
              f"Ray counts {r.get('gpus', {}).get('counted_by_ray')} GPUs, the worker pods were given {r.get('gpus', {}).get('given_to_worker_pods')}",
              f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
              f"{c['errors']} errors, replicas {c['replicas']}"]

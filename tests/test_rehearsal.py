@@ -121,3 +121,24 @@ def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
         if f["fault"] == "ui":
             assert f["others_served_again_s"] is not None, f  # the other replica's learners went on
         assert f["sessions_lost_on_surviving_replicas"] == [], f
+
+
+def test_a_class_waits_for_every_warm_up_to_log_its_end_not_for_a_quiet_moment(tmp_path):
+    """class_server.wait_for_warm_ups, which rehearse.py and capacity.py --serve wait on: lines before the offset
+    (an earlier class's) do not count, a stopped warm-up counts as ended, and the deadline ends the wait."""
+    import time
+
+    import class_server
+
+    from attnlab.studies import warm
+
+    log = tmp_path / "ui-0.log"
+    log.write_text(f"{warm.DONE} in 40 s\n")
+    offset = log.stat().st_size
+    with log.open("a") as f:
+        f.write("attnlab: something else\n")
+    assert not class_server.wait_for_warm_ups([(log, offset, 1)], time.monotonic() + 0.6)
+    with log.open("a") as f:
+        f.write(f"{warm.STOPPED}: WorkerLost: ...\n{warm.DONE} in 61 s\n")
+    assert class_server.wait_for_warm_ups([(log, offset, 2)], time.monotonic())
+    assert not class_server.wait_for_warm_ups([(log, offset, 3)], time.monotonic())

@@ -56,9 +56,16 @@ def warm_shape(shape: AttentionShape, among: tuple[str, ...]) -> list[str]:
             for r in runs.run(shape, names, accuracy=True, program=True)]
 
 
-def plan() -> list[tuple[AttentionShape, tuple[str, ...]]]:
+# The line a server's warm-up writes to its log when it has finished (app.py): `kubectl logs` shows an instructor
+# that the server is warm, and the rehearsal and class scripts wait for it before their class arrives.
+DONE = "attnlab: warm-up done"
+STOPPED = "attnlab: warm-up stopped"  # an error ended it early: the pages compute what they need themselves
+
+
+def plan(codelab: bool = True, presets: bool = True) -> list[tuple[AttentionShape, tuple[str, ...]]]:
     """What a fresh worker compiles first: `SHAPES` for every backend, then the presets for the codelab's four."""
-    return [(s, tuple(REGISTRY)) for s in SHAPES] + [(s, CODELAB) for s in PRESET_SHAPES]
+    return ([(s, tuple(REGISTRY)) for s in SHAPES] if codelab else []) + \
+        ([(s, CODELAB) for s in PRESET_SHAPES] if presets else [])
 
 
 def warm(call=None, log=lambda s: None, pause=lambda: None, shapes=None) -> float:

@@ -4,6 +4,7 @@ import streamlit as st
 
 from attnlab import backends, device, service
 from attnlab.shapes import AttentionShape
+from attnlab.studies import kvcache
 from pages import common, opening
 from tests.apptest_util import open_page, record_runs
 
@@ -18,17 +19,32 @@ def sent_by(monkeypatch, *pages: str) -> set[tuple]:
 
 
 def test_the_requests_asked_ahead_are_the_ones_pages_6_and_7_send_as_they_open(monkeypatch):
-    sent = sent_by(monkeypatch, "pages/p6_causal.py", "pages/p7_benchmarks.py")
+    sent = sent_by(monkeypatch, "pages/p6_causal.py", "pages/p7_benchmarks.py", "pages/p8_mha_gqa_mqa.py")
     shape = AttentionShape()
     runnable = [n for n, why in backends.unmet(shape).items() if why is None]
-    asked = opening.requests(shape, runnable, quick=opening.untuned_on_open(device.info().backend == "gpu"))
-    assert len(asked) == 2 and {(r.fn, r.args, r.kwargs) for r in asked} <= sent, (asked, sent)
+    p8 = opening.p8_names([backends.unmet(v, opening.P8_CANDIDATES) for v in kvcache.variants(shape)])
+    asked = opening.requests(shape, runnable, quick=opening.untuned_on_open(device.info().backend == "gpu"), p8=p8)
+    asked.append(opening.first_request(shape))
+    assert len(asked) == 4 and {(r.fn, r.args, r.kwargs) for r in asked} <= sent, (asked, sent)
 
 
-def test_after_the_warm_up_page_7_opens_at_the_codelab_shape_without_timing_anything(monkeypatch):
+def test_the_warm_up_asks_the_codelab_shapes_then_what_pages_ask_there_then_the_presets_and_says_when_done(monkeypatch):
+    from attnlab.studies import warm
+
+    order, lines = [], []
+    monkeypatch.setattr(opening, "warm", lambda: order.append("opening") or 3)
+    opening.warm_up(call=lambda fn, shape, among: order.append(shape) or [], pause=lambda: None, log=lines.append)
+    codelab, presets = [s for s, _ in warm.plan(presets=False)], [s for s, _ in warm.plan(codelab=False)]
+    assert presets and order == codelab + ["opening"] + presets, order
+    assert len(lines) == 1 and lines[0].startswith(warm.DONE), lines
+
+
+def test_after_the_warm_up_pages_7_and_8_open_at_the_codelab_shape_without_timing_or_checking_anything(monkeypatch):
     st.cache_data.clear()
     service.client().forget()  # nothing kept from earlier tests: the warm-up's answers alone
-    assert opening.warm() == 2
+    assert opening.warm() == 3
     runs = record_runs(monkeypatch)
     open_page("pages/p7_benchmarks.py")
     assert not [kw for kw in runs if kw.get("timed")], runs  # answered from what the worker kept
+    open_page("pages/p8_mha_gqa_mqa.py")
+    assert not runs, runs  # its variants' checks too
