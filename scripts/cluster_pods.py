@@ -263,10 +263,12 @@ class Cluster:
     gate: tuple[str, list[str], dict[str, str]] | None  # a worker pod's GPU gate (its first init container)
 
     @classmethod
-    def from_manifests(cls, docs: list[dict], image: Image, *, ui: int, workers: int, root: Path, fake_gpus: bool,
+    def from_manifests(cls, docs: list[dict], image: Image, *, ui: int | None, workers: int, root: Path, fake_gpus: bool,
                        cookie_secret: str) -> Cluster:
+        """`ui`: UI replicas (None: the Deployment's `replicas`)."""
         by_kind = {d["kind"]: d for d in docs}
         rc, dep = by_kind["RayCluster"], by_kind["Deployment"]
+        ui = dep["spec"].get("replicas", 1) if ui is None else ui
         secrets = {"attnlab-cookie": {"cookieSecret": cookie_secret}}  # deploy/setup.sh makes it with openssl
         head_spec = rc["spec"]["headGroupSpec"]
         hc = head_spec["template"]["spec"]["containers"][0]

@@ -242,7 +242,7 @@ class Rehearsal:
 
     def run(self) -> dict:
         a = self.args
-        report: dict = {"ui_replicas": a.ui, "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners,
+        report: dict = {"ui_replicas": len(self.cluster.ui), "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners,
                         "mode": a.mode}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
@@ -443,7 +443,7 @@ def check(report: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ui", type=int, default=2, help="UI replicas (the Deployment's)")
+    ap.add_argument("--ui", type=int, help="UI replicas (default: the Deployment's `replicas`)")
     ap.add_argument("--workers", type=int, default=2, help="device workers (GPU pods; fake GPUs without one)")
     ap.add_argument("--learners", type=int, default=20)
     ap.add_argument("--mode", choices=["shared", "own"], default="shared")

@@ -341,7 +341,7 @@ def test_pods_fit_their_nodes():
                 return float(q[: -len(suffix)]) * factor
         return float(q) / 2**30
 
-    # a UI pod on e2-standard-8 (8 vCPU, 32 GB: about 7 vCPU / 27 GB allocatable, three replicas a node);
+    # a UI pod on e2-standard-8 (8 vCPU, 32 GB: about 7 vCPU / 27 GB allocatable, six replicas a node);
     # a device worker on g2-standard-8 (the same allocatable, one GPU)
     for container, cpus, mem in ((_container(), 2.5, 9), (_worker(), 6, 26)):
         r = container["resources"]
@@ -1500,9 +1500,9 @@ def test_the_ui_node_holds_the_replicas_the_guide_says():
     cron = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     job = float(cron["resources"]["requests"]["cpu"].rstrip("m")) / 1000
     fits = int((_e2_standard_8_allocatable_cpu() - head - job) // ui)
-    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
     text = _readme_section(5)
-    assert f"**{words[fits]}** UI replicas ({ui:g} CPUs each)" in text
+    assert f"**{words[fits]}** UI replicas ({ui:g} CPU{'s' * (ui != 1)} each)" in text
     assert f"--replicas={fits}`" in text
     assert _one("Deployment")["spec"]["replicas"] <= fits
     # the second node holds as many again: what the guide scales to after `ui_nodes = 2`

@@ -103,7 +103,7 @@ def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
         pytest.skip("HAProxy not installed (make browser installs it)")
     out = tmp_path / "rehearsal.json"
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--check", "--learners", str(LEARNERS), "--warm-wait-s", "0", "--settle-s", "30",
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--check", "--ui", "2", "--learners", str(LEARNERS), "--warm-wait-s", "0", "--settle-s", "30",
                            "--json", str(out), "--logs", str(tmp_path / "logs")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1500)
     print(proc.stdout[-4000:], proc.stderr[-4000:])
