@@ -213,10 +213,10 @@ def long_context() -> None:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
                     "(harness ÷ bare loop near 1 means the harness adds nothing of its own).")
         first = [c for c in FIDELITY if c in fid]
-        st.dataframe(fid[first[:5]], hide_index=True, width="stretch", column_config=FIDELITY)
+        st.dataframe(fid[first[:5]], hide_index=True, width="stretch", column_config=FIDELITY, placeholder=common.MISSING)
         with st.expander("Every column: wall, throughput and device times of both, and the kernels that ran"):
             st.dataframe(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
-                         column_config=FIDELITY)
+                         column_config=FIDELITY, placeholder=common.MISSING)
         common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")
     same = pd.DataFrame(clocks.one_kernel(h200, found))
     if not same.empty:

@@ -243,24 +243,26 @@ COLUMNS = {
     "custom_calls": _text("custom calls", width="medium"),
 }
 # text that explains an absence: an empty cell there reads better as a dash than as "None"
-_TEXT_NONE = "—"
+MISSING = "—"
 
 
 def table(data, *, column_config: dict | None = None, hide_index: bool = True, width="stretch",
           drop_empty: bool = True, **kwargs) -> None:
     """st.dataframe with the shared column labels; columns with no value in any row are left out
-    (e.g. device time on a CPU, which the page explains), and missing text reads '—'."""
+    (e.g. device time on a CPU, which the page explains), and a missing value, text or number, reads '—' (Streamlit
+    shows "None" for a missing number, which reads like a result)."""
     if isinstance(data, pd.DataFrame):
         df = data
         if drop_empty and len(df):
             df = df[[c for c in df.columns if not df[c].isna().all()]]
         text = [c for c in df.columns if pd.api.types.is_string_dtype(df[c]) and df[c].dropna().map(type).eq(str).all()]
         if text:
-            df = df.assign(**{c: df[c].where(df[c].notna(), _TEXT_NONE) for c in text})
+            df = df.assign(**{c: df[c].where(df[c].notna(), MISSING) for c in text})
         data = df
         config = {c: v for c, v in COLUMNS.items() if c in df.columns}
     else:
         config = {}
+    kwargs.setdefault("placeholder", MISSING)
     st.dataframe(data, hide_index=hide_index, width=width, column_config={**config, **(column_config or {})}, **kwargs)
 
 

@@ -118,7 +118,7 @@ def traffic_block(shape) -> None:
                                                block_q=min(bq_t, shape.q_len))}
     table = pd.DataFrame(at)
     st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
-                 width="stretch")
+                 width="stretch", placeholder=common.MISSING)
     st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
                "change nothing here (attnlab/studies/flash_traffic.py says what it assumes).")
 
@@ -208,7 +208,7 @@ def mask_sweep_block(found: LadderRun | None) -> None:
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         masks = [m for m, _ in ladder.masks(ladder.ANCHOR)]
         st.dataframe(pd.DataFrame({n: ms for n, ms in ladder.EXPECTED_MASKS_MS.items()}, index=masks),
-                     width="stretch")
+                     width="stretch", placeholder=common.MISSING)
         st.caption("Kernel time in ms at B4 T8192 N16 H128 bf16, as the lab's authors measured it.")
 
 
@@ -245,7 +245,7 @@ def ladder_block(found: LadderRun | None) -> None:
         roofline_ui.block(found)
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
-                                   for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True)
+                                   for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True, placeholder=common.MISSING)
         st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "
                    "B4 T4096, compiled scratch 1,356 MiB against XLA's 6,144 MiB.")
 

@@ -89,7 +89,7 @@ if tabs[2].open:
         st.info("**What to look at:** the backward pass needs the softmax weights P. Flash keeps only O and one "
                 "log-sum-exp per row, and rebuilds S and P tile by tile: compiled memory stays O(T) in training too.")
         st.dataframe(pd.DataFrame(flash.BACKWARD_PLAN, columns=["what", "shape", "kept or recomputed"]),
-                     hide_index=True, width="stretch")
+                     hide_index=True, width="stretch", placeholder=common.MISSING)
         st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
         if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
             with waiting.fresh():

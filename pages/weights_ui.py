@@ -27,7 +27,7 @@ def matrix_table(a: np.ndarray, row: str, col: str) -> None:
     """`matrix` shown with two decimals, by st.dataframe's own number format (a pandas Styler did
     the same at several times the cost of marshalling, for each of page 1's six tables)."""
     df = matrix(a, row, col)
-    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns})
+    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns}, placeholder=common.MISSING)
 
 
 def scale_chart(effect: pd.DataFrame, y: str, seq_len: int) -> alt.Chart:
