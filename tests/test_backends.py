@@ -88,7 +88,7 @@ def test_cudnn_requirements_by_capability_dtype_and_head_dim():
     assert _first_unmet("sdpa_cudnn", ok, _gpu(cudnn_version=None)).what == "cuDNN loaded by JAX"
     assert _first_unmet("cudnn_fp8", ok, _gpu(compute_capability=(8, 9))).what == "compute capability"
     assert _first_unmet("cudnn_fp8", ok.replace(kv_heads=2), _gpu()).what == "head layout"
-    assert _first_unmet("te_dpa", ok.replace(window=(4, 0)), _gpu()).what in ("TransformerEngine", "masks")
+    assert _first_unmet("te_dpa", ok.replace(window=(4, 0)), _gpu()).what in ("TransformerEngine", "masks within")
 
 
 def test_unknown_backend_name_is_a_clear_error():

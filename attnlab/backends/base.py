@@ -128,9 +128,10 @@ def head_dim_rule(shape: AttentionShape, max_h: int, multiple: int) -> Requireme
 
 
 def masks_taken(shape: AttentionShape, taken: tuple[type[MaskType], ...]) -> Requirement:
-    """Which mask types a backend takes, against those the shape's mask asks for."""
+    """Which mask types a backend takes, against those the shape's mask asks for: "needs masks within: causal,
+    padding (here: causal, sliding window)" (the row lists what it takes as needed, what the shape asks as here)."""
     asked = shape.mask.features
-    return Requirement("masks", ", ".join(t.feature for t in taken) or "none", ", ".join(asked) or "no mask",
+    return Requirement("masks within", ", ".join(t.feature for t in taken) or "none", ", ".join(asked) or "no mask",
                        all(f in {t.feature for t in taken} for f in asked))
 
 
