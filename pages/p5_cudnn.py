@@ -85,7 +85,9 @@ st.subheader("The code you would write")
 codeblock.code(snippet(bf), wrap=True)
 if why_not:  # what the except branch prints here: the error the device worker got tracing the call
     error = common.on_device(backends.refusal, "sdpa_cudnn", bf) or why_not
-    st.markdown("On this machine `HAS_CUDNN_SDPA` stays `False`, and the `except` branch prints:")
+    st.markdown("On this machine `HAS_CUDNN_SDPA` stays `False`, and the `except` branch prints"
+                + (":" if info.backend == "gpu" else " the codelab's words, though JAX runs on the CPU here and there is "
+                   "no GPU (nor cuDNN) to fall back from:"))
     codeblock.code(f"cuDNN SDPA not available on this GPU: {error}\nContinuing with XLA backend only.", "text", wrap=True)
 else:
     st.caption("On this machine the `try` succeeds: `HAS_CUDNN_SDPA` is `True`.")

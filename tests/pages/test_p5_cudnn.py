@@ -33,6 +33,7 @@ def test_requirements_checklist_from_the_backend_and_the_real_error_on_cpu(param
     assert "HAS_CUDNN_SDPA = True" in snippet and "except Exception as e:" in snippet  # the codelab's form
     printed = next(c for c in codes(at) if c.startswith("cuDNN SDPA not available on this GPU:"))
     assert "Continuing with XLA backend only." in printed and len(printed.splitlines()[0]) > 40  # the reason, not a stub
+    assert "there is no GPU" in texts(at)  # the codelab's "on this GPU", printed on a CPU, is said to be its words
     xla = frame_with(at, "allclose").set_index("implementation")
     assert xla.loc["sdpa_xla", "allclose"]
 
