@@ -5,7 +5,7 @@ import streamlit as st
 
 from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
-from attnlab.studies import kvcache
+from attnlab.studies import kvcache, timing_demo
 from pages import charts, common, decode_ui, opening, sections, waiting, yourturn_ui
 
 CANDIDATES = opening.P8_CANDIDATES  # fixed: the decode multiselect's options never change
@@ -130,6 +130,8 @@ elif chosen and sections.on_demand("p8_decode", f"Time a decode step for each va
                     ["variant", "kv_heads", "implementation", "wall_ms", "throughput_ms", "device_ms",
                      "K and V bytes read", "kv_read_gb_per_s"]], column_config={"kv_read_gb_per_s": st.column_config.
                              NumberColumn("GB/s of K and V", format="%.1f", help=GBS_HELP)})
+                if note := timing_demo.spread_note(good, on_gpu):  # how far to trust a difference between variants
+                    st.caption(note)
             sections.not_run(df, keys=("variant", "implementation"))
             common.download(df, "decode_step", "Download the decode timings (CSV)")
 

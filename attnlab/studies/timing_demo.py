@@ -136,17 +136,25 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
                      wall_spread_pct=100 * df["wall_ms_iqr"] / df["wall_ms"])
 
 
+def spread_note(df: pd.DataFrame, on_gpu: bool) -> str | None:
+    """How far the wall times in `df` (timed rows that ran) spread, as a share of their medians, in a sentence: how
+    far to trust a difference between them. None without a timing."""
+    ok = df[df["status"] == runs.OK].dropna(subset=["wall_ms", "wall_ms_iqr"]) if "wall_ms_iqr" in df else df.iloc[:0]
+    if ok.empty:
+        return None
+    spread = ok["wall_ms_iqr"] / ok["wall_ms"] * 100
+    low, high = round(spread.min()), round(spread.max())
+    return (f"Wall spread (the middle half of the samples, IQR) is {low}{f'–{high}' if high != low else ''} % of the "
+            "median here." + ("" if on_gpu else " CPU timings are noisy: the cores are shared with the operating "
+                              "system, the server and other learners; a difference smaller than the spread is noise."))
+
+
 def notes(df: pd.DataFrame, on_gpu: bool) -> list[str]:
     """Sentences a learner needs to read the timings in `df` (rows that ran, with `annotate`'s columns)."""
     ok = df[df["status"] == runs.OK].dropna(subset=["wall_ms"])
     if ok.empty:
         return []
-    out = []
-    spread = ok["wall_ms_iqr"] / ok["wall_ms"] * 100
-    low, high = round(spread.min()), round(spread.max())
-    out.append(f"Wall spread (the middle half of the samples, IQR) is {low}{f'–{high}' if high != low else ''} % of the "
-               "median here." + ("" if on_gpu else " CPU timings are noisy: the cores are shared with the operating "
-                                 "system, the server and other learners; a difference smaller than the spread is noise."))
+    out = [note] if (note := spread_note(df, on_gpu)) else []
     rows = ok.set_index("implementation")
     for name, before in ok.set_index("implementation")["compiled_before"].dropna().items():
         first = str(before).split(" at ")[0].removesuffix(" backward")

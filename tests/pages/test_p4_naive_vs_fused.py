@@ -80,6 +80,7 @@ def test_timing_button_reports_wall_time_and_offers_only_what_runs():
     assert not at.exception
     timed = frame_with(at, "wall_ms")
     assert (timed["wall_ms"] > 0).all()
+    assert "Wall spread (the middle half of the samples, IQR) is" in texts(at, "caption")  # how far to trust a difference
     if not on_gpu:
         assert "sdpa_cudnn" not in set(timed["implementation"])
         assert "need an NVIDIA GPU" in texts(at)

@@ -65,6 +65,7 @@ def test_variants_page_at_a_custom_shape_follows_the_widgets_and_times_a_decode_
     decode = frame_with(at, "K and V bytes read")
     assert len(decode) == 6 and list(decode["implementation"].unique()) == ["naive", "sdpa_xla"]
     assert list(decode.drop_duplicates("variant")["K and V bytes read"]) == ["16.00 KiB", "8.00 KiB", "4.00 KiB"]  # 2·B·S·K·H·2 bytes
+    assert "Wall spread (the middle half of the samples, IQR) is" in texts(at, "caption")
     assert any('"variant"' in spec and "One decode step" in spec for spec in charts(at))
 
 
