@@ -139,15 +139,20 @@ def test_fake_ladder_chart_table_and_roofline(with_ladder):
     assert any("3.1" in str(d["ms"].tolist()) for d in chart_data(at) if "mask" in d.columns)
 
 
-def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder):
+def test_compiled_memory_and_backward_buttons_draw_bytes_against_t(no_ladder, monkeypatch):
     small = {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "2", "kv_heads": "2", "head_dim": "16"}
     at = open_page(PAGE, small, tab=TRAFFIC)
     button(at, "btn_p10_compiled").click().run()
     temp = [d for d in chart_data(at) if "temp_bytes" in d.columns]
     spec = "".join(charts(at))
     at.session_state["p10_tab"] = "The backward pass"
+    from pages import common
+
+    asked, real = [], common.ask_ahead
+    monkeypatch.setattr(common, "ask_ahead", lambda fn, *args, **kw: asked.append(args[0].q_len) or real(fn, *args, **kw))
     button(at.run(), "btn_p10_backward").click().run()
     assert not at.exception
+    assert len(asked) >= 3 and len(set(asked)) == len(asked), asked  # every length asked at once, before the first wait
     spec += "".join(charts(at))
     assert "compiled scratch (temp) bytes" in spec and "forward+backward scratch (temp) bytes" in spec
     # where and at what shape the backward bytes were compiled: here, at the sidebar's shape (not the H200's)
