@@ -157,6 +157,14 @@ def frame(shape: AttentionShape, names, **parts) -> pd.DataFrame:
     return runs.to_frame(run(shape, tuple(names), **parts))
 
 
+def frames(shapes: list[AttentionShape], names, **parts) -> pd.DataFrame:
+    """`frame` at each shape, every one asked at once (`ask_ahead`) before the first is waited for: compiled side by
+    side on the device worker, not one wait (and one spinner's count of seconds) after another."""
+    for s in shapes:
+        run(s, tuple(names), **parts, ahead=True)
+    return pd.concat([frame(s, names, **parts) for s in shapes])
+
+
 def unmet(shape: AttentionShape, names: tuple[str, ...] | None = None, ahead: bool = False) -> dict[str, str | None]:
     """For each backend of `names` (default: every one), None when it can run `shape` on the device worker,
     else why not (only the backends asked about are traced there). `ahead`: only ask now (`ask_ahead`)."""

@@ -93,11 +93,8 @@ if tabs[2].open:
         st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
         if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
             with waiting.fresh():
-                names, at_t = ("naive", "flash_jax", "sdpa_cudnn"), [shape.replace(q_len=t, kv_len=t) for t in lengths]
-                parts = {"accuracy": False, "program": True, "backward": True, "tuned": True}
-                for s in at_t:  # every length asked at once: compiled side by side, not one wait after another
-                    common.run(s, names, **parts, ahead=True)
-                df = pd.concat([common.frame(s, names, **parts) for s in at_t])
+                df = common.frames([shape.replace(q_len=t, kv_len=t) for t in lengths], ("naive", "flash_jax", "sdpa_cudnn"),
+                                   accuracy=False, program=True, backward=True, tuned=True)
                 ok = df[df["status"] == "ok"]
                 if not ok.empty:
                     charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",

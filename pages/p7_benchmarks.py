@@ -14,9 +14,7 @@ st.write("A timing is only as good as what it measures. The lab's one harness (`
 info = common.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
-# every implementation's check (tracing each one: seconds at a new shape on a GPU machine), asked now and read below,
-# while the codelab's three are checked and timed (pages/opening.py: `first_request`)
-common.unmet(shape, ahead=True)
+common.unmet(shape, ahead=True)  # every implementation's check (seconds at a new shape), read below: opening.first_request
 here, how, sweeps, long_tab, vendor_tab = sections.tabs("p7_tab", ["At your shape", "How it is timed", "Sweeps",
                                                                     "Long context on an H200", "NVIDIA's H200 table"])
 
@@ -127,8 +125,7 @@ if sweeps.open:
                    "grows as T²; a fused kernel's TFLOP/s climbs until the GPU is full. One colour per implementation; in "
                    "the live charts solid and dashed lines are the two dtypes, in the H200's (bfloat16 only) a dashed line "
                    "is one lying on another. Masks of padding are left out of the sweeps.")
-        runs_here = common.runnable(shape)
-        preferred = [n for n in ("naive", "sdpa_xla", "sdpa_cudnn", "te_dpa") if n in runs_here]
+        preferred = [n for n in common.runnable(shape) if n in ("naive", "sdpa_xla", "sdpa_cudnn", "te_dpa")]
         st.header("Sequence length")
         st.write("q_len = kv_len = T grows; the rest of the sidebar's shape stays. Values default to what a "
                  + ("GPU" if on_gpu else "CPU finishes in seconds") + ".")
