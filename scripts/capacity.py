@@ -49,7 +49,8 @@ Longest wait for the device and the peak bytes of one run: the device's own stat
 the embedded child (`--device child`, K = 1) or in W device workers on a Ray head started here (`--device ray
 --device-workers W ...`, one per GPU; on a machine without GPUs, fake GPUs: each worker on the CPU);
 `--kill-after S` kills one device worker S seconds into each class (the fault test); `--hostile-every S` adds
-a learner pressing Check on issue 44's hostile corpus every S seconds (scripts/hostile_learner.py).
+a learner pressing Check on issue 44's hostile corpus every S seconds (scripts/hostile_learner.py); `--think S`
+makes each learner read each page about S seconds before the next (a class of minutes, as a real one).
 
 Exit status: 0 when every planned page was served with no errors, 1 otherwise.
 """
@@ -630,7 +631,7 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                     r = class_server.run_served(n, mode, k, args.timeout, args.seed, deadline, variant, cache,
                                                 args.server_log.resolve(), session_shapes, page_paths, percentile,
                                                 device=args.device, device_workers=w, kill_after_s=args.kill_after,
-                                                hostile_every_s=args.hostile_every)
+                                                hostile_every_s=args.hostile_every, think_s=args.think)
                     variant += mode == "own"
                     results.append(r)
                     if args.json:  # after every class: a run stopped by its time limit keeps what it measured
@@ -705,6 +706,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hostile-every", type=float, default=0.0, metavar="S",
                     help="with --serve: one more learner pressing Check on the hostile corpus every S seconds "
                          "(scripts/hostile_learner.py); the others' figures are the class's")
+    ap.add_argument("--think", type=float, default=0.0, metavar="S",
+                    help="with --serve: each learner reads each page about S seconds (0.5-1.5 S, drawn per learner) "
+                         "before the next, so a class lasts minutes as a real one does (default 0: no pause)")
     ap.add_argument("--compile-cache", type=Path, default=None,
                     help="with --serve: JAX's persistent compilation cache, kept across the classes "
                          "(default: a temporary directory for this benchmark)")

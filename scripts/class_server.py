@@ -351,7 +351,10 @@ class Server:
 
 
 async def _learner(i: int, url: str, query: str, pages: list[tuple[str, str]], first: int, timeout: float,
-                   visits: list[dict[str, Any]], lost: list[int]) -> None:
+                   visits: list[dict[str, Any]], lost: list[int], think_s: float = 0.0) -> None:
+    """One learner: the entry page, then every page from `first` on; after each, `think_s` on average (0.5-1.5x,
+    the learner's own random draws) reading it, as a class does (0: the next page at once, the heaviest class)."""
+    reading = random.Random(i)
     try:
         tab = await Tab.open(url)
     except Exception as e:
@@ -370,6 +373,8 @@ async def _learner(i: int, url: str, query: str, pages: list[tuple[str, str]], f
             if seen.failure and "connection closed" in seen.failure:
                 lost.append(i)
                 return
+            if think_s:
+                await asyncio.sleep(reading.uniform(0.5, 1.5) * think_s)
     finally:
         await tab.close()
 
@@ -385,7 +390,7 @@ def _kill_one_worker(after_s: float, start: float, killed: list) -> None:
 
 async def _class(urls: list[str], shapes, pages, firsts, timeout: float, deadline_s: float, visits, lost,
                  kill_after_s: float, killed: list, hostile_every_s: float = 0.0,
-                 presses: list | None = None) -> tuple[float, int, float]:
+                 presses: list | None = None, think_s: float = 0.0) -> tuple[float, int, float]:
     start = time.monotonic()
     if kill_after_s:
         threading.Thread(target=_kill_one_worker, args=(kill_after_s, start, killed), daemon=True).start()
@@ -395,8 +400,8 @@ async def _class(urls: list[str], shapes, pages, firsts, timeout: float, deadlin
 
         bad = asyncio.create_task(hostile(urls[-1], urlencode(shapes[0]), hostile_every_s, stop, timeout))
     tasks = [asyncio.create_task(_learner(i, urls[i % len(urls)], urlencode(shape), pages, firsts[i], timeout, visits,
-                                          lost)) for i, shape in enumerate(shapes)]
-    limit = deadline_s or (len(pages) + 1) * timeout + 60
+                                          lost, think_s)) for i, shape in enumerate(shapes)]
+    limit = deadline_s or (len(pages) + 1) * (timeout + 1.5 * think_s) + 60
     done, pending = await asyncio.wait(tasks, timeout=limit)
     for t in pending:
         t.cancel()
@@ -408,7 +413,8 @@ async def _class(urls: list[str], shapes, pages, firsts, timeout: float, deadlin
 
 def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s: float, variant: int,
                compile_cache: Path, log: Path, session_shapes, page_paths, percentile, *, device: str = "child",
-               device_workers: int = 1, kill_after_s: float = 0.0, hostile_every_s: float = 0.0) -> dict[str, Any]:
+               device_workers: int = 1, kill_after_s: float = 0.0, hostile_every_s: float = 0.0,
+               think_s: float = 0.0) -> dict[str, Any]:
     """One class of `n` learners on a fresh server of `ui` UI processes; figures as capacity.run_one's."""
     rng = random.Random(seed + n)
     pages = list(page_paths().items())
@@ -426,7 +432,7 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
             cpu0 = watch.cpu_s()
             elapsed, stuck, class_start = asyncio.run(_class(server.urls, shapes, pages, firsts, timeout, deadline_s,
                                                              visits, lost, kill_after_s, killed,
-                                                             hostile_every_s, presses))
+                                                             hostile_every_s, presses, think_s))
             cpu = watch.cpu_s() - cpu0
         if getattr(sampled, "error", None):
             print(f"ATTNLAB_SAMPLE_TO: no samples ({sampled.error})", file=sys.stderr, flush=True)
@@ -467,6 +473,7 @@ def run_served(n: int, mode: str, ui: int, timeout: float, seed: int, deadline_s
     return {
         "sessions": n, "mode": mode, "ui_processes": ui, "device": device, "device_workers": device_workers,
         "fake_gpus": server.fake and device == "ray", "seed": seed, "timeout_s": timeout, "press_buttons": False,
+        "think_s": think_s,
         "pages": [f for f, _ in pages], "pages_planned": n * len(pages), "pages_served": sum(v["ok"] for v in page_visits),
         "entry_runs_ok": len(entry), "entry_median_s": statistics.median(entry) if entry else None,
         "median_page_s": statistics.median(times) if times else None,

@@ -357,7 +357,7 @@ class Rehearsal:
         n = self.args.learners
         ui_pod = self.cluster.ui[0].name
         on_ui = {v.session for v in visits if v.replica == ui_pod}
-        t = time.monotonic()
+        t, wall = time.monotonic(), time.time()
         self.epoch[0] += kind != "ui"  # a lost device: new shapes, so that a page served again used the device
         if kind == "worker":
             victim = self.device_worker()
@@ -398,7 +398,10 @@ class Rehearsal:
                 "sessions_lost_on_surviving_replicas": survivors_lost,
                 "readiness_failures_after": {k: v for k, v in ready_fail.items() if v},
                 "pages_that_said_lost": sum(v.lost for v in after if v.start >= t),
-                "pods_ready_again_s": {nm: k.time_to_ready(t) for nm, k in self.kubelets.items() if k.time_to_ready(t)}}
+                "pods_ready_again_s": {nm: k.time_to_ready(t) for nm, k in self.kubelets.items() if k.time_to_ready(t)},
+                "timeline": timeline({nm: list(k.events) for nm, k in self.kubelets.items()},
+                                     {p.name: (self.logs / f"{p.name}.log").read_text(errors="replace")
+                                      for p in self.cluster.ui}, t, wall, max(again.values(), default=limit))}
 
     @staticmethod
     def _pod(k: Kubelet) -> dict:
@@ -480,6 +483,35 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if args.check and report["missed"] else 0
 
 
+RAY_LINE = re.compile(r"^attnlab (\d\d):(\d\d):(\d\d): (.*)$")  # a UI's Ray client (attnlab/service/ray_workers.py)
+
+
+def _short(text: str) -> str:
+    """A kubelet event or a UI's Ray line, in a few words (a timeline's entry)."""
+    text = re.sub(r" \(pid \d+\): .*", "", text)
+    return re.sub(r" \(.*", "", text).removesuffix(";")[:60]
+
+
+def timeline(events: dict[str, list[tuple[float, str]]], logs: dict[str, str], t: float, wall: float,
+             until_s: float) -> list[tuple[float, str, str]]:
+    """What each pod did after a fault at `t` (time.monotonic) = `wall` (time.time), in order: its kubelet's events
+    (exited, started, ready, not ready) and, from a UI's log, its Ray client's lines (connection failed,
+    reconnected), each as (seconds after the fault, pod, a few words), up to `until_s`. Where a head fault's minute
+    goes: the head's restart, each raylet's exit, each UI's reconnect."""
+    out = [(round(tt - t, 1), pod, _short(text)) for pod, evs in events.items() for tt, text in evs
+           if 0 <= tt - t <= until_s and not text.startswith("init container")]
+    day = time.localtime(wall)
+    start = day.tm_hour * 3600 + day.tm_min * 60 + day.tm_sec + (wall % 1)
+    for pod, text in logs.items():
+        for line in text.splitlines():
+            m = RAY_LINE.match(line)
+            if m:
+                at = (int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3]) - start + 1) % 86400 - 1  # (across midnight)
+                if -1 < at <= until_s:  # the line's clock has whole seconds: one in the fault's own second counts
+                    out.append((round(max(at, 0.0), 1), pod, _short(m[4])))
+    return sorted(out)
+
+
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -500,6 +532,8 @@ def summary(r: dict) -> str:
                      f"it was started again (target {f['target_s']} s), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
+        if f["fault"] == "head" and f.get("timeline"):
+            lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))
     for name, p in r["pods"].items():
         first = p.get("ready_after_s")
         lines.append(f"pod {name}: ready after {'never' if first is None else f'{first:.1f} s'}, restarts {p['restarts']}, "

@@ -142,3 +142,26 @@ def test_a_class_waits_for_every_warm_up_to_log_its_end_not_for_a_quiet_moment(t
         f.write(f"{warm.STOPPED}: WorkerLost: ...\n{warm.DONE} in 61 s\n")
     assert class_server.wait_for_warm_ups([(log, offset, 2)], time.monotonic())
     assert not class_server.wait_for_warm_ups([(log, offset, 3)], time.monotonic())
+
+
+def test_a_head_faults_timeline_reads_the_kubelets_events_and_each_uis_ray_client_lines(capsys):
+    """rehearse.timeline: what each pod did after a fault, in order, from the kubelets' events and the lines a UI's
+    Ray client writes (here the real one, failing to reach a head that is not there); earlier lines are not this
+    fault's."""
+    import time
+
+    import rehearse
+
+    from attnlab.service.ray_workers import RayWorkers
+
+    wall, t = time.time(), time.monotonic()
+    RayWorkers("ray://127.0.0.1:1")  # nothing answers: it says so, and retries on the next request
+    an_hour_ago = time.strftime("%H:%M:%S", time.localtime(wall - 3600))
+    ui_log = f"attnlab {an_hour_ago}: reconnected to Ray at ray://old in 1.0 s\n" + capsys.readouterr().err
+    events = {"ray-head": [(t - 5, "ready"), (t + 15, "container started (pid 7): ray start --head"), (t + 30, "ready")],
+              "gpu-worker-0": [(t + 33, "container exited 1 after 141.0 s; restart 1 in 0 s")]}
+    got = rehearse.timeline(events, {"ui-0": ui_log}, t, wall, until_s=60)
+    assert [(pod, what) for _, pod, what in got] == [
+        ("ui-0", "Ray at ray://127.0.0.1:1 cannot be reached"), ("ray-head", "container started"),
+        ("ray-head", "ready"), ("gpu-worker-0", "container exited 1 after 141.0 s; restart 1 in 0 s")]
+    assert got[0][0] <= 5 and [at for at, *_ in got[1:]] == [15, 30, 33]

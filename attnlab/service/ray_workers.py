@@ -33,6 +33,11 @@ RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
 
 
+def _now() -> str:
+    """The wall clock in the log's lines (a head fault's timeline is read against the pods' own logs)."""
+    return time.strftime("%H:%M:%S")
+
+
 def owner(route: str, names: list[str]) -> str:
     """The worker that owns `route`: the highest hash of (route, name) (rendezvous hashing)."""
     return max(names, key=lambda n: hashlib.sha256(f"{route}|{n}".encode()).digest())
@@ -62,7 +67,7 @@ class RayWorkers:
             if address == "local" or not connection_failure(e):
                 raise
             self.broken = f"{type(e).__name__}: {e}"  # a hosted UI starts while its head is away: the next call retries
-            print(f"attnlab: Ray at {address} cannot be reached ({self.broken}); retrying on the next request",
+            print(f"attnlab {_now()}: Ray at {address} cannot be reached ({self.broken}); retrying on the next request",
                   file=sys.stderr, flush=True)
 
     def _connect(self) -> None:
@@ -113,7 +118,7 @@ class RayWorkers:
                 raise WorkerLost(LOST) from None
             self.reconnects += 1
             again = "reconnected" if self.generation > 1 else "connected"  # the first connection may be a retry too
-            print(f"attnlab: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+            print(f"attnlab {_now()}: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
         finally:
             self._reconnecting.release()
 
@@ -133,7 +138,7 @@ class RayWorkers:
                 raise
             if self.generation == generation and not self.broken:
                 self.broken = f"{type(e).__name__}: {e}"
-                print(f"attnlab: the connection to Ray at {self.address} failed ({self.broken[:300]}); reconnecting "
+                print(f"attnlab {_now()}: the connection to Ray at {self.address} failed ({self.broken[:300]}); reconnecting "
                       "on the next request", file=sys.stderr, flush=True)
             raise WorkerLost(LOST) from None
 
