@@ -165,3 +165,17 @@ def test_a_head_faults_timeline_reads_the_kubelets_events_and_each_uis_ray_clien
         ("ui-0", "Ray at ray://127.0.0.1:1 cannot be reached"), ("ray-head", "container started"),
         ("ray-head", "ready"), ("gpu-worker-0", "container exited 1 after 141.0 s; restart 1 in 0 s")]
     assert got[0][0] <= 5 and [at for at, *_ in got[1:]] == [15, 30, 33]
+
+
+def test_every_class_of_a_rehearsal_is_held_to_the_target_not_only_the_first():
+    """rehearse.check with --classes 3 on a GPU: the second class's p95 over 3 s is missed, named as that class."""
+    import rehearse
+
+    def a_class(p95: float) -> dict:
+        return {"errors": 0, "pages_served": 220, "pages_planned": 220, "p95_page_s": p95, "error_messages": []}
+
+    classes = [a_class(2.5), a_class(3.4), a_class(2.9)]
+    report = {"gate": {"as_it_should": True}, "gpus": {}, "fake_gpus": False, "mode": "shared", "faults": [],
+              "pods": {}, "class": classes[0], "classes": classes}
+    assert rehearse.check(report) == ["class 2: a page's p95 3.4 s on the GPU, shared shapes (target 3.0 s)"]
+    assert rehearse.check({**report, "classes": classes[:1]}) == []
