@@ -10,6 +10,13 @@ good; a call while the client was trying its reconnect raised grpc's ValueError 
 channel!"). So: a connection failure is ConnectionError, grpc's RpcError or its closed-channel ValueError, Ray's
 RaySystemError or RpcError, or any exception while Ray says it is not connected; an actor's death
 (RayActorError) is not one.
+
+A connection can also take about 41 s to fail: the head's Ray client server starts a session process for each
+client, and that process dies at birth now and then (a gRPC fork race in Ray's proxier: ray-project/ray#63202,
+open); ray.init then waits for "Initialization failure from server", and nothing on the client's side ends the wait
+sooner (ray.shutdown from another thread does not). In CPU tests of a head restarted under a UI (tests/test_service.py)
+it happened to about one connection in three, a first one or a reconnect; the next attempt connected in 2-4 s.
+Waiting for the head's `ray health-check --component ray_client_server` first did not avoid it.
 """
 
 from __future__ import annotations

@@ -114,7 +114,11 @@ class RayWorkers:
             try:
                 self._connect()
             except Exception as e:
-                self.broken = f"{type(e).__name__}: {e}"
+                why = f"{type(e).__name__}: {e}"
+                if why.split(" (")[0] != self.broken.split(" (")[0]:  # each new reason once (a head fault's timeline)
+                    print(f"attnlab {_now()}: not yet connected to Ray at {self.address} after {time.monotonic() - t0:.1f} s: "
+                          f"{why[:300]}", file=sys.stderr, flush=True)
+                self.broken = why
                 raise WorkerLost(LOST) from None
             self.reconnects += 1
             again = "reconnected" if self.generation > 1 else "connected"  # the first connection may be a retry too
