@@ -95,9 +95,9 @@ def line_chart(ok: pd.DataFrame, x: str, y: str, title: str, dash: str) -> alt.C
     styles = sorted(ok[dash].unique(), key=lambda v: v not in ("solid", "float32"))  # solid first
     xs = sorted(ok[x].unique().tolist())
     return alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
-        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]) if len(xs) > 1
+        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=encodings.log2_room(xs)) if len(xs) > 1
                 else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=common.label(y)),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", padding=encodings.EDGE_PX), title=common.label(y)),
         color=encodings.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
         strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
                                   legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),

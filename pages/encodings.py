@@ -39,18 +39,28 @@ def tips(*fields) -> list[alt.Tooltip]:
     return [f if isinstance(f, alt.Tooltip) else alt.Tooltip(f) for f in fields]
 
 
+EDGE_PX = 10  # room between the frame and the outermost point of a line chart (a zoomable chart clips at its frame)
+
+
+def log2_room(xs: list) -> list[float]:
+    """A base-2 log axis from a quarter step below the first value measured to a quarter step above the last: its
+    end points drawn whole inside the frame, not halved by it (zoomable charts clip their marks at the frame)."""
+    return [xs[0] / 2 ** 0.25, xs[-1] * 2 ** 0.25]
+
+
 def line_chart(df: pd.DataFrame, x: str, y: str, color: str = "implementation", log: bool = True,
                title: str | None = None, y_title: str | None = None) -> alt.Chart:
     """One line per implementation; on log axes the x ticks sit on the values measured, base 2."""
     xs = sorted(pd.to_numeric(df[x], errors="coerce").dropna().unique().tolist()) if x in df else []
     if log and len(xs) > 1:
-        x_enc = alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[xs[0], xs[-1]]),
+        x_enc = alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=log2_room(xs)),
                       axis=alt.Axis(values=xs, format=",~g"), title=label(x))
     else:
         x_enc = alt.X(f"{x}:Q", title=label(x))
     tooltip = [c for c in (x, color, y, "wall_ms", "device_ms", "tflops", "status") if c in df.columns]
     return (alt.Chart(df, title=title).mark_line(point=True)
-            .encode(x=x_enc, y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", nice=False) if log else alt.Scale(),
+            .encode(x=x_enc, y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", nice=False, padding=EDGE_PX) if log
+                                     else alt.Scale(),
                                      title=y_title or label(y)),
                     color=impl_color(df) if color == "implementation" else f"{color}:N",
                     tooltip=tips(*dict.fromkeys(tooltip)))

@@ -20,7 +20,7 @@ def roofline_chart(points: pd.DataFrame, roofs: pd.DataFrame) -> alt.Chart:
               title="arithmetic intensity (FLOPs per byte moved to or from GPU memory)")
     y = alt.Y("tflops:Q", scale=alt.Scale(type="log", domain=[10, 3000]), title="TFLOP/s",
               axis=alt.Axis(values=[10, 30, 100, 300, 1000, 3000], format=",~g"))
-    lines = alt.Chart(roofs).mark_line(color="#333").encode(
+    lines = alt.Chart(roofs).mark_line(color="#333", clip=True).encode(  # the roofs start below the y axis's 10
         x=x, y=y, detail="roof:N", strokeDash=alt.StrokeDash("kind:N", scale=alt.Scale(
             domain=["datasheet", "measured"], range=[[6, 4], [1, 0]]), legend=None),
         tooltip=encodings.tips("roof"))

@@ -76,3 +76,26 @@ def test_every_implementation_gets_its_own_colour_however_many_there_are():
     assert encodings.palette(10) == encodings.PALETTE  # today's backends keep today's colours
     many = encodings.palette(14)
     assert len(set(many)) == 14 and all(c.startswith("#") and len(c) == 7 for c in many)
+
+
+def _scales(chart) -> dict:
+    spec = chart.to_dict()
+    layer = spec.get("layer", [spec])[0]
+    return {axis: layer["encoding"][axis].get("scale", {}) for axis in ("x", "y")}
+
+
+def test_a_line_charts_first_and_last_points_sit_inside_its_frame_not_on_it():
+    """Zoomable line charts clip their marks at the frame: with the x domain exactly the first and last value
+    measured, those points were drawn halved (a Chromium pass, issue 42); now a quarter step of room each side, and
+    room at the y ends too."""
+    from pages import benchmarks_ui
+
+    df = pd.DataFrame({"q_len": [64, 256, 4096] * 2, "wall_ms": [0.1, 0.4, 9.0, 0.2, 0.5, 12.0],
+                       "implementation": ["naive"] * 3 + ["sdpa_xla"] * 3, "dtype": ["float32"] * 6,
+                       "status": ["OK"] * 6})
+    for chart in (encodings.line_chart(df, "q_len", "wall_ms", title="wall by q_len"),
+                  benchmarks_ui.line_chart(df, "q_len", "wall_ms", "wall by q_len", "dtype")):
+        x, y = _scales(chart).values()
+        lo, hi = x["domain"]
+        assert lo < 64 and hi > 4096 and 64 / lo == pytest.approx(hi / 4096) == pytest.approx(2 ** 0.25)
+        assert y.get("padding", 0) > 0
