@@ -324,7 +324,7 @@ def test_a_ray_head_restart_costs_a_request_and_the_ui_process_reconnects_on_its
               f"{opened[0] if opened else float('nan'):.1f} s (first start {first:.1f} s); the call during the outage "
               f"failed after {during['s']:.1f} s; not ready meanwhile: "
               f"{outage!r}; the client's log:\n"
-              + "\n".join(line for line in log.splitlines() if line.startswith("attnlab:")))
+              + "\n".join(line for line in log.splitlines() if line.startswith("attnlab ")))
     finally:
         client.kill()
         head.kill()
@@ -520,3 +520,57 @@ def test_a_queued_run_whose_sessions_have_all_gone_is_dropped_and_one_a_live_ses
     [t.join(10) for t in threads]
     assert ran == [("sdpa_xla",)] and replies["shared"].value[0].ok and replies["open"].value[0].ok
     assert worker.drop(["closed-tab"]) == 0  # nothing left in flight
+
+
+def test_a_stuck_connection_attempt_is_passed_by_one_started_beside_it_and_closed_if_it_connects_later():
+    """hedged: the first dial hangs (as a Ray client's can for 41 s, ray-project/ray#63202), the second connects:
+    the second is returned after about one hedge interval, not after the first's wait; the first, when it connects
+    at last, is closed, and the kept one is not."""
+    from attnlab.service.ray_link import hedged
+
+    release, closed, calls = threading.Event(), [], []
+
+    def dial():
+        n = len(calls)
+        calls.append(n)
+        if n == 0:
+            release.wait(10)
+        return f"connection {n}"
+
+    t0 = time.monotonic()
+    got = hedged(dial, closed.append, every_s=0.3, most=3)
+    took = time.monotonic() - t0
+    assert got == "connection 1" and len(calls) == 2 and took < 2, (got, calls, took)
+    release.set()
+    for _ in range(100):
+        if closed:
+            break
+        time.sleep(0.02)
+    assert closed == ["connection 0"]
+
+
+def test_hedged_connection_attempts_that_all_fail_raise_the_last_failure_and_stop_at_the_limit():
+    """Every dial fails: the failure is raised (not swallowed, not retried for ever); a fast failure is not
+    dialled again by itself (the caller's next request retries), and stuck ones stop at `most` at once."""
+    from attnlab.service.ray_link import hedged
+
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise ConnectionError("nothing answers")
+
+    with pytest.raises(ConnectionError, match="nothing answers"):
+        hedged(refused, lambda c: None, every_s=0.2, most=3)
+    assert len(calls) == 1
+
+    stuck = []
+
+    def slow_then_fail():
+        stuck.append(1)
+        time.sleep(0.8)
+        raise TimeoutError(f"attempt {len(stuck)}")
+
+    with pytest.raises(TimeoutError):
+        hedged(slow_then_fail, lambda c: None, every_s=0.1, most=3)
+    assert len(stuck) == 3

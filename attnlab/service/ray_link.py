@@ -16,13 +16,21 @@ client, and that process dies at birth now and then (a gRPC fork race in Ray's p
 open); ray.init then waits for "Initialization failure from server", and nothing on the client's side ends the wait
 sooner (ray.shutdown from another thread does not). In CPU tests of a head restarted under a UI (tests/test_service.py)
 it happened to about one connection in three, a first one or a reconnect; the next attempt connected in 2-4 s.
-Waiting for the head's `ray health-check --component ray_client_server` first did not avoid it.
+Waiting for the head's `ray health-check --component ray_client_server` first did not avoid it. So a connection is
+dialled `hedged`: another attempt beside it when the first has not answered in HEDGE_S, the first to connect kept
+(a Ray client may hold several connections, each in a client context of its own: ray.init's allow_multiple).
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
 # default, 30 s, is how long a page hung after the head died; a restarted head refuses the old session anyway)
@@ -32,6 +40,10 @@ GRACE_S = "5"
 # try again: in a rehearsal one UI replica was ready 80 s after it started, the other at 30 s). A head that answers
 # needs well under a second; one that does not is tried again on the next request anyway.
 CONNECT_S = {"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "2"}
+# a connection not made within HEDGE_S is tried again beside it (one made took 2-4 s on this CPU, a stuck one 41 s),
+# with at most DIALS attempts at once
+HEDGE_S = 6.0
+DIALS = 3
 LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
         "reconnecting: press the button again in a few seconds.")
 
@@ -85,3 +97,48 @@ def reachable(address: str, timeout: float = 2.0) -> str | None:
         return None
     except (OSError, ValueError) as e:
         return f"nothing answers at {address} ({type(e).__name__}: {e})"
+
+
+def hedged(dial: Callable[[], T], close: Callable[[T], None], every_s: float = HEDGE_S, most: int = DIALS) -> T:
+    """dial() in a thread, and again beside it each `every_s` s while none has answered (`most` at once at most):
+    the first that succeeds is returned and any that succeed later are closed; when every one fails, the last
+    failure is raised. Why by hand: concurrent.futures' threads are joined at exit, and a stuck dial would hold a
+    stopping UI pod for its 41 s (these are daemon threads)."""
+    results: queue.Queue = queue.Queue()
+
+    def attempt() -> None:
+        try:
+            results.put((True, dial()))
+        except BaseException as e:  # noqa: BLE001 (handed to the caller, raised there)
+            results.put((False, e))
+
+    started = pending = 0
+
+    def start() -> None:
+        nonlocal started, pending
+        threading.Thread(target=attempt, name=f"attnlab-dial-{started}", daemon=True).start()
+        started, pending = started + 1, pending + 1
+
+    start()
+    while True:
+        try:
+            ok, value = results.get(timeout=every_s if started < most else None)
+        except queue.Empty:
+            start()  # none answered in time: one more beside them
+            continue
+        pending -= 1
+        if ok:
+            if pending:
+                threading.Thread(target=_close_late, args=(results, pending, close), daemon=True).start()
+            return value
+        if not pending:
+            raise value
+
+
+def _close_late(results: queue.Queue, pending: int, close: Callable) -> None:
+    """Close each of the `pending` attempts still running that connects after another was kept."""
+    for _ in range(pending):
+        ok, value = results.get()
+        if ok:
+            with contextlib.suppress(Exception):
+                close(value)

@@ -21,7 +21,17 @@ import time
 from typing import Any
 
 from attnlab.service.ray_actor import actor_class
-from attnlab.service.ray_link import CONNECT_S, GRACE_S, LEARNERS, LOST, connection_failure, died, reachable
+from attnlab.service.ray_link import (
+    CONNECT_S,
+    GRACE_S,
+    HEDGE_S,
+    LEARNERS,
+    LOST,
+    connection_failure,
+    died,
+    hedged,
+    reachable,
+)
 from attnlab.service.request import Reply, Request, WorkerLost
 
 __all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
@@ -57,6 +67,7 @@ class RayWorkers:
         self.broken = ""  # why the connection failed, until a reconnect succeeds
         self._tried = -RETRY_S  # when the last reconnect was tried
         self.reconnects = 0
+        self._client = None  # a ray:// connection: (Ray's ClientContext, its client context), used by _using
         if address.startswith("ray://"):
             os.environ.setdefault("RAY_CLIENT_RECONNECT_GRACE_PERIOD", GRACE_S)
             for name, value in CONNECT_S.items():  # read when Ray's client module is first imported: by ray.init
@@ -74,7 +85,12 @@ class RayWorkers:
         """ray.init (a cluster of its own for "local", never one a stale /tmp/ray pointer names), then the workers."""
         import ray
 
-        if not ray.is_initialized():
+        if self.address.startswith("ray://"):
+            why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
+            if why:
+                raise ConnectionError(why)
+            self._client = hedged(self._dial, lambda client: client[0].disconnect())
+        elif not ray.is_initialized():
             if self.address == "local":
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
                 path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
@@ -83,11 +99,48 @@ class RayWorkers:
                          logging_level="warning", num_gpus=self.fake_gpus or None,  # type: ignore[arg-type]
                          runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
             else:
-                why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
-                if why:
-                    raise ConnectionError(why)
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
                          logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
+        with self._using():
+            self._found()
+
+    def _dial(self):
+        """One connection over ray://, in a client context of its own (the hedged attempts beside it have theirs)."""
+        import ray
+        from ray.util.client import ray as client
+
+        t0, outcome = time.monotonic(), "connected"
+        try:
+            context = ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, allow_multiple=True,
+                               logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
+            with context:  # on this thread only: Ray's ClientContext swaps contexts in a field of its own
+                return context, client.get_context()
+        except Exception as e:
+            outcome = f"{type(e).__name__}: {e}"[:200]
+            raise
+        finally:
+            if time.monotonic() - t0 > HEDGE_S:  # a stuck attempt (another was started beside it)
+                print(f"attnlab {_now()}: an attempt to connect to Ray at {self.address} took "
+                      f"{time.monotonic() - t0:.1f} s ({outcome})", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def _using(self):
+        """Ray's calls inside it go over this process's connection (a ray:// one is a client context, per thread)."""
+        if self._client is None:
+            yield
+            return
+        from ray.util.client import ray as client
+
+        before = client.set_context(self._client[1])
+        try:
+            yield
+        finally:
+            client.set_context(before)
+
+    def _found(self) -> None:
+        """The workers, found or created, over a connection just made."""
+        import ray
+
         # a local cluster without GPUs runs its workers on the CPU; a hosted one asks for a GPU each (it may wait)
         self.gpus_each = 1 if self.address != "local" or ray.cluster_resources().get("GPU", 0) >= 1 else 0
         with self._lock:
@@ -109,7 +162,10 @@ class RayWorkers:
                 raise WorkerLost(LOST)
             self._tried = time.monotonic()
             with contextlib.suppress(Exception):
-                ray.shutdown()
+                if self._client is not None:
+                    self._client[0].disconnect()  # this connection only (ray.shutdown would end every one)
+                else:
+                    ray.shutdown()
             t0 = time.monotonic()
             try:
                 self._connect()
@@ -133,18 +189,19 @@ class RayWorkers:
         if self.broken:
             self._reconnect(generation)
             generation = self.generation
-        try:
-            yield
-        except WorkerLost:
-            raise
-        except Exception as e:
-            if not connection_failure(e):
+        with self._using():
+            try:
+                yield
+            except WorkerLost:
                 raise
-            if self.generation == generation and not self.broken:
-                self.broken = f"{type(e).__name__}: {e}"
-                print(f"attnlab {_now()}: the connection to Ray at {self.address} failed ({self.broken[:300]}); reconnecting "
-                      "on the next request", file=sys.stderr, flush=True)
-            raise WorkerLost(LOST) from None
+            except Exception as e:
+                if not connection_failure(e):
+                    raise
+                if self.generation == generation and not self.broken:
+                    self.broken = f"{type(e).__name__}: {e}"
+                    print(f"attnlab {_now()}: the connection to Ray at {self.address} failed ({self.broken[:300]}); "
+                          "reconnecting on the next request", file=sys.stderr, flush=True)
+                raise WorkerLost(LOST) from None
 
     def _count(self) -> int:
         import ray
