@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import cost, runs, timing
 from attnlab.studies import clocks, ladder, timing_demo
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings, sections, waiting
+from pages import charts, common, encodings, sections, tables, waiting
 
 # clocks.NOTE points other pages to "page 7's *Long context on an H200* tab"; on page 7 itself it says this page
 CLOCK_NOTE = clocks.NOTE.replace("page 7's *Long context on an H200* tab", "this page's *Long context on an H200* tab")
@@ -56,13 +56,13 @@ def bars(df: pd.DataFrame, what: str = "") -> None:
     per_row = 2 if len(cols) > 3 or y == "run" else len(cols)  # four charts of long labels side by side were cramped
     places = [col for i in range(0, len(cols), per_row) for col in st.columns(per_row)][: len(cols)]
     for col, c in zip(places, cols, strict=True):
-        charts.draw(col, bar_chart, ok, y, c, f"{what}{common.label(c)}", width="stretch")
+        charts.draw(col, bar_chart, ok, y, c, f"{what}{tables.label(c)}", width="stretch")
 
 
 def bar_chart(ok: pd.DataFrame, y: str, c: str, title: str) -> alt.Chart:
     """Column `c` of each row `y` as a horizontal bar, coloured by implementation."""
     return alt.Chart(ok, title=title).mark_bar().encode(
-        y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=common.label(c)),
+        y=alt.Y(f"{y}:N", title=None, axis=alt.Axis(labelLimit=220)), x=alt.X(f"{c}:Q", title=tables.label(c)),
         color=encodings.impl_color(ok).legend(None), tooltip=encodings.tips(y, alt.Tooltip(f"{c}:Q", format=".4g")))
 
 
@@ -96,8 +96,8 @@ def line_chart(ok: pd.DataFrame, x: str, y: str, title: str, dash: str) -> alt.C
     xs = sorted(ok[x].unique().tolist())
     return alt.Chart(ok, title=title).mark_line(point=alt.OverlayMarkDef(filled=False, size=70), strokeWidth=2).encode(
         x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=encodings.log2_room(xs)) if len(xs) > 1
-                else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=common.label(x)),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", padding=encodings.EDGE_PX), title=common.label(y)),
+                else alt.Scale(), axis=alt.Axis(values=xs, format=",~g"), title=tables.label(x)),
+        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log", padding=encodings.EDGE_PX), title=tables.label(y)),
         color=encodings.impl_color(ok), shape=_shape_scale(ok), detail="dtype:N",
         strokeDash=alt.StrokeDash(f"{dash}:N", title=dash, scale=alt.Scale(domain=styles, range=DASHES[:len(styles)]),
                                   legend=None if styles == ["solid"] else alt.Legend(labelLimit=200)),
@@ -126,8 +126,8 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
             with waiting.fresh():
                 df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
                 y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")
-                                            if df[c].notna().any()] or ["wall_ms"], key=f"{key}_y", format_func=common.label)
-                lines(df, field, y, f"{common.label(y)} by {field}")
+                                            if df[c].notna().any()] or ["wall_ms"], key=f"{key}_y", format_func=tables.label)
+                lines(df, field, y, f"{tables.label(y)} by {field}")
         else:
             st.caption("Not run yet at these settings. Cells anyone measured before come back at once (cached).")
     with there:
@@ -137,15 +137,15 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
             st.info("No H200 results ship with this version.")
         else:
             y = st.selectbox("y axis", ["wall_ms", "device_ms", "device_tflops"], key=f"{key}_ship_y",
-                             format_func=common.label, help="wall: what the codelab's benchmark_attention reads "
+                             format_func=tables.label, help="wall: what the codelab's benchmark_attention reads "
                              "(median of calls, each waited for); device: the GPU's kernel time (CUPTI).")
-            lines(ship, field, y, f"H200: {common.label(y)} by {field}")
+            lines(ship, field, y, f"H200: {tables.label(y)} by {field}")
             dtypes_there = ", ".join(sorted(ship["dtype"].unique()))
             st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}; {dtypes_there} only (the shipped "
                        f"sweep measured no float32 cells). Clock: {clocks.WARM}.")
     if not ship.empty:  # the page's width: one column per implementation
         st.markdown("**📦 The H200's sweep as the codelab prints it: ms per call (wall), one column per implementation**")
-        common.table(ms_per_call(ship, field))
+        tables.table(ms_per_call(ship, field))
         st.caption("This sweep and the table of the codelab's shape (tab *At your shape*) are separate runs on the "
                    "H200, minutes apart: where a shape appears in both (B4 T128, say) their wall times differ by about "
                    "their spread (the IQR columns), since a call there lasts tens of microseconds, mostly Python "
@@ -155,7 +155,7 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
                 "tflops", "device_tflops", "pct_of_peak", "timing_note"]
         sections.results(df, cols, failed=False)
         sections.not_run(df, keys=("implementation", "dtype", field))
-        common.download(df, f"{key}_sweep", "Download this sweep (CSV)")
+        tables.download(df, f"{key}_sweep", "Download this sweep (CSV)")
 
 
 def ms_per_call(df: pd.DataFrame, field: str) -> pd.DataFrame:
@@ -188,7 +188,7 @@ def long_context() -> None:
             lines(part[part["pass"] == p], "q_len", y, f"{p}, {'causal' if causal else 'full'}, H{head_dim}", dash=None)
     st.caption(CLOCK_NOTE)
     sections.not_run(part, keys=("implementation", "pass", "q_len"))
-    common.download(long, "h200_long_context", "Download the long-context table (CSV)")
+    tables.download(long, "h200_long_context", "Download the long-context table (CSV)")
     h200, found = SuiteRun.load("h200"), ladder.LadderRun.load()
     ceil = h200.ceilings if h200 else None
     peak = h200.environment.peak if h200 else None
@@ -213,16 +213,16 @@ def long_context() -> None:
         st.markdown("**Fidelity**: the harness against a bare `for` loop at the same shapes "
                     "(harness ÷ bare loop near 1 means the harness adds nothing of its own).")
         first = [c for c in FIDELITY if c in fid]
-        st.dataframe(fid[first[:5]], hide_index=True, width="stretch", column_config=FIDELITY, placeholder=common.MISSING)
+        st.dataframe(fid[first[:5]], hide_index=True, width="stretch", column_config=FIDELITY, placeholder=tables.MISSING)
         with st.expander("Every column: wall, throughput and device times of both, and the kernels that ran"):
             st.dataframe(fid[first + [c for c in fid.columns if c not in first]], hide_index=True, width="stretch",
-                         column_config=FIDELITY, placeholder=common.MISSING)
-        common.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")
+                         column_config=FIDELITY, placeholder=tables.MISSING)
+        tables.download(fid, "h200_fidelity", "Download the fidelity table (CSV)")
     same = pd.DataFrame(clocks.one_kernel(h200, found))
     if not same.empty:
         st.markdown(f"**One kernel, {len(same)} figures**: cuDNN's forward pass at {clocks.ANCHOR} in every shipped "
                     "table, with how each was timed and the GPU's clock state")
-        common.text_table(same)
+        tables.text_table(same)
         st.caption("Device time counts only the GPU's kernels; throughput time also counts the gaps between calls. "
                    "The H200 lowers its clock under sustained load, and kernel time follows it: page 9 reads the "
                    "clock and times both states; the other tables were timed warm (after a 0.2 s warm-up, clock not "

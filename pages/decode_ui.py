@@ -10,7 +10,7 @@ from attnlab import shipped
 from attnlab.measure import runs
 from attnlab.studies import kvcache
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings, sections, waiting
+from pages import charts, common, encodings, sections, tables, waiting
 
 VARIANTS = ["MHA", "GQA", "MQA"]
 NOT_MEASURED = ("No H200 decode measurements ship with this version: `python -m attnlab decode --out "
@@ -30,9 +30,9 @@ def cache_chart(cache: pd.DataFrame, title: str) -> alt.Chart:
 
 def step_chart(good: pd.DataFrame, y: str) -> alt.Chart:
     """One decode step's time `y` per variant, a bar per implementation beside each other."""
-    return alt.Chart(good, title=f"One decode step: {common.label(y)} by variant").mark_bar().encode(
+    return alt.Chart(good, title=f"One decode step: {tables.label(y)} by variant").mark_bar().encode(
         x=alt.X("variant:N", sort=None, axis=alt.Axis(labelAngle=0)), xOffset="implementation:N",
-        y=alt.Y(f"{y}:Q", title=common.label(y)), color=encodings.impl_color(good),
+        y=alt.Y(f"{y}:Q", title=tables.label(y)), color=encodings.impl_color(good),
         tooltip=encodings.tips("variant", "kv_heads", "implementation", alt.Tooltip(f"{y}:Q", format=".4f"),
                             "kv_read_bytes", alt.Tooltip("kv_read_gb_per_s:Q", format=".1f")))
 
@@ -84,9 +84,9 @@ def measured_on_h200(kv_len: int) -> None:
 
     at = kv_len if kv_len in lengths else lengths[-1]
     s = kvcache.savings(rows[rows["kv_len"] == at])
-    common.text_table(pd.DataFrame({
+    tables.text_table(pd.DataFrame({
         "implementation": s["implementation"], "variant": s["variant"], "kv_heads": s["kv_heads"],
-        "K and V read": [f"{common.fmt_bytes(b)}" + (f" ({f:.0f}× fewer)" if f > 1 else "")
+        "K and V read": [f"{tables.fmt_bytes(b)}" + (f" ({f:.0f}× fewer)" if f > 1 else "")
                          for b, f in zip(s["kv_read_bytes"], s["bytes_fewer"], strict=True)],
         "device time": [f"{ms * 1e3:,.1f} µs" + (f" ({x:.1f}× faster)" if v != "MHA" else "")
                         for ms, x, v in zip(s["ms"], s["faster"], s["variant"], strict=True)],
@@ -98,7 +98,7 @@ def measured_on_h200(kv_len: int) -> None:
                + " K and V read: the bytes a step must read at least, 2·B·S·K·H·itemsize; GB/s is those bytes over "
                  "the device time, so a program that moves more (a copy) shows fewer GB/s.")
     _lessons(s, SuiteRun.load(kvcache.SHIPPED))
-    common.download(df, "h200_decode", "Download the H200 decode study (CSV)")
+    tables.download(df, "h200_decode", "Download the H200 decode study (CSV)")
 
 
 def _lessons(s: pd.DataFrame, study: SuiteRun | None) -> None:
@@ -115,7 +115,7 @@ def _lessons(s: pd.DataFrame, study: SuiteRun | None) -> None:
         least = c.loc[c["kv_read_bytes"].idxmin()]
         words.append(f"cuDNN reads K and V in place at {tb.min():.1f}-{tb.max():.1f} TB/s"
                      + (f" (the H200's datasheet: {peak} TB/s)" if peak else "") + ", so its time follows the bytes"
-                     + (f"; {least['variant']}'s small read ({common.fmt_bytes(least['kv_read_bytes'])}) is too little "
+                     + (f"; {least['variant']}'s small read ({tables.fmt_bytes(least['kv_read_bytes'])}) is too little "
                         "work to reach the rest of the bandwidth." if least["kv_read_gb_per_s"] == c["kv_read_gb_per_s"].min()
                         else "."))
     copies = gqa[gqa["layout_copy_ms"] > 0].sort_index(key=lambda i: i != "sdpa_xla")  # the API's program first

@@ -1,6 +1,6 @@
 """Altair encodings every chart of the lab shares: one colour per implementation (registry order, on every
 chart), tooltips as objects, a line per implementation on base-2 log axes, byte axes with binary ticks.
-Drawing and caching charts is pages/charts.py; labels with units are common.label."""
+Drawing and caching charts is pages/charts.py; labels with units are tables.label."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 
 from attnlab.backends import REGISTRY
-from pages.common import label
+from pages.tables import label
 
 # Streamlit's ten categorical colours, but the tenth (a pale grey that read as "disabled" for cudnn_fp8) dark
 PALETTE = ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a", "#6d3fc0",

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab.studies import clocks, fp8_study
-from pages import charts, codeblock, common, encodings, sections
+from pages import charts, codeblock, common, encodings, sections, tables
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
 ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
@@ -69,7 +69,7 @@ def autocast(df: pd.DataFrame) -> None:
     (st.success if same else st.warning)(
         f"At {a.shape}: the kernels are {'identical' if same else 'different'} with and without "
         "autocast" + (": attention did not become FP8." if same else "; see the lists below."))
-    common.text_table(fp8_study.kernels_side_by_side(a))
+    tables.text_table(fp8_study.kernels_side_by_side(a))
 
 
 def block_chart(good: pd.DataFrame) -> alt.Chart:
@@ -105,15 +105,15 @@ def block(df: pd.DataFrame) -> None:
     good = df[df["status"] == "ok"]
     if not good.empty:
         charts.draw(st, block_chart, good, width="stretch")
-    common.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "reason") if c in df]],
+    tables.table(df[[c for c in ("shape", "recipe", "status", "ms", "tflops", "rel_err_vs_bf16", "reason") if c in df]],
                  column_config={"ms": st.column_config.NumberColumn("time per call (ms)", format="%.4f", help=TIME_HELP),
                                 "rel_err_vs_bf16": st.column_config.NumberColumn("relative error vs bf16 block",
                                                                                  format="%.2e")})
     st.caption(error_reading(good) + f" Times: {clocks.WARM}.")
     if "top_kernels" in good:  # the evidence of where FP8 acts: long text, so a table of its own that wraps
         st.markdown("**The longest kernels of each recipe** (GPU time each): FP8 shows in the GEMMs' names")
-        common.text_table(good[["recipe", "top_kernels"]].rename(columns={"top_kernels": "longest kernels"}))
-    common.download(df, "te_block", "Download the block table (CSV)")
+        tables.text_table(good[["recipe", "top_kernels"]].rename(columns={"top_kernels": "longest kernels"}))
+    tables.download(df, "te_block", "Download the block table (CSV)")
 
 
 def fp8_attention(df: pd.DataFrame) -> None:
@@ -140,14 +140,14 @@ def fp8_attention(df: pd.DataFrame) -> None:
             errors = [c for c in cols if c in good]
             if errors:  # two tables of a few columns each: seven side by side ran off the page
                 st.caption(inputs)
-                common.table(good[["shape"] + errors],
+                tables.table(good[["shape"] + errors],
                              column_config={c: st.column_config.NumberColumn(ERRORS[c], format="%.2e") for c in errors})
     tflops = {f"{k}{sfx}_tflops": f"{label}, TFLOP/s{' at boost' if sfx else ' sustained'}"
               for sfx in ("_burst", "") for k, label in fp8_study.SPEEDS.items()}
     clocks = {"bf16_burst_clock_mhz": "bf16 clock at boost, MHz", "bf16_clock_mhz": "bf16 clock sustained, MHz",
               "fp8_burst_clock_mhz": "FP8 clock at boost, MHz", "fp8_clock_mhz": "FP8 clock sustained, MHz"}
     with st.expander("Every number of this study (table)"):
-        common.table(df[[c for c in ("shape", "status", "burst_speedup", "speedup", "e2e_speedup", *tflops, *clocks,
+        tables.table(df[[c for c in ("shape", "status", "burst_speedup", "speedup", "e2e_speedup", *tflops, *clocks,
                                      "reason") if c in df]],
                      column_config={"burst_speedup": st.column_config.NumberColumn("speed-up, kernel at boost",
                                                                                    format="%.2f×"),
@@ -155,4 +155,4 @@ def fp8_attention(df: pd.DataFrame) -> None:
                                     "e2e_speedup": st.column_config.NumberColumn("speed-up, end to end", format="%.2f×"),
                                     **{c: st.column_config.NumberColumn(v, format="%.0f") for c, v in tflops.items()},
                                     **{c: st.column_config.NumberColumn(v, format="%d") for c, v in clocks.items()}})
-    common.download(df, "fp8_attention", "Download the FP8 table (CSV)")
+    tables.download(df, "fp8_attention", "Download the FP8 table (CSV)")

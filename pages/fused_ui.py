@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import memory
-from pages import charts, common, encodings, sections
+from pages import charts, common, encodings, sections, tables
 
 PROGRAMS = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
 # why each line of a memory chart grows as it does, by implementation
@@ -36,7 +36,7 @@ same_program = common.cached(memory.same_program)
 def programs(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     """What each implementation compiles to at `shape` (compile only: nothing is allocated or run)."""
     df = common.frame(shape, names, accuracy=False, program=True)
-    return df.assign(scratch=df["temp_bytes"].map(common.fmt_bytes))
+    return df.assign(scratch=df["temp_bytes"].map(tables.fmt_bytes))
 
 
 def not_run(df: pd.DataFrame) -> None:
@@ -47,7 +47,7 @@ def not_run(df: pd.DataFrame) -> None:
     rows = bad.groupby(["implementation", "status", "reason"], sort=False)["q_len"].agg(
         lambda t: ", ".join(f"{int(x):,}" for x in sorted(set(t)))).reset_index()
     st.markdown("**Not run here**")
-    common.text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
+    tables.text_table(rows.rename(columns={"q_len": "at T ="})[["implementation", "at T =", "status", "reason"]])
     sections.memory_note(bad)
 
 
@@ -57,7 +57,7 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     first = df.groupby("reason", sort=False)["implementation"].transform("first")  # a reason said once, on its first row
     said_before = (df["reason"].astype(str) != "") & (first != df["implementation"])
     df = df.assign(reason=df["reason"].where(~said_before, "as for " + first))
-    common.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
+    tables.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
                .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
     if common.device_info().backend == "gpu":
         st.caption("Compiled as a check is, without XLA's autotuning (which would run candidate matmul kernels on the "
@@ -91,7 +91,7 @@ def xla_at_scale() -> None:
     if longest is None or pd.isna(longest):
         s = AttentionShape(batch=4, q_len=8192, kv_len=8192, heads=16, kv_heads=16, head_dim=128, dtype="bfloat16")
         st.markdown(f"No H200 measurements ship with this copy. The model: at {s.describe()} one float32 "
-                    f"(B, N, T, S) score matrix is **{common.fmt_bytes(s.score_bytes())}** "
+                    f"(B, N, T, S) score matrix is **{tables.fmt_bytes(s.score_bytes())}** "
                     "(`shape.score_bytes()`), and XLA's path holds at least one.")
         return
     t = int(longest)
@@ -99,8 +99,8 @@ def xla_at_scale() -> None:
     first = lc[lc["q_len"] == t].iloc[0]
     st.markdown(
         f"📦 **Measured on the H200 (shipped), {first['shape']}, forward pass, compiled scratch (temp_bytes):** "
-        f"implementation=\"xla\" (what None runs) **{common.fmt_bytes(at('sdpa_xla'))}**, naive "
-        f"**{common.fmt_bytes(at('naive'))}**, cuDNN **{common.fmt_bytes(at('sdpa_cudnn'))}**.")
+        f"implementation=\"xla\" (what None runs) **{tables.fmt_bytes(at('sdpa_xla'))}**, naive "
+        f"**{tables.fmt_bytes(at('naive'))}**, cuDNN **{tables.fmt_bytes(at('sdpa_cudnn'))}**.")
     oom = lc[(lc["q_len"] == t) & (lc["pass"] == "forward+backward") & (lc["status"] != "ok")
              & lc["implementation"].isin(["naive", "sdpa_xla"])]
     for r in oom.itertuples():

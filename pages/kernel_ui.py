@@ -14,7 +14,7 @@ import streamlit as st
 from attnlab.backends import tokamax as tokamax_backend
 from attnlab.math import flash
 from attnlab.studies import clocks, flash_traffic
-from pages import charts, common, encodings, roofline_ui, sections
+from pages import charts, common, encodings, roofline_ui, sections, tables
 
 if TYPE_CHECKING:
     from attnlab.studies.ladder import LadderRun
@@ -117,8 +117,8 @@ def traffic_block(shape) -> None:
           "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
                                                block_q=min(bq_t, shape.q_len))}
     table = pd.DataFrame(at)
-    st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(common.fmt_bytes),
-                 width="stretch", placeholder=common.MISSING)
+    st.dataframe(table.loc[[i for i in table.index if i != "total"] + ["total"]].map(tables.fmt_bytes),
+                 width="stretch", placeholder=tables.MISSING)
     st.caption(f"At {shape.describe()}; no cache reuse and no skipped tiles counted, so masks "
                "change nothing here (attnlab/studies/flash_traffic.py says what it assumes).")
 
@@ -178,10 +178,10 @@ def ncu_block(found: LadderRun | None) -> None:
     from attnlab import kernels
 
     rows = [{"implementation": n, "kernel": kernels.describe(c.kernel) if c.kernel else None,
-             "read": common.fmt_bytes(c.read_bytes), "written": common.fmt_bytes(c.write_bytes),
-             "the model's total": common.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
+             "read": tables.fmt_bytes(c.read_bytes), "written": tables.fmt_bytes(c.write_bytes),
+             "the model's total": tables.fmt_bytes(ladder.model_bytes(ladder.ANCHOR, n)),
              "why not measured": c.reason or None} for n, c in ncu.items()]
-    common.text_table(pd.DataFrame(rows))  # kernel names are long: they wrap
+    tables.text_table(pd.DataFrame(rows))  # kernel names are long: they wrap
     st.caption("The model counts every re-read of K and V (once per block of queries) as traffic to GPU memory; "
                "the H200's 50 MB L2 cache serves most of those re-reads, so the DRAM counters read far less.")
     if all(c.reason for c in ncu.values()):
@@ -202,13 +202,13 @@ def mask_sweep_block(found: LadderRun | None) -> None:
         shipped_caption(found)
         bad = df[df["status"] != "ok"]
         if not bad.empty:
-            common.table(bad[["mask", "implementation", "status", "reason"]])
+            tables.table(bad[["mask", "implementation", "status", "reason"]])
     else:
         st.info(NOT_MEASURED)
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         masks = [m for m, _ in ladder.masks(ladder.ANCHOR)]
         st.dataframe(pd.DataFrame({n: ms for n, ms in ladder.EXPECTED_MASKS_MS.items()}, index=masks),
-                     width="stretch", placeholder=common.MISSING)
+                     width="stretch", placeholder=tables.MISSING)
         st.caption("Kernel time in ms at B4 T8192 N16 H128 bf16, as the lab's authors measured it.")
 
 
@@ -225,14 +225,14 @@ def ladder_block(found: LadderRun | None) -> None:
         if not ok.empty:
             charts.draw(st, rung_chart, ok, width="content")
         cols = ["rung", "label", "causal", "best_tflops", "pct_of_measured_matmul", "pct_of_datasheet", "adds"]
-        common.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
+        tables.text_table(ok[cols].round({"best_tflops": 0, "pct_of_measured_matmul": 1, "pct_of_datasheet": 1})
                           .rename(columns={"best_tflops": "TFLOP/s", "adds": "what this rung adds",
                                            "pct_of_measured_matmul": "% of the bf16 matmul measured there (bf16 rungs)",
                                            "pct_of_datasheet": "% of datasheet peak (FP8 peak for FP8)"}))
         back = ladder.rungs(found, "forward+backward")
         if not back.empty and (back["status"] == "ok").any():
             st.markdown("**Forward + backward** (training: 3.5 × the forward FLOPs)")
-            common.text_table(back[back["status"] == "ok"][cols[:4]].round({"best_tflops": 0})
+            tables.text_table(back[back["status"] == "ok"][cols[:4]].round({"best_tflops": 0})
                               .rename(columns={"best_tflops": "TFLOP/s"}))
             absent = list(dict.fromkeys(ok.loc[~ok["implementation"].isin(back["implementation"]), "label"]))
             st.caption("Rungs missing here did not run forward + backward: "
@@ -240,12 +240,12 @@ def ladder_block(found: LadderRun | None) -> None:
                        + "the others' reasons are listed below.")
         for part in (fwd, back):
             if not part.empty and (part["status"] != "ok").any():
-                common.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
+                tables.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
                 sections.memory_note(part[part["status"] != "ok"])
         roofline_ui.block(found)
     with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
-                                   for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True, placeholder=common.MISSING)
+                                   for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True, placeholder=tables.MISSING)
         st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "
                    "B4 T4096, compiled scratch 1,356 MiB against XLA's 6,144 MiB.")
 
@@ -263,7 +263,9 @@ def error_chart(walk: list, current: int) -> alt.Chart:
     df = pd.DataFrame({"step": range(1, len(walk) + 1), "max |partial − exact|": [x.max_error for x in walk],
                        "Q block": [str(x.q_block) for x in walk]})
     line = alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("step:Q", scale=alt.Scale(domain=[1, len(walk)])), y="max |partial − exact|:Q",
+        # half a step of room at each end (not Vega's "nice" 0 to a round number: an empty slot before step 1)
+        x=alt.X("step:Q", scale=alt.Scale(domain=[0.5, len(walk) + 0.5], nice=False),
+                axis=alt.Axis(tickMinStep=1, format="d")), y="max |partial − exact|:Q",
         color=alt.Color("Q block:N"), tooltip=encodings.tips(*df.columns))
     rule = alt.Chart(pd.DataFrame({"step": [current]})).mark_rule(color="#f58518", strokeWidth=2).encode(x="step:Q")
     return (line + rule).properties(height=200)

@@ -5,7 +5,7 @@ import streamlit as st
 
 from attnlab.measure import runs
 from attnlab.studies import memory
-from pages import common, fused_ui, sections, waiting
+from pages import fused_ui, sections, tables, waiting
 
 
 def memory_sections(shape, info) -> None:
@@ -37,11 +37,11 @@ def memory_sections(shape, info) -> None:
                                       f"{measure} (log)")
                 fused_ui.growth(mem, measures[measure])
                 ok = mem[mem["status"] == runs.OK]
-                common.text_table(ok.assign(total=ok["total_bytes"].map(common.fmt_bytes),
-                                              scratch=ok["temp_bytes"].map(common.fmt_bytes))
+                tables.text_table(ok.assign(total=ok["total_bytes"].map(tables.fmt_bytes),
+                                              scratch=ok["temp_bytes"].map(tables.fmt_bytes))
                                     [["implementation", "q_len", "scratch", "total", "what_ran"]])
                 fused_ui.not_run(mem)
-                common.download(mem, f"compiled_memory_{mem_shape.describe().replace(' ', '_')}")
+                tables.download(mem, f"compiled_memory_{mem_shape.describe().replace(' ', '_')}")
     lc = memory.shipped_configuration(sections.shipped_frame("long_context", caption=False))
     fwd = lc[lc["pass"] == "forward"] if len(lc) else lc
     if len(fwd):
@@ -59,7 +59,7 @@ def memory_sections(shape, info) -> None:
         "path) keeps the whole (B, N, T, S) weights from the forward pass for it; a flash kernel keeps only one "
         "log-sum-exp per query row (log Σ exp of the row's scores: the softmax's denominator in one number), O(T), and in the backward pass **recomputes the scores tile by tile** from Q and K, "
         "trading a little compute for memory. At this page's shape the model (`memory.kept_for_backward`) gives "
-        + " against ".join(f"**{common.fmt_bytes(v)}** ({k})" for k, v in keep.items()) + ".")
+        + " against ".join(f"**{tables.fmt_bytes(v)}** ({k})" for k, v in keep.items()) + ".")
     bw_lengths = tuple(t for t in (128, 256, 512, 1024) if t <= longest)
     if sections.on_demand("p4_backward", "Compile forward + backward", (mem_shape, bw_lengths)):
         with waiting.fresh():

@@ -11,7 +11,7 @@ import streamlit as st
 from attnlab import service
 from attnlab.service.request import Request
 from attnlab.yourturn import exercises, progress
-from pages import common
+from pages import common, tables
 
 st.title("Instructor: where the class is")
 st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. An attempt is "
@@ -46,14 +46,14 @@ def live() -> None:
                      "passed": c.get("passes", 0), "refused": c.get("refused", 0),
                      "mistakes most often named": top or None})
     st.subheader("The exercises")
-    common.text_table(pd.DataFrame(rows))
+    tables.text_table(pd.DataFrame(rows))
     st.subheader("The GPU queue")
     try:
         workers = service.workers()
     except service.WorkerLost as e:
         st.warning(str(e))
         return
-    common.text_table(pd.DataFrame([{
+    tables.text_table(pd.DataFrame([{
         "worker": w.name, "device": w.device.device_kind, "running": w.running, "waiting": w.waiting,
         "requests in flight": w.in_flight, "device busy since start": f"{w.busy_share:.0%}",
         "requests served": w.served, "answered from kept results": w.kept_hits} for w in workers]))

@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
-from pages import charts, common, sections
+from pages import charts, sections, tables
 from pages.weights_ui import heatmap, matrix_table, scale_chart
 
 EXAMPLE_LEN = weights.EXAMPLE_LEN
@@ -95,7 +95,7 @@ study = sections.guarded(scale_study, seq_len, what="The head_dim study")
 if study is None:
     st.stop()
 effect, spread = study
-common.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
+tables.table(spread.rename(columns={"sqrt_head_dim": "√d", "std_unscaled": "spread of q·k",
                                     "std_scaled": "spread of q·k / √d"}),
              hide_index=True, width="stretch",
              column_config={c: st.column_config.NumberColumn(format="%.2f")
@@ -105,5 +105,5 @@ st.caption(f"Measured on random normal Q and K of {seq_len} positions and 4 head
 c1, c2 = st.columns(2)
 charts.draw(c1, scale_chart, effect, "max_weight", seq_len, width="stretch")
 charts.draw(c2, scale_chart, effect, "entropy", seq_len, width="stretch")
-common.table(effect, hide_index=True, width="stretch")
-common.download(effect, "scale_effect")
+tables.table(effect, hide_index=True, width="stretch")
+tables.download(effect, "scale_effect")

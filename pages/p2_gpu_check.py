@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import common
+from pages import common, tables
 
 st.title("2 · GPU check")
 st.write(
@@ -22,10 +22,10 @@ if info.backend != "gpu":
 
 shape = common.require_shape()
 st.subheader(f"Implementations at {shape.describe()}")
-common.text_table(common.support_table(shape, merged=True))
+tables.text_table(common.support_table(shape, merged=True))
 
 st.subheader("Each implementation's requirements")
 st.write("What each backend declares it needs, what is here, and whether it is met. The first unmet one is the "
          "reason above; where every declared requirement is met but the backend still refuses the shape, its own "
          "error is the reason.")
-common.text_table(common.requirements_table(shape, info))
+tables.text_table(common.requirements_table(shape, info))

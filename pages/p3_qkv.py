@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnlab.studies import layout
-from pages import codeblock, common, sections, waiting
+from pages import codeblock, common, sections, tables, waiting
 
 st.title("3 · Q, K, V")
 st.write(
@@ -17,14 +17,14 @@ st.write(
 shape = common.require_shape()
 st.subheader(f"The arrays at {shape.describe()}")
 table = layout.layout_table(shape)
-common.table(table.drop(columns=["role"]), hide_index=True, width="stretch")
-common.download(table, f"layout_{shape.describe().replace(' ', '_')}")
+tables.table(table.drop(columns=["role"]), hide_index=True, width="stretch")
+tables.download(table, f"layout_{shape.describe().replace(' ', '_')}")
 
 rows = table.set_index("array")
 scores = rows.loc["scores Q·Kᵀ (naive only)"]
 st.write(
-    f"Q, K and V together are **{common.fmt_bytes(shape.input_bytes())}** and the output "
-    f"**{common.fmt_bytes(shape.output_bytes())}**; the scores naive attention materialises are "
+    f"Q, K and V together are **{tables.fmt_bytes(shape.input_bytes())}** and the output "
+    f"**{tables.fmt_bytes(shape.output_bytes())}**; the scores naive attention materialises are "
     f"**{scores['size']}** in float32, {scores['bytes'] / shape.input_bytes():.2f}× the inputs."
 )
 
@@ -39,7 +39,7 @@ st.info(
 
 st.subheader("The letters")
 st.write("The same letters as `jax.nn.dot_product_attention`'s docstring; the sidebar's fields are named after them.")
-common.table(layout.letters(shape), hide_index=True, width="stretch")
+tables.table(layout.letters(shape), hide_index=True, width="stretch")
 st.caption(f"G = N // K = {shape.group_size}: query heads that share one key/value head ({shape.variant}).")
 
 st.subheader("Where the arrays live")
@@ -48,14 +48,14 @@ st.write(
     "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
 )
 info = common.device_info()
-if sections.on_demand("p3_placement", f"Make Q, K and V ({common.fmt_bytes(shape.input_bytes())}) on the device",
+if sections.on_demand("p3_placement", f"Make Q, K and V ({tables.fmt_bytes(shape.input_bytes())}) on the device",
                       shape, auto=sections.small(shape)):
     with waiting.fresh():  # the last shape's table goes as this one is made
         df = sections.guarded(common.on_device, layout.placement, shape, what="Making Q, K and V")
         if df is not None:
-            common.table(df, hide_index=True, width="stretch")
+            tables.table(df, hide_index=True, width="stretch")
             live = df["nbytes"].sum()
-            st.caption(f"Live arrays: {common.fmt_bytes(live)} for Q, K and V, "
+            st.caption(f"Live arrays: {tables.fmt_bytes(live)} for Q, K and V, "
                        f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
 if info.backend != "gpu":
     st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "

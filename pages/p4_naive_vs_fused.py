@@ -10,7 +10,7 @@ from attnlab.math import attention
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.studies import timing_demo
-from pages import codeblock, common, fused_ui, memory_ui, sections, waiting, yourturn_ui
+from pages import codeblock, common, fused_ui, memory_ui, sections, tables, waiting, yourturn_ui
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
 
@@ -86,7 +86,7 @@ if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape):
             sections.results(rows, ["implementation", "wall_ms", "throughput_ms", *gpu_cols])
             if note := timing_demo.spread_note(rows, info.backend == "gpu"):  # how far to trust a difference
                 st.caption(note)
-            common.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
+            tables.download(rows, f"naive_vs_fused_{shape.describe().replace(' ', '_')}")
 
 memory_ui.memory_sections(shape, info)
 yourturn_ui.exercises_of(__file__, shape)

@@ -8,7 +8,7 @@ from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import clocks
-from pages import codeblock, common, fused_ui, sections, waiting
+from pages import codeblock, common, fused_ui, sections, tables, waiting
 
 
 def snippet(shape: AttentionShape) -> str:
@@ -71,7 +71,7 @@ st.write("XLA's attention is matmul → softmax → matmul with the (B, N, T, S)
 fused_ui.xla_at_scale()
 
 st.subheader("What cuDNN needs")
-common.text_table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
+tables.text_table(common.requirements_table(bf, info, ["sdpa_cudnn"]).drop(columns=["implementation"]))
 if why_not:
     st.warning(f"cuDNN cannot run {bf.describe()} here: {why_not}.")
     error = common.on_device(backends.refusal, "sdpa_cudnn", bf)
@@ -127,12 +127,12 @@ elif sections.on_demand("p5_time", "Time cuDNN and XLA", bf):
         if rows is not None:
             sections.results(rows, ["implementation", "wall_ms", "throughput_ms", "device_ms", "kernel_count", "kernels",
                                     "tflops"])
-            common.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
+            tables.download(rows, f"cudnn_vs_xla_{bf.describe().replace(' ', '_')}")
 ref = sections.shipped_frame("default")
 if len(ref):
     mine = ref[ref["implementation"].isin(["sdpa_cudnn", "sdpa_xla"]) & (ref["dtype"] == "bfloat16")]
     st.markdown("**📦 Shipped from the H200: the codelab's shape in bfloat16, cuDNN against XLA**")
-    common.text_table(mine[["implementation", "shape", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
+    tables.text_table(mine[["implementation", "shape", "wall_ms", "throughput_ms", "device_ms", "kernel_count",
                             "kernels", "tflops"]])
     st.caption("TFLOP/s in this table is the matmul FLOPs over throughput time (many calls queued, one wait), the column "
                "beside wall time; device time (CUPTI) counts only the kernels. " + clocks.NOTE)

@@ -8,7 +8,7 @@ import streamlit as st
 from attnlab.math import flash
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder, memory
-from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, waiting, yourturn_ui
+from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, tables, waiting, yourturn_ui
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -58,7 +58,7 @@ if tabs[0].open:
                      help="this block's output so far, diag(l)⁻¹·O, against the exact float64 output")
         if s.kind == "skipped":
             right.caption("No query of this block may see any key of this block: the kernel skips it, nothing changes.")
-        common.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
+        tables.table(kernel_ui.step_table(s), hide_index=False, drop_empty=False)
         charts.draw(st, kernel_ui.error_chart, walk, n, width="stretch")
         st.caption("Each query block's partial output starts at 0, so its line starts high (the exact output's size), "
                    "and falls on its own; after its last tile the difference is rounding (float32 against float64).")
@@ -89,7 +89,7 @@ if tabs[2].open:
         st.info("**What to look at:** the backward pass needs the softmax weights P. Flash keeps only O and one "
                 "log-sum-exp per row, and rebuilds S and P tile by tile: compiled memory stays O(T) in training too.")
         st.dataframe(pd.DataFrame(flash.BACKWARD_PLAN, columns=["what", "shape", "kept or recomputed"]),
-                     hide_index=True, width="stretch", placeholder=common.MISSING)
+                     hide_index=True, width="stretch", placeholder=tables.MISSING)
         st.caption("dO: the gradient arriving at the output O. i, j: a block of Br queries, a block of Bc keys (one tile).")
         if sections.on_demand("p10_backward", "Compile forward+backward", (shape, lengths)):
             with waiting.fresh():

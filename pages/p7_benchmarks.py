@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab.measure import cost, timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
-from pages import codeblock, common, opening, sections, vendor_ui, waiting
+from pages import codeblock, common, opening, sections, tables, vendor_ui, waiting
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
@@ -52,7 +52,7 @@ if here.open:
                                "times the autotuned programs.")
                 if df is not None:
                     df = timing_demo.annotate(df)
-                    common.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,
+                    tables.table(df[df["status"] == "ok"][["implementation", "label", "wall_ms", "wall_ms_iqr",  # numbers first,
                                                             "wall_spread_pct", "throughput_ms", "device_ms",  # text last
                                                             "kernel_count", "tflops", "device_tflops", "pct_of_peak",
                                                             "compile", "timing_note"]], column_config=ui.HERE)
@@ -62,12 +62,12 @@ if here.open:
                     if on_gpu and df["device_ms"].notna().any():
                         st.markdown("**What ran on the GPU** (CUPTI, one call): when wall time is far above device time, the "
                                     "difference is Python dispatch, launch and synchronisation, not attention.")
-                        common.table(df[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]])
+                        tables.table(df[["implementation", "device_ms", "wall_ms", "kernel_count", "kernels", "custom_calls"]])
                     else:
                         st.info("No device time or kernel names here: they come from CUPTI, NVIDIA's profiling interface, "
                                 "which needs an NVIDIA GPU. Wall time on the CPU backend is the whole computation plus dispatch.")
                     sections.not_run(df)
-                    common.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
+                    tables.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
         else:
             st.info(f"This shape is {shape.flops() / 1e9:,.1f} GFLOP per call; press the button to time it here.")
             note = waiting.long_work_note(common.on_device(cost.timing_seconds, (shape,), len(timed)))
@@ -76,20 +76,20 @@ if here.open:
         cannot = common.support_table(shape, merged=True).query("`runs here` == 'no'")
         if len(cannot):
             st.markdown("**Cannot run this shape here**")
-            common.text_table(cannot[["implementation", "label", "why not"]])
+            tables.text_table(cannot[["implementation", "label", "why not"]])
         with st.expander("📦 The codelab's shape on an H200 (float32 and bfloat16)", expanded=not on_gpu):
             ref = sections.shipped_frame("default")
             if ref.empty:
                 st.info("No H200 results ship with this version, so there is nothing measured on a GPU to show here. "
                         "On a GPU machine, `python -m attnlab bench --out attnlab/shipped/h200.json` makes them.")
             else:
-                common.table(ref[ref["status"] == "ok"][["implementation", "dtype", "wall_ms", "wall_ms_iqr",
+                tables.table(ref[ref["status"] == "ok"][["implementation", "dtype", "wall_ms", "wall_ms_iqr",
                                                          "throughput_ms", "device_ms", "kernel_count", "tflops",
                                                          "device_tflops", "pct_of_peak"]])
                 ui.bars(ref, "H200: ")
                 st.caption(ui.CLOCK_NOTE)
                 sections.not_run(ref, keys=("implementation", "dtype"))
-                common.download(ref, "h200_default", "Download the H200 table (CSV)")
+                tables.download(ref, "h200_default", "Download the H200 table (CSV)")
 
 if how.open:
     with how:
@@ -116,7 +116,7 @@ if how.open:
             with waiting.fresh():
                 demo = sections.guarded(dispatch, shape, what="The demonstration")
                 if demo is not None:
-                    common.text_table(demo[["measured", "code", "ms", "what it is"]].rename(columns={"ms": "ms per call"}))
+                    tables.text_table(demo[["measured", "code", "ms", "what it is"]].rename(columns={"ms": "ms per call"}))
                     st.markdown(timing_demo.dispatch_reading(demo, on_gpu))
 
 if sweeps.open:

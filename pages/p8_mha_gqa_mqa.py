@@ -6,7 +6,7 @@ import streamlit as st
 from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache, timing_demo
-from pages import charts, common, decode_ui, opening, sections, waiting, yourturn_ui
+from pages import charts, common, decode_ui, opening, sections, tables, waiting, yourturn_ui
 
 CANDIDATES = opening.P8_CANDIDATES  # fixed: the decode multiselect's options never change
 WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
@@ -75,9 +75,9 @@ context_len = c1.number_input("context length (tokens)", min_value=1, max_value=
 layers = c2.number_input("layers", min_value=1, max_value=1000, value=32, step=1, key="p8_layers")
 cache = kvcache.cache_table(shape, int(context_len), int(layers))
 batch_col = f"cache for the batch of {shape.batch}"
-common.table(cache.assign(**{
-    "cache per sequence": cache["cache_bytes_per_sequence"].map(common.fmt_bytes),
-    batch_col: cache["cache_bytes_for_batch"].map(common.fmt_bytes),
+tables.table(cache.assign(**{
+    "cache per sequence": cache["cache_bytes_per_sequence"].map(tables.fmt_bytes),
+    batch_col: cache["cache_bytes_for_batch"].map(tables.fmt_bytes),
     "of MHA's cache": cache["fraction_of_mha"].map("{:.1%}".format),
 })[["variant", "kv_heads", "query heads per KV head", "bytes_per_token", "cache per sequence", batch_col,
     "of MHA's cache"]])
@@ -86,7 +86,7 @@ for col, (_, r) in zip(st.columns(len(cache)), cache.iterrows(), strict=True):
                help=f"2 · {r['kv_heads']} · {shape.head_dim} · {shape.itemsize} · {int(layers)}")
 charts.draw(st, decode_ui.cache_chart, cache,
             f"KV cache per sequence: {int(context_len):,} tokens, {int(layers)} layers, {shape.dtype}", width="stretch")
-common.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
+tables.download(cache, "kv_cache", "Download the KV-cache table (CSV)")
 
 st.header("One decode step")
 st.write("Generating a token is attention with one query (q_len = 1) over the whole cache (kv_len = S): little "
@@ -120,20 +120,20 @@ elif chosen and sections.on_demand("p8_decode", f"Time a decode step for each va
                        "implementation shrinks from MHA to MQA as the K and V bytes it reads shrink.")
             present = [c for c in ("device_ms", "throughput_ms", "wall_ms") if good[c].notna().any()]
             if present:
-                y = st.selectbox("time", present, key="p8_decode_y", format_func=common.label)
+                y = st.selectbox("time", present, key="p8_decode_y", format_func=tables.label)
                 charts.draw(st, decode_ui.step_chart, good, y, width="stretch")
                 if not on_gpu:
                     st.caption("On the CPU backend, dispatch and the CPU's caches blur the picture; on a GPU, the "
                                "device time tracks the K and V bytes read.")
             if not good.empty:
-                common.table(good.assign(**{"K and V bytes read": good["kv_read_bytes"].map(common.fmt_bytes)})[
+                tables.table(good.assign(**{"K and V bytes read": good["kv_read_bytes"].map(tables.fmt_bytes)})[
                     ["variant", "kv_heads", "implementation", "wall_ms", "throughput_ms", "device_ms",
                      "K and V bytes read", "kv_read_gb_per_s"]], column_config={"kv_read_gb_per_s": st.column_config.
                              NumberColumn("GB/s of K and V", format="%.1f", help=GBS_HELP)})
                 if note := timing_demo.spread_note(good, on_gpu):  # how far to trust a difference between variants
                     st.caption(note)
             sections.not_run(df, keys=("variant", "implementation"))
-            common.download(df, "decode_step", "Download the decode timings (CSV)")
+            tables.download(df, "decode_step", "Download the decode timings (CSV)")
 
 decode_ui.measured_on_h200(int(kv_len))
 yourturn_ui.exercises_of(__file__, shape)

@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab import device
 from attnlab.backends import fp8, te
 from attnlab.studies import fp8_study
-from pages import common, fp8_ui, sections, te_ui, waiting
+from pages import common, fp8_ui, sections, tables, te_ui, waiting
 
 st.title("9 · TransformerEngine and FP8")
 st.write(
@@ -15,7 +15,7 @@ st.write(
     "in FP8's narrow range. There are two FP8 formats:"
 )
 formats = fp8_study.formats()
-common.text_table(formats.assign(**{"largest value": formats["largest value"].map("{:,.0f}".format),
+tables.text_table(formats.assign(**{"largest value": formats["largest value"].map("{:,.0f}".format),
                                     "smallest value": formats["smallest value"].map("{:.2g}".format)})
                   .rename(columns={"smallest value": "smallest value (subnormal)"}))
 st.caption("HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward; TE's DelayedScaling "
@@ -27,7 +27,7 @@ half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype=
 st.header("What can run here")
 st.caption("Each row is a requirement that TE's DotProductAttention (`te_dpa`) or cuDNN's FP8 attention "
            f"(`cudnn_fp8`) declares, checked at the sidebar's shape ({shape.describe()}) on this device.")
-common.text_table(common.requirements_table(shape, info, ["te_dpa", "cudnn_fp8"]))
+tables.text_table(common.requirements_table(shape, info, ["te_dpa", "cudnn_fp8"]))
 if shape is not half:
     st.caption(f"TE and FP8 take bfloat16 or float16 inputs; the sections below use your shape in bfloat16 "
                f"({half.describe()}).")

@@ -12,7 +12,7 @@ import streamlit as st
 from attnlab.studies import ring_results
 from attnlab.studies import ring_schedule as rs
 from attnlab.studies.suite import SuiteRun
-from pages import charts, common, encodings
+from pages import charts, encodings, tables
 
 LAYOUTS = {"zigzag": "balanced (zig-zag)", "contiguous": "contiguous"}
 KINDS = ["full", "diagonal", "partly skipped", "skipped"]
@@ -121,7 +121,7 @@ def compiled_order(run: ring_results.RingRun) -> None:
             "step's result and the block being received): the received block is usable only once the step's "
             "attention is done, so the wait moves after it. Compare the causal rows with and without the fence, "
             "and the speed-ups below.")
-        common.text_table(order)
+        tables.text_table(order)
 
 
 def same_program_notes(run: ring_results.RingRun) -> None:
@@ -139,7 +139,7 @@ def scaling(scale: pd.DataFrame, missing: list[int]) -> None:
         charts.draw(st, scaling_chart, scale, width="stretch")
         st.caption("Efficiency at the longest sequence each file measured (in the tooltip).")
     elif not scale.empty:
-        common.table(scale)
+        tables.table(scale)
         st.caption(f"Only {scale['P'].iloc[0]} GPUs are measured so far, so there is no scaling line to draw yet: "
                    "efficiency (speed-up / P) at the longest sequence measured.")
     if missing:
@@ -174,7 +174,7 @@ def costs(shape, run: ring_results.RingRun | None, P: int, causal: bool, layout:
         charts.draw(st, costs_chart, table, hiding_T, width="stretch")
         st.caption(f"Rates: attention, {rates.flops_source}; link, {rates.bytes_source}. {rates.measured}. A model, not a "
                    "measurement: the same rate at every length.")
-        common.table(table.rename(columns={"bytes_per_step": "bytes"}), column_config={
+        tables.table(table.rename(columns={"bytes_per_step": "bytes"}), column_config={
             "tokens_per_device": st.column_config.NumberColumn("tokens per GPU (T/P)", format="%d"),
             "bytes": st.column_config.NumberColumn("bytes sent per step (each GPU)", format="localized"),
             "transfer_ms": st.column_config.NumberColumn("send per step (ms)", format="%.4f"),
@@ -216,10 +216,10 @@ def measured(run: ring_results.RingRun | None) -> None:
         st.caption("Above the dashed line the ring pays: it beats one GPU (speed-up) or scales perfectly (efficiency). "
                    "Compare the ring with all-gather, and the balanced causal ring with the contiguous one.")
         same_program_notes(run)
-        common.text_table(ring_results.crossovers(run))  # every row in view: eleven lines, eleven rows
+        tables.text_table(ring_results.crossovers(run))  # every row in view: eleven lines, eleven rows
         if ring_results.skipped(run):
             st.caption(f"Not measured (the benchmark's time ran out): T = {ring_results.skipped(run)}.")
         errors = run.correctness
         st.caption(f"Correct: relative error against one GPU at T={errors.T}: non-causal "
                    f"{errors.non_causal:.1e}, causal {errors.causal:.1e}.")
-        common.download(speed, "ring_h200x2_speedups")
+        tables.download(speed, "ring_h200x2_speedups")

@@ -23,7 +23,7 @@ from attnlab.backends.naive import NAIVE
 from attnlab.measure import runs
 from attnlab.service import WorkerLost
 from attnlab.shapes import AttentionShape
-from pages import charts, common, encodings
+from pages import charts, common, encodings, tables
 
 AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
 AUTO_BYTES = 256 * 2**20
@@ -94,7 +94,7 @@ def results(df: pd.DataFrame, columns: Sequence[str], *, failed: bool = True) ->
     """The rows that ran, with `columns`; then each row that did not, with its status and reason."""
     ok = df[df["status"] == runs.OK]
     if not ok.empty:
-        common.table(ok[list(columns)])
+        tables.table(ok[list(columns)])
     if failed:
         not_run(df)
 
@@ -103,11 +103,11 @@ def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None
     wrong = df[df["status"] == runs.BAD_GRADIENTS]  # timed, but the program timed computes wrong gradients
     if not wrong.empty:
         st.markdown("**Timed, but its gradients are wrong** (against float64, by FlashAttention's rule)")
-        common.text_table(wrong[[*keys, "throughput_ms", "reason"]].drop_duplicates())
+        tables.text_table(wrong[[*keys, "throughput_ms", "reason"]].drop_duplicates())
     bad = df[~df["status"].isin([runs.OK, runs.BAD_GRADIENTS])]
     if not bad.empty:
         st.markdown("**Not run here**")
-        common.text_table(merged(bad[[*keys, "status", "reason"]].drop_duplicates(), keys))
+        tables.text_table(merged(bad[[*keys, "status", "reason"]].drop_duplicates(), keys))
         memory_note(bad)
 
 
@@ -170,5 +170,5 @@ def sweep_chart(df: pd.DataFrame, x: str, key: str, options=("wall_ms", "through
         st.warning("No cell of this sweep could run here; the reasons are below.")
         return
     y = st.selectbox("y axis", present, index=present.index(first) if first in present else 0, key=f"{key}_y",
-                     format_func=common.label)
-    charts.draw(st, encodings.line_chart, good, x=x, y=y, title=f"{common.label(y)} by {x}", width="stretch")
+                     format_func=tables.label)
+    charts.draw(st, encodings.line_chart, good, x=x, y=y, title=f"{tables.label(y)} by {x}", width="stretch")

@@ -5,7 +5,7 @@ import streamlit as st
 
 from attnlab.backends import te
 from attnlab.studies import clocks
-from pages import codeblock, common, sections, waiting
+from pages import codeblock, common, sections, tables, waiting
 
 TE_NAMES = ["sdpa_xla", "sdpa_cudnn", "te_dpa"]
 
@@ -25,7 +25,7 @@ def te_results(df) -> None:
                "slower than at twice the length. In the shipped H200 sweep cuDNN and TE stay near 0.07 ms a call up to T 1,024 whatever the "
                "length (launch-bound); at T 2,048 the two columns come close. XLA's kernels are slower, so its "
                "columns meet from T 512.")
-    common.download(df, "te_sweep", "Download the TE sweep (CSV)")
+    tables.download(df, "te_sweep", "Download the TE sweep (CSV)")
 
 
 def sweep_section(shape, half) -> None:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from attnlab.device import FP8_ATTENTION_MIN_CC
 from attnlab.studies import vendor
-from pages import common, sections, waiting
+from pages import common, sections, tables, waiting
 
 COLUMNS = {
     "precision": st.column_config.TextColumn("precision"),
@@ -55,5 +55,5 @@ def section() -> None:
 
 
 def table(df: pd.DataFrame) -> None:
-    common.table(df[list(COLUMNS)], column_config=COLUMNS)
+    tables.table(df[list(COLUMNS)], column_config=COLUMNS)
     st.markdown(vendor.WHY)

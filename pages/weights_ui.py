@@ -13,7 +13,7 @@ import streamlit as st
 
 from attnlab.shapes import AttentionShape
 from attnlab.studies import weights
-from pages import common, encodings, sections, waiting
+from pages import encodings, sections, tables, waiting
 
 MASKED_GREY = "#d9d9d9"
 
@@ -27,7 +27,7 @@ def matrix_table(a: np.ndarray, row: str, col: str) -> None:
     """`matrix` shown with two decimals, by st.dataframe's own number format (a pandas Styler did
     the same at several times the cost of marshalling, for each of page 1's six tables)."""
     df = matrix(a, row, col)
-    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns}, placeholder=common.MISSING)
+    st.dataframe(df, width="stretch", column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns}, placeholder=tables.MISSING)
 
 
 def scale_chart(effect: pd.DataFrame, y: str, seq_len: int) -> alt.Chart:
@@ -134,7 +134,7 @@ def first_vs_last_section(shape: AttentionShape, first_vs_last: Callable[[Attent
 def _first_vs_last(shape: AttentionShape, fvl: pd.DataFrame | None) -> None:
     if fvl is None:
         return
-    common.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
+    tables.table(fvl, column_config={"max |full − causal|": st.column_config.NumberColumn(format="%.3g")})
     last = fvl.iloc[-1]
     if shape.q_len == shape.kv_len:
         st.success(f"Last position ({int(last['position'])}): max |full − causal| = {last['max |full − causal|']:.3g}. "

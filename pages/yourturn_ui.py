@@ -24,7 +24,7 @@ from attnlab.service.request import Request
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 from attnlab.yourturn import allowlist, exercises, grade, pace, progress, share, timed
-from pages import charts, codeblock, common, sections, waiting
+from pages import charts, codeblock, common, sections, tables, waiting
 from pages.weights_ui import heatmap
 
 
@@ -188,10 +188,10 @@ def _show(ex: exercises.Exercise, v: grade.Verdict) -> None:
     rows = pd.DataFrame([{"case": c.what, "right": "yes" if c.passed else "no", "output shape": str(c.output_shape),
                           "expected shape": str(c.expected_shape), "max abs error": c.max_abs_error,
                           "relative error": c.relative_error, "note": c.note or None} for c in v.cases])
-    common.text_table(rows)
+    tables.text_table(rows)
     if v.lab_scratch_bytes is not None and v.scratch_bytes is not None:
-        st.caption(f"Compiled scratch at the first case: yours {common.fmt_bytes(v.scratch_bytes)}, the lab's "
-                   f"{common.fmt_bytes(v.lab_scratch_bytes)}"
+        st.caption(f"Compiled scratch at the first case: yours {tables.fmt_bytes(v.scratch_bytes)}, the lab's "
+                   f"{tables.fmt_bytes(v.lab_scratch_bytes)}"
                    + (" (your program builds copies of K and V)." if "K/V copied" in v.mistakes else "."))
     if v.heatmap is not None:
         yours, lab = (np.asarray(m) for m in v.heatmap)
@@ -214,7 +214,7 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
     if mine is None or others is None:
         return
     df = runs.to_frame([mine, *others])
-    df = df.assign(scratch=df["temp_bytes"].map(common.fmt_bytes))
+    df = df.assign(scratch=df["temp_bytes"].map(tables.fmt_bytes))
     sections.results(df, ["implementation", "wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops",
                           "scratch"])
     if common.device_info().backend != "gpu":

@@ -99,3 +99,15 @@ def test_a_line_charts_first_and_last_points_sit_inside_its_frame_not_on_it():
         lo, hi = x["domain"]
         assert lo < 64 and hi > 4096 and 64 / lo == pytest.approx(hi / 4096) == pytest.approx(2 ** 0.25)
         assert y.get("padding", 0) > 0
+
+
+def test_the_step_through_error_chart_starts_at_its_first_step_with_half_a_step_of_room():
+    """The flash step-through's error chart: x is steps 1..n with half a step each side (Vega's 'nice' domain
+    had drawn an empty slot from 0 to 1 before the first step, a Chromium pass of issue 42)."""
+    import types
+
+    from pages import kernel_ui
+
+    walk = [types.SimpleNamespace(max_error=e, q_block=i // 2) for i, e in enumerate([0.5, 0.2, 0.4, 0.0])]
+    x = kernel_ui.error_chart(walk, current=2).to_dict()["layer"][0]["encoding"]["x"]
+    assert x["scale"]["domain"] == [0.5, 4.5] and x["scale"]["nice"] is False
