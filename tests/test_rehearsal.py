@@ -155,7 +155,7 @@ def test_a_head_faults_timeline_reads_the_kubelets_events_and_each_uis_ray_clien
     from attnlab.service.ray_workers import RayWorkers
 
     wall, t = time.time(), time.monotonic()
-    RayWorkers("ray://127.0.0.1:1")  # nothing answers: it says so, and retries on the next request
+    RayWorkers("ray://127.0.0.1:1")  # nothing answers: it says so, and retries in the background
     an_hour_ago = time.strftime("%H:%M:%S", time.localtime(wall - 3600))
     ui_log = f"attnlab {an_hour_ago}: reconnected to Ray at ray://old in 1.0 s\n" + capsys.readouterr().err
     events = {"ray-head": [(t - 5, "ready"), (t + 15, "container started (pid 7): ray start --head"), (t + 30, "ready")],

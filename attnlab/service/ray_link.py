@@ -1,4 +1,5 @@
-"""What a failure of the connection to Ray looks like, told apart from a device worker's death (ray_workers.py).
+"""The UI process's connection to Ray (Link), and what a failure of it looks like, told apart from a device
+worker's death (ray_workers.py holds the workers and reconnects through a Link).
 
 A Ray client (ray://) never recovers on its own from its head's restart. Reproduced with a local head killed
 and started again on the same ports under a UI process (tests/test_service.py does it): the request in flight
@@ -24,9 +25,12 @@ dialled `hedged`: another attempt beside it when the first has not answered in H
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -47,9 +51,94 @@ DIALS = 3
 LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
         "reconnecting: press the button again in a few seconds.")
 
+NAMESPACE = "attnlab"
+
 # the entry points that run a learner's program (under attnlab/yourturn/suspects.py's markers)
 LEARNERS = frozenset({"attnlab.yourturn.grade:check", "attnlab.yourturn.timed:time_solution",
                       "attnlab.service.faults:learner_abort", "attnlab.service.faults:learner_hang"})
+
+
+def now() -> str:
+    """The wall clock in the log's lines (a head fault's timeline is read against the pods' own logs)."""
+    return time.strftime("%H:%M:%S")
+
+
+class Link:
+    """One connection to Ray: "local" (a cluster of this process's own), "auto" (this node's), or "ray://host:port"
+    (a UI pod's: Ray's client, dialled `hedged`, each attempt a client context of its own, set per thread by
+    `using`)."""
+
+    def __init__(self, address: str, fake_gpus: int = 0, worker_env: dict[str, str] | None = None):
+        self.address, self.fake_gpus, self.worker_env = address, fake_gpus, worker_env or {}
+        self._client = None  # a ray:// connection: (Ray's ClientContext, its client context)
+        if address.startswith("ray://"):
+            os.environ.setdefault("RAY_CLIENT_RECONNECT_GRACE_PERIOD", GRACE_S)
+            for name, value in CONNECT_S.items():  # read when Ray's client module is first imported: by ray.init
+                os.environ.setdefault(name, value)
+
+    def open(self) -> None:
+        """Connect (never to a cluster a stale /tmp/ray pointer names, for "local")."""
+        import ray
+
+        if self.address.startswith("ray://"):
+            why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
+            if why:
+                raise ConnectionError(why)
+            self._client = hedged(self._dial, lambda client: client[0].disconnect())
+        elif not ray.is_initialized():
+            if self.address == "local":
+                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
+                ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+                         # Ray says `logging_level: int`, yet takes a level's name (its own default is "info")
+                         logging_level="warning", num_gpus=self.fake_gpus or None,  # type: ignore[arg-type]
+                         runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
+            else:
+                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
+                         logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
+
+    def close(self) -> None:
+        """End this connection (a ray:// one only: ray.shutdown would end every client context)."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            if self._client is not None:
+                self._client[0].disconnect()
+            else:
+                ray.shutdown()
+
+    def _dial(self):
+        """One connection over ray://, in a client context of its own (the hedged attempts beside it have theirs)."""
+        import ray
+        from ray.util.client import ray as client
+
+        t0, outcome = time.monotonic(), "connected"
+        try:
+            context = ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, allow_multiple=True,
+                               logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
+            with context:  # on this thread only: Ray's ClientContext swaps contexts in a field of its own
+                return context, client.get_context()
+        except Exception as e:
+            outcome = f"{type(e).__name__}: {e}"[:200]
+            raise
+        finally:
+            if time.monotonic() - t0 > HEDGE_S:  # a stuck attempt (another was started beside it)
+                print(f"attnlab {now()}: an attempt to connect to Ray at {self.address} took "
+                      f"{time.monotonic() - t0:.1f} s ({outcome})", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def using(self):
+        """Ray's calls inside it go over this connection (a ray:// one is a client context, set per thread)."""
+        if self._client is None:
+            yield
+            return
+        from ray.util.client import ray as client
+
+        before = client.set_context(self._client[1])
+        try:
+            yield
+        finally:
+            client.set_context(before)
 
 
 def died(e: BaseException, learners: bool) -> str:

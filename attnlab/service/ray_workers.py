@@ -7,45 +7,41 @@ Each worker is a named, detached actor (`attnlab-device-0`, ...) asking for one 
 limit and never retried. Every UI process finds the same actors by name and creates the missing ones (a class
 grows by adding GPU nodes). A request goes to the worker that owns its route (rendezvous hashing); a timing to its
 owner when idle, else to the least busy worker. A failed connection (the head restarted) fails the request with
-WorkerLost, and the next request reconnects, one reconnect at a time. Why each: docs/design-notes.md, "On Ray".
+WorkerLost and is made again in the background (and by any request meanwhile), one reconnect at a time, each
+dialled hedged (ray_link.py). Why each: docs/design-notes.md, "On Ray".
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from attnlab.service.ray_actor import actor_class
-from attnlab.service.ray_link import (
-    CONNECT_S,
-    GRACE_S,
-    HEDGE_S,
-    LEARNERS,
-    LOST,
-    connection_failure,
-    died,
-    hedged,
-    reachable,
-)
+from attnlab.service.ray_link import LEARNERS, LOST, NAMESPACE, Link, connection_failure, died, now, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
 __all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
 
-NAMESPACE = "attnlab"
 PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
 RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
 
 
-def _now() -> str:
-    """The wall clock in the log's lines (a head fault's timeline is read against the pods' own logs)."""
-    return time.strftime("%H:%M:%S")
+def _heal(workers: weakref.ref) -> None:
+    """Reconnect every RETRY_S while the connection is broken: a head that is back is found within seconds of
+    answering, not when the next request or probe happens to come (a weak reference: a RayWorkers nobody holds is
+    not kept alive, nor healed)."""
+    while (w := workers()) is not None and w.broken:
+        with contextlib.suppress(WorkerLost):
+            w._reconnect(w.generation)
+        del w
+        time.sleep(RETRY_S)
 
 
 def owner(route: str, names: list[str]) -> str:
@@ -56,7 +52,7 @@ def owner(route: str, names: list[str]) -> str:
 class RayWorkers:
     def __init__(self, address: str = "auto", *, workers: int | None = None, threads: int = 64,
                  fake_gpus: int = 0, worker_env: dict[str, str] | None = None):
-        self.address, self.fake_gpus, self.worker_env = address, fake_gpus, worker_env or {}
+        self.address, self.link = address, Link(address, fake_gpus, worker_env)
         self.wanted, self.threads = workers, threads
         self._lock = threading.Lock()
         self._reconnecting = threading.Lock()
@@ -67,75 +63,19 @@ class RayWorkers:
         self.broken = ""  # why the connection failed, until a reconnect succeeds
         self._tried = -RETRY_S  # when the last reconnect was tried
         self.reconnects = 0
-        self._client = None  # a ray:// connection: (Ray's ClientContext, its client context), used by _using
-        if address.startswith("ray://"):
-            os.environ.setdefault("RAY_CLIENT_RECONNECT_GRACE_PERIOD", GRACE_S)
-            for name, value in CONNECT_S.items():  # read when Ray's client module is first imported: by ray.init
-                os.environ.setdefault(name, value)
+        self._healer: threading.Thread | None = None
         try:
             self._connect()
         except Exception as e:
             if address == "local" or not connection_failure(e):
                 raise
-            self.broken = f"{type(e).__name__}: {e}"  # a hosted UI starts while its head is away: the next call retries
-            print(f"attnlab {_now()}: Ray at {address} cannot be reached ({self.broken}); retrying on the next request",
-                  file=sys.stderr, flush=True)
+            self._break(f"{type(e).__name__}: {e}", f"Ray at {address} cannot be reached")  # its head is away
 
     def _connect(self) -> None:
-        """ray.init (a cluster of its own for "local", never one a stale /tmp/ray pointer names), then the workers."""
-        import ray
-
-        if self.address.startswith("ray://"):
-            why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
-            if why:
-                raise ConnectionError(why)
-            self._client = hedged(self._dial, lambda client: client[0].disconnect())
-        elif not ray.is_initialized():
-            if self.address == "local":
-                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
-                ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                         # Ray says `logging_level: int`, yet takes a level's name (its own default is "info")
-                         logging_level="warning", num_gpus=self.fake_gpus or None,  # type: ignore[arg-type]
-                         runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
-            else:
-                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
-                         logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
-        with self._using():
+        """The connection (Link.open), then the workers over it."""
+        self.link.open()
+        with self.link.using():
             self._found()
-
-    def _dial(self):
-        """One connection over ray://, in a client context of its own (the hedged attempts beside it have theirs)."""
-        import ray
-        from ray.util.client import ray as client
-
-        t0, outcome = time.monotonic(), "connected"
-        try:
-            context = ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, allow_multiple=True,
-                               logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
-            with context:  # on this thread only: Ray's ClientContext swaps contexts in a field of its own
-                return context, client.get_context()
-        except Exception as e:
-            outcome = f"{type(e).__name__}: {e}"[:200]
-            raise
-        finally:
-            if time.monotonic() - t0 > HEDGE_S:  # a stuck attempt (another was started beside it)
-                print(f"attnlab {_now()}: an attempt to connect to Ray at {self.address} took "
-                      f"{time.monotonic() - t0:.1f} s ({outcome})", file=sys.stderr, flush=True)
-
-    @contextlib.contextmanager
-    def _using(self):
-        """Ray's calls inside it go over this process's connection (a ray:// one is a client context, per thread)."""
-        if self._client is None:
-            yield
-            return
-        from ray.util.client import ray as client
-
-        before = client.set_context(self._client[1])
-        try:
-            yield
-        finally:
-            client.set_context(before)
 
     def _found(self) -> None:
         """The workers, found or created, over a connection just made."""
@@ -151,8 +91,6 @@ class RayWorkers:
 
     def _reconnect(self, generation: int) -> None:
         """Connect again if the connection `generation` failed and nobody has since; WorkerLost if it cannot be now."""
-        import ray
-
         if not self._reconnecting.acquire(timeout=WAIT_S):
             raise WorkerLost(LOST)
         try:
@@ -161,24 +99,20 @@ class RayWorkers:
             if time.monotonic() - self._tried < RETRY_S:
                 raise WorkerLost(LOST)
             self._tried = time.monotonic()
-            with contextlib.suppress(Exception):
-                if self._client is not None:
-                    self._client[0].disconnect()  # this connection only (ray.shutdown would end every one)
-                else:
-                    ray.shutdown()
+            self.link.close()
             t0 = time.monotonic()
             try:
                 self._connect()
             except Exception as e:
                 why = f"{type(e).__name__}: {e}"
                 if why.split(" (")[0] != self.broken.split(" (")[0]:  # each new reason once (a head fault's timeline)
-                    print(f"attnlab {_now()}: not yet connected to Ray at {self.address} after {time.monotonic() - t0:.1f} s: "
+                    print(f"attnlab {now()}: not yet connected to Ray at {self.address} after {time.monotonic() - t0:.1f} s: "
                           f"{why[:300]}", file=sys.stderr, flush=True)
                 self.broken = why
                 raise WorkerLost(LOST) from None
             self.reconnects += 1
             again = "reconnected" if self.generation > 1 else "connected"  # the first connection may be a retry too
-            print(f"attnlab {_now()}: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+            print(f"attnlab {now()}: {again} to Ray at {self.address} in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
         finally:
             self._reconnecting.release()
 
@@ -189,7 +123,7 @@ class RayWorkers:
         if self.broken:
             self._reconnect(generation)
             generation = self.generation
-        with self._using():
+        with self.link.using():
             try:
                 yield
             except WorkerLost:
@@ -198,10 +132,19 @@ class RayWorkers:
                 if not connection_failure(e):
                     raise
                 if self.generation == generation and not self.broken:
-                    self.broken = f"{type(e).__name__}: {e}"
-                    print(f"attnlab {_now()}: the connection to Ray at {self.address} failed ({self.broken[:300]}); "
-                          "reconnecting on the next request", file=sys.stderr, flush=True)
+                    self._break(f"{type(e).__name__}: {e}", f"the connection to Ray at {self.address} failed")
                 raise WorkerLost(LOST) from None
+
+    def _break(self, why: str, what: str) -> None:
+        """The connection is broken (`what`, in the log, and `why`): reconnected in the background (`_heal`), and by
+        any request meanwhile."""
+        self.broken = why
+        print(f"attnlab {now()}: {what} ({why[:300]}); reconnecting in the background", file=sys.stderr, flush=True)
+        with self._lock:
+            if self._healer is None or not self._healer.is_alive():
+                self._healer = threading.Thread(target=_heal, args=(weakref.ref(self),), name="attnlab-ray-heal",
+                                                daemon=True)
+                self._healer.start()
 
     def _count(self) -> int:
         import ray
