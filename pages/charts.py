@@ -38,12 +38,18 @@ alt.data_transformers.enable("attnlab_named")
 alt.theme.enable("none")  # Streamlit's own chart theme applies (as st.altair_chart does)
 
 
+PAD_RIGHT = 16  # px
+
+
 def vega_spec(chart) -> dict:
     """The Vega-Lite spec of an Altair chart, its data frames under spec['datasets']."""
     _charts.datasets = {}
     try:
         spec = chart.to_dict(validate=False)
         spec["datasets"] = {**(spec.get("datasets") or {}), **_charts.datasets}
+        # room on the right for the last x label: centred on a tick short of the end of a 'nice' domain it was
+        # drawn half outside the chart (page 7's bars, whose 3.5 ended a domain of 3.6); Vega's default is 5 px
+        spec.setdefault("padding", {"left": 5, "top": 5, "bottom": 5, "right": PAD_RIGHT})
     finally:
         _charts.datasets = None
     return spec

@@ -111,3 +111,13 @@ def test_the_step_through_error_chart_starts_at_its_first_step_with_half_a_step_
     walk = [types.SimpleNamespace(max_error=e, q_block=i // 2) for i, e in enumerate([0.5, 0.2, 0.4, 0.0])]
     x = kernel_ui.error_chart(walk, current=2).to_dict()["layer"][0]["encoding"]["x"]
     assert x["scale"]["domain"] == [0.5, 4.5] and x["scale"]["nice"] is False
+
+
+def test_every_chart_leaves_room_on_its_right_for_the_last_x_label():
+    """A horizontal bar chart's last x label sits on a tick short of the end of its 'nice' domain, centred: without
+    room on the right it was drawn half outside the chart (page 7's bars in Chromium, issue 42)."""
+    from pages import benchmarks_ui
+
+    df = pd.DataFrame({"implementation": ["naive", "sdpa_xla"], "wall_ms": [3.53, 2.1], "status": ["OK"] * 2})
+    spec = charts.vega_spec(benchmarks_ui.bar_chart(df, "implementation", "wall_ms", "wall (ms)"))
+    assert spec["padding"]["right"] >= 12
