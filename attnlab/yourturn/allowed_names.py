@@ -6,6 +6,7 @@ out is read."""
 from __future__ import annotations
 
 import ast
+from types import SimpleNamespace
 
 MAX_SOURCE_CHARS = 6000
 MAX_NODES = 2000
@@ -95,3 +96,29 @@ def int_of(node) -> int:
 def small_int(node) -> bool:
     v = number(node)
     return isinstance(v, int) and abs(v) <= MAX_RANGE
+
+
+def scope() -> dict:
+    """The globals a learner's code runs with: only the listed names of each namespace, and a few builtins
+    (range bounded to MAX_RANGE turns)."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    def only(module, names):
+        return SimpleNamespace(**{n: getattr(module, n) for n in names if hasattr(module, n)})
+
+    nn, lax = only(jax.nn, NAMESPACES["jax.nn"]), only(jax.lax, NAMESPACES["jax.lax"])
+    np_ns = only(jnp, NAMESPACES["jnp"])
+
+    def bounded_range(*args):
+        r = range(*args)
+        if len(r) > MAX_RANGE:
+            raise ValueError(f"range() here runs at most {MAX_RANGE} times")
+        return r
+
+    builtins = {"range": bounded_range, "len": len, "min": min, "max": max, "abs": abs, "int": int, "float": float,
+                "bool": bool}
+    return {"__builtins__": builtins, "jnp": np_ns, "jax": SimpleNamespace(nn=nn, lax=lax, numpy=np_ns), "lax": lax,
+            "nn": nn, "math": only(math, NAMESPACES["math"])}

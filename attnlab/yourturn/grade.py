@@ -27,7 +27,7 @@ import numpy as np
 
 from attnlab import admission
 from attnlab.measure import compiled as compiled_mod
-from attnlab.yourturn import allowlist, bounds, exercises, sandbox, step
+from attnlab.yourturn import allowed_names, allowlist, bounds, exercises, sandbox, step
 from attnlab.yourturn.program import (
     COMPILE_S,
     compile_program,
@@ -164,7 +164,7 @@ def _recognise(ex: exercises.Exercise, wrong) -> list[exercises.Mistake]:
 @functools.lru_cache(maxsize=8)
 def _lab_scratch(ex: exercises.Exercise) -> int | None:
     """The lab's own solution's compiled scratch at the first case (what a program that copies nothing needs)."""
-    scope = sandbox._globals()
+    scope = allowed_names.scope()
     exec(compile(ex.solution, "<the lab's solution>", "exec"), scope)
     args = [jax.ShapeDtypeStruct(s, d) for s, d in _specs(ex.cases[0])]
     with admission.DEVICE.building():  # a tuned compile (its autotuner runs kernels): between runs

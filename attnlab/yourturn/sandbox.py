@@ -125,32 +125,6 @@ def _cpu_s(pid: int) -> float | None:
 # ------------------------------------------------------------------------------------------------
 # the disposable process
 # ------------------------------------------------------------------------------------------------
-def _globals():
-    import math
-
-    import jax
-    import jax.numpy as jnp
-
-    from attnlab.yourturn.allowlist import NAMESPACES
-
-    def only(module, names):
-        return SimpleNamespace(**{n: getattr(module, n) for n in names if hasattr(module, n)})
-
-    nn, lax = only(jax.nn, NAMESPACES["jax.nn"]), only(jax.lax, NAMESPACES["jax.lax"])
-    np_ns = only(jnp, NAMESPACES["jnp"])
-
-    def bounded_range(*args):
-        r = range(*args)
-        if len(r) > 64:
-            raise ValueError("range() here runs at most 64 times")
-        return r
-
-    builtins = {"range": bounded_range, "len": len, "min": min, "max": max, "abs": abs, "int": int, "float": float,
-                "bool": bool}
-    return {"__builtins__": builtins, "jnp": np_ns, "jax": SimpleNamespace(nn=nn, lax=lax, numpy=np_ns), "lax": lax,
-            "nn": nn, "math": only(math, NAMESPACES["math"])}
-
-
 class _TooLong(Exception):
     pass
 
@@ -214,7 +188,7 @@ def main() -> None:
 
     import jax
 
-    from attnlab.yourturn import allowlist
+    from attnlab.yourturn import allowed_names, allowlist
 
     source, entry, cases, platform, limits = pickle.loads(request)
     why = allowlist.refusal(source, entry)
@@ -222,7 +196,7 @@ def main() -> None:
         out.write(pickle.dumps(("refused", why)))
         return
     code = compile(source, "<your code>", "exec")
-    scope = _globals()
+    scope = allowed_names.scope()
     jax.export.export  # noqa: B018  (loaded before the limits: its modules are imported now)
     import jax.extend.core  # noqa: F401  (bounds.walk reads it: imported before the limits forbid opening files)
     from jax._src.export import serialization  # noqa: F401
