@@ -579,3 +579,57 @@ def test_hedged_connection_attempts_that_all_fail_raise_the_last_failure_and_sto
     with pytest.raises(TimeoutError):
         hedged(slow_then_fail, lambda c: None, every_s=0.1, most=3)
     assert len(stuck) == 3
+
+
+HEDGED = """
+import json, sys, threading, time
+from attnlab.service import ray_link
+ray_link.HEDGE_S = 0.05  # a dial beside the first at once: three connections at the same time
+dials, dial = [], ray_link.Link._dial
+ray_link.Link._dial = lambda self: dials.append(1) or dial(self)
+from attnlab import service
+from attnlab.service import faults
+from ray.util.client import num_connected_contexts
+
+client = service.client()
+kept = num_connected_contexts()
+t0 = time.monotonic()
+while num_connected_contexts() > 1 and time.monotonic() - t0 < 60:  # the others closed as they connect
+    time.sleep(0.2)
+out = []
+threads = [threading.Thread(target=lambda: out.append(service.call(faults.sleep, 0.001))) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps({"dials": len(dials), "contexts": num_connected_contexts(),
+                  "calls": len(out), "reconnects": client.reconnects, "broken": client.broken}), flush=True)
+"""
+
+
+def test_three_dials_at_once_leave_one_connection_that_serves_every_thread(tmp_path):
+    """Ray's client holding several connections (hedged dials, ray.init's allow_multiple), made to dial three at
+    once: the ones not kept are closed as they connect (one client context left), and calls from four threads
+    at once all go over the kept one (each thread given its context by Link.using)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from attnlab.service.ray_link import reachable
+
+    root = tempfile.mkdtemp(prefix="attnlab-ray-", dir="/tmp")
+    head = _Head(root)
+    env = {**head.env, "ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": f"ray://127.0.0.1:{head.client}",
+           "ATTNLAB_DEVICE_WORKERS": "1"}
+    try:
+        head.start(1)
+        t0 = time.monotonic()
+        while reachable(env["ATTNLAB_RAY_ADDRESS"], 1) and time.monotonic() - t0 < 60:
+            time.sleep(0.2)
+        time.sleep(3)  # the head's client server past its start
+        got = subprocess.run([sys.executable, "-c", HEDGED], env=env, capture_output=True, text=True, timeout=240)
+        assert got.returncode == 0, got.stderr[-3000:]
+        seen = json.loads(got.stdout.strip().splitlines()[-1])
+        assert seen["dials"] == 3, seen
+        assert seen["contexts"] == 1 and seen["calls"] == 4 and not seen["broken"], (seen, got.stderr[-3000:])
+    finally:
+        head.kill()

@@ -84,7 +84,7 @@ class Link:
             why = reachable(self.address)  # a head that does not even accept TCP: ray.init would retry it 30 s
             if why:
                 raise ConnectionError(why)
-            self._client = hedged(self._dial, lambda client: client[0].disconnect())
+            self._client = hedged(self._dial, lambda client: client[0].disconnect(), HEDGE_S)  # read now: a test sets it
         elif not ray.is_initialized():
             if self.address == "local":
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
