@@ -112,7 +112,7 @@ def traffic_block(shape) -> None:
                                        ("flash: one kernel", flash_traffic.traffic_flash(
                                            dims[0], t, t, *dims[1:], block_q=min(bq_t, t))))])
     charts.draw(st, bytes_chart, model, "T = S", "bytes", "model", "GPU memory traffic (model)", "T = S",
-                width="stretch")
+                "bytes moved", width="stretch")
     at = {"naive": flash_traffic.traffic_naive(shape.batch, shape.q_len, shape.kv_len, *dims[1:]),
           "flash": flash_traffic.traffic_flash(shape.batch, shape.q_len, shape.kv_len, *dims[1:],
                                                block_q=min(bq_t, shape.q_len))}
@@ -123,11 +123,15 @@ def traffic_block(shape) -> None:
                "change nothing here (attnlab/studies/flash_traffic.py says what it assumes).")
 
 
-def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str) -> alt.Chart:
+def bytes_chart(df: pd.DataFrame, x: str, y: str, color: str, title: str, x_title: str, y_title: str) -> alt.Chart:
+    """Bytes `y` against `x` on log-log axes, a line per `color`; x's ticks at the lengths measured (the learner's
+    own T among them: Vega's powers of two left T = 384 without a tick)."""
     enc_color = encodings.impl_color(df) if color == "implementation" else alt.Color(f"{color}:N", title=None)
+    xs = sorted(df[x].unique().tolist())
     return (alt.Chart(df, title=title).mark_line(point=True)
-            .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x_title),
-                    y=encodings.bytes_y(y, title, df[y]),
+            .encode(x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2, domain=encodings.log2_room(xs), nice=False),
+                            axis=alt.Axis(values=xs, format=",~g"), title=f"{x_title} (log)"),
+                    y=encodings.bytes_y(y, f"{y_title} (log)", df[y]),
                     color=enc_color, tooltip=encodings.tips(x, color, y)))
 
 

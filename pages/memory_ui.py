@@ -66,7 +66,7 @@ def memory_sections(shape, info) -> None:
             both = sections.guarded(fused_ui.compiled_memory, mem_shape, names, bw_lengths,
                                     True, what="Compiling forward + backward")
             if both is not None:
-                fused_ui.memory_chart(both, "temp_bytes", f"forward+backward scratch here, {mem_shape.describe()}",
+                fused_ui.memory_chart(both, "temp_bytes", f"forward+backward scratch here, {mem_shape.describe()}, T = S varied",
                                       "scratch, temp_bytes (log)")
                 fused_ui.growth(both)
                 fused_ui.not_run(both)

@@ -98,7 +98,8 @@ if tabs[2].open:
                 ok = df[df["status"] == "ok"]
                 if not ok.empty:
                     charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",
-                                "forward+backward scratch (temp) bytes", "T = S", width="stretch")
+                                "forward+backward scratch (temp) bytes", "T = S", "scratch, temp_bytes",
+                                width="stretch")
                     st.caption(f"Compiled on this machine ({common.device_info().backend.upper()}) at {shape.describe()}, "
                                "T = S varied. flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score "
                                "matrix, so its memory grows like naive's; past it only the number of tiles grows.")

@@ -45,8 +45,8 @@ def grid(df: pd.DataFrame, step: int) -> alt.Chart:
     ink = alt.condition(alt.datum.compute == "full", alt.value("white"), alt.value("#222"))
     holds = base.mark_text(baseline="bottom", dy=-1, fontSize=11).encode(text="holds:N", color=ink)
     sends = base.mark_text(baseline="top", dy=3, fontSize=11).encode(text="sends:N", color=ink)
-    return (cells + holds + sends).properties(height=alt.Step(44), title="Which K/V block each device holds "
-                                              "(top) and where it sends it (bottom)")
+    return (cells + holds + sends).properties(height=alt.Step(44), title="In each cell: the K/V block the device "
+                                              "holds at that step, and under it where it sends it next")
 
 
 def work_bars(df: pd.DataFrame) -> alt.Chart:

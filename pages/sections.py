@@ -153,10 +153,11 @@ def sweep(key: str, shapes: Sequence[AttentionShape], names: Sequence[str], labe
     with st.status(label, expanded=False) as status:
         bar = st.progress(0.0)
         for i, s in enumerate(shapes):
-            status.update(label=f"{label}: {s.describe()} ({i + 1}/{len(shapes)})")
+            status.update(label=f"{label}: {s.describe()} (shape {i + 1} of {len(shapes)}, {len(names)} cells each)")
             frames.append(common.frame(s, names, **parts))
             bar.progress((i + 1) / len(shapes))
-        status.update(label=f"{label}: done ({len(shapes) * len(names)} cells)", state="complete")
+        status.update(label=f"{label}: done ({len(shapes)} shapes × {len(names)} = {len(shapes) * len(names)} cells)",
+                      state="complete")
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=runs.COLUMNS)
 
 

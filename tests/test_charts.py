@@ -121,3 +121,23 @@ def test_every_chart_leaves_room_on_its_right_for_the_last_x_label():
     df = pd.DataFrame({"implementation": ["naive", "sdpa_xla"], "wall_ms": [3.53, 2.1], "status": ["OK"] * 2})
     spec = charts.vega_spec(benchmarks_ui.bar_chart(df, "implementation", "wall_ms", "wall (ms)"))
     assert spec["padding"]["right"] >= 12
+
+
+def test_charts_of_a_chromium_pass_tick_the_lengths_measured_and_keep_the_datas_own_range():
+    """Issue 42's second Chromium pass: page 5b's backward chart had ticks at powers of two while its points sat at
+    192, 384, 768 (the learner's T without a tick) and its y title repeated the chart's; page 7's sweep ran its log y
+    over whole decades (0.01-1 ms for points of 0.06-0.16) and drew its dtype legend as circles for dashed lines."""
+    from pages import benchmarks_ui, kernel_ui
+
+    df = pd.DataFrame({"q_len": [192, 384, 768], "temp_bytes": [3e6, 9e6, 3e7], "implementation": ["naive"] * 3})
+    spec = kernel_ui.bytes_chart(df, "q_len", "temp_bytes", "implementation", "forward+backward scratch", "T = S",
+                                 "scratch").to_dict()
+    x, y = spec["encoding"]["x"], spec["encoding"]["y"]
+    assert x["axis"]["values"] == [192, 384, 768] and x["title"].endswith("(log)")
+    assert y["axis"]["title"] == "scratch (log)" != spec["title"]
+
+    sweep = pd.DataFrame({"q_len": [128, 256] * 2, "wall_ms": [0.06, 0.1, 0.08, 0.16], "implementation": ["naive"] * 4,
+                          "dtype": ["float32", "float32", "bfloat16", "bfloat16"], "status": ["OK"] * 4})
+    enc = benchmarks_ui.line_chart(sweep, "q_len", "wall_ms", "wall", "dtype").to_dict()["encoding"]
+    assert enc["y"]["scale"]["nice"] is False
+    assert enc["strokeDash"]["legend"]["symbolType"] == "stroke"
