@@ -16,9 +16,8 @@ from attnlab import backends, device, service
 from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.service.request import Request
-from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
-from pages import session_watch
+from pages import session_watch, waiting
 
 # --------------------------------------------------------------------------------------------
 # the device service: pages never touch a GPU; they ask the device worker and keep its answers
@@ -51,7 +50,6 @@ def on_device(fn, *args, **kwargs):
     """fn(*args, **kwargs), run by the device worker (fn: an entry point, attnlab/service/entries.py, or its
     "module:function" name), kept per arguments: everyone who asks the same thing shares one answer."""
     r = Request.of(fn, *args, **kwargs)
-    from pages import waiting  # (it reads worker_info, below)
 
     try:
         with waiting.spinner(r):  # shown only if the answer is not kept already (after half a second)
@@ -97,35 +95,6 @@ def cached(fn):
 
     call.ahead = functools.partial(ask_ahead, fn)  # asked for now, shown later (`ask_ahead`)
     return call
-
-
-# What a page says when no device worker answers. In a hosted class the GPUs are at zero outside class hours
-# (the nightly scale-down) until the instructor starts them, and a new GPU node takes minutes: not seconds.
-NO_WORKER = {
-    True: "No GPU worker answers right now. Outside class hours the GPUs are off until the instructor starts "
-          "them; a GPU machine then takes a few minutes to start.",
-    False: "No device worker answers right now (it is starting or restarting). Try again in a few seconds.",
-}
-
-
-@st.cache_data(ttl=30, show_spinner=False)
-def worker_info():
-    """The first device worker's figures (device, budget, queue), read at most every 30 s."""
-    found = service.workers()
-    if not found:
-        raise service.WorkerLost(NO_WORKER[in_class()])
-    return found[0]
-
-
-def in_class() -> bool:
-    """This app serves a hosted class: its device workers are Ray actors, each GPU shared by many learners."""
-    return settings().device == "ray"
-
-
-def device_info() -> device.DeviceInfo:
-    """What the device worker computes on (its memory read at most 30 s ago)."""
-    return worker_info().device
-
 
 
 RUN = "attnlab.measure.runs:run"  # by name: the worker looks the function up when it serves it (a test may replace it)

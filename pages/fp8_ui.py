@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab.studies import clocks, fp8_study
-from pages import charts, codeblock, common, encodings, sections, tables
+from pages import charts, codeblock, common, encodings, sections, tables, workers
 
 STATES = {"at boost clock (after 1 s idle)": True, "sustained (after 1.5 s of calls)": False}
 ERRORS = {"err_unit_scales": "unit scales", "err_amax_qkv": "448/amax on Q, K, V", "err_amax_qkv_p": "… and 448 on P",
@@ -44,7 +44,7 @@ def study(key: str, why_not: str | None, label: str, params, fn: Callable[[], pd
         with st.spinner("Measuring on the GPU ..."):
             df = sections.guarded(fn, what="The study")
         if df is not None:
-            st.caption(f"Measured here, on this {common.device_info().device_kind}.")
+            st.caption(f"Measured here, on this {workers.device_info().device_kind}.")
         return df
     st.info(f"Cannot run here: {why_not}")
     with st.expander("The code to run it on a GPU"):

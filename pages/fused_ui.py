@@ -12,7 +12,7 @@ from attnlab.backends import REGISTRY
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import memory
-from pages import charts, common, encodings, sections, tables
+from pages import charts, common, encodings, sections, tables, workers
 
 PROGRAMS = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")
 # why each line of a memory chart grows as it does, by implementation
@@ -59,7 +59,7 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
     df = df.assign(reason=df["reason"].where(~said_before, "as for " + first))
     tables.text_table(df[["implementation", "status", "what_ran", "scratch", "reason"]]
                .rename(columns={"what_ran": "what ran", "scratch": "scratch (temp_bytes)"}))
-    if common.device_info().backend == "gpu":
+    if workers.device_info().backend == "gpu":
         st.caption("Compiled as a check is, without XLA's autotuning (which would run candidate matmul kernels on the "
                    "GPU and keep the fastest): whether attention becomes cuDNN's kernel or XLA's fusions is decided "
                    "before that. A timed program is autotuned, and its matmul kernels and scratch can differ (on the "

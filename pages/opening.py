@@ -21,7 +21,7 @@ from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache, weights
 from attnlab.studies import warm as warm_mod
-from pages import activity, common
+from pages import activity, common, workers
 
 P7_TIMED = ("naive", "sdpa_xla", "sdpa_cudnn")  # page 7 times these as it opens, where they run
 P7_BUDGET_S = 0.5  # seconds per implementation for that timing
@@ -36,7 +36,7 @@ def p7_timed(runnable) -> tuple[str, ...]:
 def untuned_on_open(on_gpu: bool) -> bool:
     """Page 7 times untuned programs as it opens in a class on a GPU: XLA's autotuner runs candidate kernels on the
     GPU and holds every learner's runs while it does (XLA's CPU backend does not autotune)."""
-    return common.in_class() and on_gpu
+    return workers.in_class() and on_gpu
 
 
 def p7_timing(shape: AttentionShape, runnable, quick: bool) -> tuple[tuple[str, ...], dict]:

@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnlab.studies import ring_live, ring_results
 from attnlab.studies import ring_schedule as rs
-from pages import charts, common, ring_ui, sections, waiting
+from pages import charts, common, ring_ui, sections, waiting, workers
 
 LAYOUTS = ring_ui.LAYOUTS
 SHIPPED = {P: f"ring_h200x{P}" for P in (2, 4, 8)}
@@ -65,7 +65,7 @@ if more.open:
         ring_ui.scaling(*ring_results.scaling({P_: ring_results.RingRun.load(name) for P_, name in SHIPPED.items()}))
 
         st.subheader("Live: the ring against one GPU here")
-        info = common.device_info()
+        info = workers.device_info()
         gpus = info.device_count if info.backend == "gpu" else 0
         if gpus < 2:
             n = info.device_count

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import common, tables
+from pages import common, tables, workers
 
 st.title("2 · GPU check")
 st.write(
@@ -12,7 +12,7 @@ st.write(
     "implementation in the lab's registry says whether it can run your shape here, and if not, why."
 )
 
-info = common.device_info()
+info = workers.device_info()
 st.subheader("This machine")
 st.table(pd.DataFrame(info.as_rows(), columns=["what", "value"]).set_index("what"))
 if info.backend != "gpu":

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from attnlab.studies import layout
-from pages import codeblock, common, sections, tables, waiting
+from pages import codeblock, common, sections, tables, waiting, workers
 
 st.title("3 · Q, K, V")
 st.write(
@@ -47,7 +47,7 @@ st.write(
     "A `jax.Array` lives on a device. Arrays made without naming one go to the default device: the "
     "first GPU when JAX has one, else the CPU. `x.devices()` says where; `jax.device_put(x, device)` moves it."
 )
-info = common.device_info()
+info = workers.device_info()
 if sections.on_demand("p3_placement", f"Make Q, K and V ({tables.fmt_bytes(shape.input_bytes())}) on the device",
                       shape, auto=sections.small(shape)):
     with waiting.fresh():  # the last shape's table goes as this one is made

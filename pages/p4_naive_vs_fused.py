@@ -10,7 +10,7 @@ from attnlab.math import attention
 from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.studies import timing_demo
-from pages import codeblock, common, fused_ui, memory_ui, sections, tables, waiting, yourturn_ui
+from pages import codeblock, common, fused_ui, memory_ui, sections, tables, waiting, workers, yourturn_ui
 
 PAGE_NAMES = ("naive", "sdpa_auto", "sdpa_xla", "sdpa_cudnn")  # this page's subject
 
@@ -27,7 +27,7 @@ with st.expander("The lab's own naive attention (masks, GQA, the float64 referen
     codeblock.code(inspect.getsource(attention.weights) + "\n\n" + inspect.getsource(attention.attention))
 
 shape = common.require_shape()
-info = common.device_info()
+info = workers.device_info()
 
 st.subheader("What does `implementation=None` run?")
 st.write(f"Each call compiled (not run) at {shape.describe()}; the optimised program says which kernels it calls.")

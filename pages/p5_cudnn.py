@@ -8,7 +8,7 @@ from attnlab.math.checks import TOLERANCES
 from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import clocks
-from pages import codeblock, common, fused_ui, sections, tables, waiting
+from pages import codeblock, common, fused_ui, sections, tables, waiting, workers
 
 
 def snippet(shape: AttentionShape) -> str:
@@ -55,7 +55,7 @@ st.write(
 )
 shape = common.require_shape()
 bf = shape.replace(dtype="bfloat16")
-info = common.device_info()
+info = workers.device_info()
 if shape.dtype != "bfloat16":
     st.caption(f"The sidebar's dtype is {shape.dtype}; this page uses bfloat16: **{bf.describe()}**.")
 why_not = common.unmet(bf, ("sdpa_cudnn",))["sdpa_cudnn"]

@@ -8,7 +8,18 @@ import streamlit as st
 from attnlab.math import flash
 from attnlab.shapes import AttentionShape
 from attnlab.studies import ladder, memory
-from pages import charts, codeblock, common, fused_ui, kernel_ui, sections, tables, waiting, yourturn_ui
+from pages import (
+    charts,
+    codeblock,
+    common,
+    fused_ui,
+    kernel_ui,
+    sections,
+    tables,
+    waiting,
+    workers,
+    yourturn_ui,
+)
 
 TINY = 16  # T = S = 16 positions, one head: every tile and every row readable
 NAMES = ["naive", "sdpa_xla", "flash_jax", "sdpa_cudnn"]
@@ -100,7 +111,7 @@ if tabs[2].open:
                     charts.draw(st, kernel_ui.bytes_chart, ok, "q_len", "temp_bytes", "implementation",
                                 "forward+backward scratch (temp) bytes", "T = S", "scratch, temp_bytes",
                                 width="stretch")
-                    st.caption(f"Compiled on this machine ({common.device_info().backend.upper()}) at {shape.describe()}, "
+                    st.caption(f"Compiled on this machine ({workers.device_info().backend.upper()}) at {shape.describe()}, "
                                "T = S varied. flash_jax walks 512 × 512 tiles: up to T = 512 one tile is the whole score "
                                "matrix, so its memory grows like naive's; past it only the number of tiles grows.")
                 sections.not_run(df)

@@ -5,13 +5,13 @@ import streamlit as st
 from attnlab.measure import cost, timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
-from pages import codeblock, common, opening, sections, tables, vendor_ui, waiting
+from pages import codeblock, common, opening, sections, tables, vendor_ui, waiting, workers
 
 st.title("7 · Benchmarks")
 st.write("A timing is only as good as what it measures. The lab's one harness (`attnlab.measure.timing`) times every "
          "implementation the same way and reports up to four numbers; the tabs below show them at your shape, the "
          "code that takes them, how they grow with sequence length and batch, and the long-context results of an H200.")
-info = common.device_info()
+info = workers.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
 common.unmet(shape, ahead=True)  # every implementation's check (seconds at a new shape), read below: opening.first_request

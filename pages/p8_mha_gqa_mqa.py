@@ -6,7 +6,7 @@ import streamlit as st
 from attnlab.measure import cost, runs, timing
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache, timing_demo
-from pages import charts, common, decode_ui, opening, sections, tables, waiting, yourturn_ui
+from pages import charts, common, decode_ui, opening, sections, tables, waiting, workers, yourturn_ui
 
 CANDIDATES = opening.P8_CANDIDATES  # fixed: the decode multiselect's options never change
 WORDS = {"naive": "the naive code", "sdpa_xla": "XLA's SDPA", "sdpa_cudnn": "cuDNN"}
@@ -39,7 +39,7 @@ st.write(
     "a model generates text: every past token's K and V stay in memory (the KV cache), and each new token "
     "reads all of them."
 )
-info = common.device_info()
+info = workers.device_info()
 on_gpu = info.backend == "gpu"
 shape = common.require_shape()
 variants = kvcache.variants(shape)

@@ -5,7 +5,7 @@ import streamlit as st
 from attnlab import device
 from attnlab.backends import fp8, te
 from attnlab.studies import fp8_study
-from pages import common, fp8_ui, sections, tables, te_ui, waiting
+from pages import common, fp8_ui, sections, tables, te_ui, waiting, workers
 
 st.title("9 · TransformerEngine and FP8")
 st.write(
@@ -20,7 +20,7 @@ tables.text_table(formats.assign(**{"largest value": formats["largest value"].ma
                   .rename(columns={"smallest value": "smallest value (subnormal)"}))
 st.caption("HYBRID, TransformerEngine's recipe format, uses both: E4M3 forward, E5M2 backward; TE's DelayedScaling "
            "recipe (used in (a) and (b) below) takes it.")
-info = common.device_info()
+info = workers.device_info()
 shape = common.require_shape()
 half = shape if shape.dtype in ("bfloat16", "float16") else shape.replace(dtype="bfloat16")
 

@@ -23,7 +23,7 @@ from attnlab.backends.naive import NAIVE
 from attnlab.measure import runs
 from attnlab.service import WorkerLost
 from attnlab.shapes import AttentionShape
-from pages import charts, common, encodings, tables
+from pages import charts, common, encodings, tables, workers
 
 AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
 AUTO_BYTES = 256 * 2**20
@@ -80,7 +80,7 @@ def guarded(fn: Callable, *args, what: str = "This computation", **kwargs):
 def queue_notice() -> None:
     """Say so when other learners' runs hold or wait for the GPU (this one takes its turn)."""
     try:
-        info = common.worker_info()
+        info = workers.worker_info()
     except WorkerLost:
         return
     if info.running or info.waiting:

@@ -13,7 +13,8 @@ from attnlab import presets
 from attnlab.backends.base import streamed_bytes
 from attnlab.masks import MASK_TYPES
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, PARAM_KEYS, AttentionShape
-from pages.common import device_info, literal, worker_info
+from pages.common import literal
+from pages.workers import device_info, worker_info
 
 SHAPE_KEYS = list(PARAM_KEYS)
 LABELS = {"batch": "batch (B)", "q_len": "q_len (T)", "kv_len": "kv_len (S)", "heads": "heads (N)",

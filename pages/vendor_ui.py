@@ -8,7 +8,7 @@ import streamlit as st
 
 from attnlab.device import FP8_ATTENTION_MIN_CC
 from attnlab.studies import vendor
-from pages import common, sections, tables, waiting
+from pages import common, sections, tables, waiting, workers
 
 COLUMNS = {
     "precision": st.column_config.TextColumn("precision"),
@@ -35,7 +35,7 @@ def section() -> None:
              "64 query heads sharing 8 K/V heads (GQA), head size 128, sequence 8k and 16k, forward pass. "
              f"Source: {vendor.SOURCE}. The lab measures the same thing with its own harness, so you can see how "
              "close a JAX program gets to the vendor's figure.")
-    info = common.device_info()
+    info = workers.device_info()
     if info.at_least(FP8_ATTENTION_MIN_CC):
         st.caption(f"This server has a {info.device_kind}: the button measures all {len(vendor.VENDOR)} rows here "
                    "(compiles at four shapes, then about a second of GPU time per row: a minute or so in all; other "

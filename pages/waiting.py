@@ -13,6 +13,7 @@ import streamlit as st
 
 from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
+from pages import workers
 
 # entry point -> what it does, as a learner reads it (the others: "running <function>")
 WORK = {
@@ -60,10 +61,8 @@ def describe(request: Request) -> str:
 
 def line_now() -> str:
     """Where the device's line stood when this server last asked its worker (cached 30 s), or ''."""
-    from pages import common
-
     try:
-        info = common.worker_info()
+        info = workers.worker_info()
     except Exception:  # noqa: BLE001 - no worker yet: the request itself will say so
         return ""
     ahead = info.running + info.waiting

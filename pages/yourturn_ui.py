@@ -24,7 +24,7 @@ from attnlab.service.request import Request
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 from attnlab.yourturn import allowlist, exercises, grade, pace, progress, share, timed
-from pages import charts, codeblock, common, sections, tables, waiting
+from pages import charts, codeblock, common, sections, tables, waiting, workers
 from pages.weights_ui import heatmap
 
 
@@ -217,6 +217,6 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
     df = df.assign(scratch=df["temp_bytes"].map(tables.fmt_bytes))
     sections.results(df, ["implementation", "wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops",
                           "scratch"])
-    if common.device_info().backend != "gpu":
+    if workers.device_info().backend != "gpu":
         st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
                    "page 7's shipped table; the kernels' lead shows at long sequences (page 7's *Long context on an H200* tab).")

@@ -1512,14 +1512,14 @@ def test_the_ui_node_holds_the_replicas_the_guide_says():
 
 def test_a_page_says_the_gpus_are_off_outside_class_hours_not_back_in_seconds(monkeypatch):
     from attnlab import service
-    from pages import common
+    from pages import workers
 
     monkeypatch.setattr(service, "workers", lambda: [])
     for hosted in (True, False):
-        monkeypatch.setattr(common, "in_class", lambda hosted=hosted: hosted)
-        common.worker_info.clear()
+        monkeypatch.setattr(workers, "in_class", lambda hosted=hosted: hosted)
+        workers.worker_info.clear()
         with pytest.raises(service.WorkerLost) as lost:
-            common.worker_info()
+            workers.worker_info()
         said = str(lost.value)
         if hosted:
             assert "few seconds" not in said and "instructor" in said and "few minutes" in said

@@ -196,10 +196,10 @@ def test_the_queue_notice_counts_runs_in_words(monkeypatch):
     # "1 run(s) on the device": one run, or several runs
     import dataclasses
 
-    from pages import common
+    from pages import workers
 
-    real = common.worker_info
-    monkeypatch.setattr(common, "worker_info", lambda: dataclasses.replace(real(), running=1, waiting=2))
+    real = workers.worker_info
+    monkeypatch.setattr(workers, "worker_info", lambda: dataclasses.replace(real(), running=1, waiting=2))
     at = open_page(PAGE, CUSTOM)
     button(at, "btn_p4_time").click().run()
     said = texts(at, "info")

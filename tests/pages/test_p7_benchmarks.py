@@ -76,11 +76,11 @@ def test_benchmarks_page_times_the_codelabs_three_on_load_and_every_implementati
 @pytest.mark.skipif(not ON_CPU, reason="on a GPU cuDNN runs")
 def test_in_a_class_the_opening_timings_are_untuned_and_say_so_and_a_click_times_them_autotuned(without_shipped,
                                                                                                  monkeypatch):
-    from pages import common
+    from pages import workers
     from tests.apptest_util import record_runs
 
-    monkeypatch.setattr(common, "in_class", lambda: True)
-    monkeypatch.setattr(common, "device_info", lambda: dataclasses.replace(device.info(), backend="gpu"))  # a GPU's
+    monkeypatch.setattr(workers, "in_class", lambda: True)
+    monkeypatch.setattr(workers, "device_info", lambda: dataclasses.replace(device.info(), backend="gpu"))  # a GPU's
     calls = record_runs(monkeypatch)
     at = open_page(P7, {**SMALL, "q_len": "24", "kv_len": "24"})  # a shape no other test times
     assert [c.get("tuned") for c in calls if c.get("timed")] == [False]
@@ -92,10 +92,10 @@ def test_in_a_class_the_opening_timings_are_untuned_and_say_so_and_a_click_times
 
 def test_in_a_class_on_cpus_the_opening_timings_are_as_everywhere_else(without_shipped, monkeypatch):
     """XLA's CPU backend does not autotune: nothing to say, no second button (a class on fake GPUs in CI)."""
-    from pages import common
+    from pages import workers
     from tests.apptest_util import record_runs
 
-    monkeypatch.setattr(common, "in_class", lambda: True)
+    monkeypatch.setattr(workers, "in_class", lambda: True)
     calls = record_runs(monkeypatch)
     at = open_page(P7, {**SMALL, "q_len": "26", "kv_len": "26"})
     assert [c.get("tuned") for c in calls if c.get("timed")] == [None]

@@ -1,0 +1,36 @@
+"""What a page knows of the device workers: the first one's figures (the device, its memory budget, its line),
+read at most every 30 s, and whether this server serves a hosted class."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from attnlab import device, service
+from attnlab.settings import settings
+
+# What a page says when no device worker answers. In a hosted class the GPUs are at zero outside class hours
+# (the nightly scale-down) until the instructor starts them, and a new GPU node takes minutes: not seconds.
+NO_WORKER = {
+    True: "No GPU worker answers right now. Outside class hours the GPUs are off until the instructor starts "
+          "them; a GPU machine then takes a few minutes to start.",
+    False: "No device worker answers right now (it is starting or restarting). Try again in a few seconds.",
+}
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def worker_info():
+    """The first device worker's figures (device, budget, queue), read at most every 30 s."""
+    found = service.workers()
+    if not found:
+        raise service.WorkerLost(NO_WORKER[in_class()])
+    return found[0]
+
+
+def in_class() -> bool:
+    """This app serves a hosted class: its device workers are Ray actors, each GPU shared by many learners."""
+    return settings().device == "ray"
+
+
+def device_info() -> device.DeviceInfo:
+    """What the device worker computes on (its memory read at most 30 s ago)."""
+    return worker_info().device
