@@ -191,7 +191,7 @@ def sweep(browser, base_url: str, what: str, timeout_ms: float) -> dict:
         label = button.inner_text().strip()
         t0 = time.monotonic()
         rerun_after(page, button.click, timeout_ms=timeout_ms)
-        main.get_by_text(re.compile(rf"^{what.capitalize()}: done \(\d+ cells\)")).wait_for(timeout=timeout_ms)
+        main.get_by_text(re.compile(rf"^{what.capitalize()}: done \(\d+ shapes × \d+ = \d+ cells\)")).wait_for(timeout=timeout_ms)
         return {"s": round(time.monotonic() - t0, 2), "button": label, "problems": []}
     except Exception as e:
         return {"s": None, "problems": [f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"]}

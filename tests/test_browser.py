@@ -272,7 +272,7 @@ def test_a_sequence_sweep_on_the_benchmarks_page_draws_a_table_and_a_chart(tab, 
     wait_idle(page)
     charts, tables = main.locator('[data-testid="stVegaLiteChart"]').count(), main.locator('[data-testid="stDataFrame"]').count()
     rerun_after(page, button.click, timeout_ms=180_000)
-    main.get_by_text(re.compile(r"^Sequence sweep: done \(\d+ cells\)")).wait_for(timeout=30_000)
+    main.get_by_text(re.compile(r"^Sequence sweep: done \(\d+ shapes × \d+ = \d+ cells\)")).wait_for(timeout=30_000)
     assert main.locator('[data-testid="stVegaLiteChart"]').count() > charts
     assert main.locator('[data-testid="stDataFrame"]').count() > tables
     # the chart measured here (the sweep's left column; the right one is the shipped H200 sweep)
