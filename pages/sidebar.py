@@ -46,7 +46,16 @@ def _reset() -> None:
 
 
 def _widgets_changed() -> None:
-    st.session_state["shape_values"] = {k: st.session_state[f"shape_{k}"] for k in SHAPE_KEYS}
+    """The widgets' values become the shape; a number box that comes back empty keeps the shape's last value.
+
+    Empty is what a box holds when the learner clears it, and what Streamlit gives back when a page change
+    interrupted a run and reset the widget (with a number as default, that reset read as a typed 0)."""
+    ss = st.session_state
+    last = ss.get("shape_values", {})
+    for k in INT_FIELDS:
+        if ss[f"shape_{k}"] is None and k in last:
+            ss[f"shape_{k}"] = last[k]
+    ss["shape_values"] = {k: ss[f"shape_{k}"] for k in SHAPE_KEYS}
     st.session_state["shape_url_problems"] = []  # the learner took over from a bad URL
 
 
@@ -92,7 +101,7 @@ def shape_sidebar() -> AttentionShape | None:
         ss["shape_url_seen"] = url
     else:
         # Streamlit resets widget state when a page change interrupts a run, and these widgets then
-        # come back at their defaults (every field 1); the shape itself lives in a plain key.
+        # come back empty; the shape itself lives in a plain key.
         for k, v in ss.get("shape_values", {}).items():
             ss[f"shape_{k}"] = v
 
@@ -102,9 +111,10 @@ def shape_sidebar() -> AttentionShape | None:
     c1, c2 = sb.columns(2)
     for i, f in enumerate(INT_FIELDS):
         # no min or max in the box: a browser refuses a value outside them with a red "!" alone and keeps the old
-        # one, so the page silently stays at a shape the learner did not ask for; the lab's parser says why instead
+        # one, so the page silently stays at a shape the learner did not ask for; the lab's parser says why instead.
+        # value=None: a reset box is empty, never a number the learner did not type (_widgets_changed)
         (c1 if i % 2 == 0 else c2).number_input(
-            LABELS[f], step=1, key=f"shape_{f}", on_change=_widgets_changed,
+            LABELS[f], value=None, step=1, key=f"shape_{f}", on_change=_widgets_changed,
             help=f"a whole number from 1 to {FIELD_MAX[f]:,}")
     sb.selectbox("dtype", ["float32", "bfloat16", "float16"], key="shape_dtype", on_change=_widgets_changed)
     for t in FLAG_MASKS:

@@ -206,11 +206,12 @@ def test_switching_pages_while_a_page_is_still_running_keeps_the_shape(tab, base
     """A learner who clicks a second page before the first has finished keeps their shape.
 
     Streamlit resets widget state on a page change that interrupts a run; widgets seeded only
-    through their session_state keys then come back at their defaults (for the shape: every
-    field 1, the number inputs' minimum). The race depends on timing: on this 2-core machine under
-    load (load average ~10) it hit about one switch in three; on a quiet machine it may not hit at
-    all, so a pass here is weaker evidence than a failure. ATTNLAB_RACE_TRIES (default 4) sets the
-    number of tries.
+    through their session_state keys then come back at their defaults (the shape's number boxes:
+    empty, which pages/sidebar.py reads as "keep the last value"; when their default was 0, a
+    CI run once reopened the link at batch 0). The race depends on timing: on this 2-core machine
+    under load (load average ~10) it hit about one switch in three; on a quiet machine it may not
+    hit at all, so a pass here is weaker evidence than a failure. ATTNLAB_RACE_TRIES (default 4)
+    sets the number of tries.
     """
     page = tab.page
     before = {"batch": "4", "q_len": "48", "kv_len": "48", "heads": "8", "kv_heads": "8", "head_dim": "64"}

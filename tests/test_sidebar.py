@@ -73,3 +73,18 @@ def test_head_dim_0_typed_in_the_sidebar_says_why_in_words_not_only_a_red_box():
     said = " ".join(e.value for e in at.error)
     assert "head_dim must be a positive whole number (got 0)" in said
     assert at.session_state["shape"] is None
+
+
+def test_a_number_box_that_comes_back_empty_keeps_the_shape():
+    """A page change that interrupts a run can make Streamlit reset a sidebar widget; a learner can clear a box.
+    Either way the box comes back empty (never a number nobody typed: a reset to 0 once read as 'batch 0' after a
+    shared link, tests/test_browser.py's page-switch race), and the shape keeps its last value."""
+    at = _app({"q_len": "48", "kv_len": "48"})
+    box = at.number_input(key="shape_batch")
+    assert not box.proto.HasField("default"), "a reset box would show a number"
+    box.set_value(None).run()
+    assert not at.exception and not at.error
+    assert at.session_state["shape"].describe() == "B4 T48 S48 N8 K8 H64 float32"
+    assert at.number_input(key="shape_batch").value == 4
+    at.number_input(key="shape_q_len").set_value(64).run()  # and the next change keeps it too
+    assert not at.error and at.session_state["shape"].describe() == "B4 T64 S48 N8 K8 H64 float32"
