@@ -1,24 +1,7 @@
-"""This process's device: one run at a time, programs built between runs, and memory admission.
+"""This process's device: `DEVICE.use(bytes)` runs alone, `DEVICE.building()` compiles between runs, one line.
 
-A device worker (attnlab/service/) is the one process that owns a GPU, so everything that uses the
-device goes through `DEVICE` here, in that process:
-
-    with DEVICE.use(device_bytes, host_bytes):   # a run: alone on the device, first come first served
-        ...allocate, run, time...
-    with DEVICE.building():                       # lower or compile: side by side, never during a run
-        ...
-
-One run at a time makes a timing exclusive by construction and the memory budget a check of one run against
-the whole budget. Tuned compiles run side by side, but only between runs (a run beside XLA's autotuner aborted
-a process on the H200). Runs and builds wait in one phase-fair line: a run waits for at most one build phase,
-a build for the runs ahead of it. Why, with the H200's figures: docs/design-notes.md, "The device's line".
-
-The rule holds by construction in the device worker: it serves every entry point under `DEVICE.serving()`, and
-the places that put work on the device call `DEVICE.launch`, which refuses a thread without a turn
-(`OutsideTurn`); tests/test_device_rule.py runs every entry point against a recording device.
-
-`DeviceBusy` (a line too long or too slow) and `OverBudget` (one run bigger than `attnlab.budget.Budget`)
-are expected events a page shows as a message.
+The device worker serves every entry point under `DEVICE.serving()`, where `DEVICE.launch` refuses a thread without
+a turn, so no timing shares the device (tests/test_device_rule.py). Why: docs/design-notes.md, "The device's line".
 """
 
 from __future__ import annotations
@@ -34,9 +17,8 @@ from attnlab.budget import Budget
 
 
 def log_span(kind: str, start: float, end: float, what: str = "") -> None:
-    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid kind' (perf_counter: CLOCK_MONOTONIC, one clock for
-    every process of the machine) for each turn on the device ('turn'), tuned build ('build') and measurement
-    ('timing'), so a class run from outside can check that no timing shared the device (scripts/load_test.device_rule)."""
+    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid kind [what]' (one monotonic clock for the machine's
+    processes) per turn, tuned build and timing: scripts/load_test.device_rule checks no timing shared the device."""
     from attnlab.settings import settings
 
     path = settings().timing_log
@@ -53,7 +35,7 @@ class DeviceBusy(RuntimeError):
 
 
 class Abandoned(DeviceBusy):
-    """Every browser tab waiting for this run has closed: it leaves the device's line instead of running for no one."""
+    """Every tab waiting for this run has closed: it leaves the line."""
 
     def __init__(self, what: str = "run"):
         super().__init__(f"Every tab that asked for this {what} has closed: it left the device's line.")
@@ -89,8 +71,7 @@ class _Ticket:
 
 
 def builds_at_once() -> int:
-    """Tuned compiles in one build phase: a quarter of this process's CPUs, at least two (XLA's autotuner already
-    compiles on several threads; docs/design-notes.md, "The device's line")."""
+    """Tuned compiles in one build phase: a quarter of this process's CPUs, at least two (the autotuner is threaded)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(2, cpus // 4)
 
@@ -123,12 +104,12 @@ class Device:
         return int(self._holder is not None)
 
     def held_here(self) -> bool:
-        """True in the thread that holds the device (it compiles what it needs itself: `compiled.compile_many`)."""
+        """True in the thread that holds the device."""
         return self._holder == threading.get_ident()
 
     @contextlib.contextmanager
     def serving(self):
-        """This thread serves an entry point (the device worker): from here every launch must hold a turn (`launch`)."""
+        """This thread serves an entry point: from here every launch must hold a turn."""
         before = getattr(self._local, "serving", False)
         self._local.serving = True
         try:
@@ -137,8 +118,7 @@ class Device:
             self._local.serving = before
 
     def launch(self, what: str) -> None:
-        """Called where work is put on the device (inputs, a compiled program's call). In a request being served,
-        a thread that does not hold the device is refused with a sentence: the rule is kept by construction."""
+        """Where work is put on the device: refused, in a request being served, from a thread without the device."""
         if getattr(self._local, "serving", False) and not self.held_here():
             raise OutsideTurn(f"{what} would launch on the device outside a turn (admission.DEVICE.use): refused, "
                               "so that no timing shares the device")
@@ -149,9 +129,8 @@ class Device:
         return sum(not t.build for t in self._line)
 
     def _admit(self) -> None:
-        """Let in whoever's turn it is (with the lock held, whenever the device or the line changes): a run alone, when no
-        build is in flight and it is first in line or waited through the last phase; else the first `max_builds`
-        builds in line, side by side; a build joins a phase in flight while it has room and no run waits."""
+        """Let in whoever's turn it is (lock held): a run alone, first in line or through the last phase; else up to
+        `max_builds` builds side by side, joining a phase in flight while no run waits."""
         if self._holder is not None or not self._line:
             return
         if self._builders:
@@ -178,8 +157,7 @@ class Device:
 
     @contextlib.contextmanager
     def ledger(self):
-        """Seconds this thread's request spends on the device's line, by kind (waiting for or holding a run's turn,
-        a build phase, compiling), in a dict that fills as it goes: the request log says whether a page waited or worked."""
+        """Seconds this thread's request spends on the line, by kind, in a dict that fills as it goes (the request log)."""
         spent = self._local.ledger = dict.fromkeys(("run_wait_s", "run_s", "build_wait_s", "build_s", "compile_s"), 0.0)
         try:
             yield spent
@@ -194,8 +172,7 @@ class Device:
 
     @contextlib.contextmanager
     def use(self, device_bytes: int = 0, host_bytes: int = 0, *, timeout_s: float | None = None):
-        """Hold the device alone for a run of this size; yields the seconds spent waiting. The thread
-        that holds it passes straight through (a timing inside a run)."""
+        """Hold the device alone for a run of this size; yields the seconds waited. Its holder passes through."""
         me = threading.get_ident()
         if self._holder == me:
             self._depth += 1
@@ -234,8 +211,7 @@ class Device:
             s.admitted += 1
             s.longest_wait_s = max(s.longest_wait_s, waited)
             s.peak_device_bytes = max(s.peak_device_bytes, device_bytes)
-            # on the CPU backend the device's arrays are host memory too
-            s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))
+            s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))  # CPU
         held_from = time.perf_counter()
         self.spend("run_wait_s", waited)
         try:
@@ -249,19 +225,15 @@ class Device:
                 self._admit()
 
     def abandon(self, threads, abandoned: bool = True) -> None:
-        """Mark the requests served in `threads` as wanted by no one: a run of theirs waiting in line leaves it, and
-        they get no further turn (`Abandoned`); abandoned=False clears the mark (the worker, as a request ends)."""
+        """Mark the requests served in `threads` as wanted by no one (they leave the line: `Abandoned`), or clear it."""
         with self._cond:
             (self._abandoned.update if abandoned else self._abandoned.difference_update)(threads)
             self._cond.notify_all()
 
     @contextlib.contextmanager
     def building(self, quiet: bool = False, what: str = ""):
-        """Lower or compile a program: side by side with other builders, never during a run. The
-        thread that holds the device builds what it needs; a build inside a build passes through.
-
-        quiet: a program compiled without autotuning (`compiled.check_options()`) launches nothing on the device, so
-        it neither waits for runs nor holds them up (docs/design-notes.md, "The device's line")."""
+        """Compile a program: side by side with other builders, never during a run; the holder and a build inside a
+        build pass through. quiet: untuned (`compiled.check_options()`), it launches nothing, so it never waits."""
         if quiet:
             yield
             return

@@ -1,10 +1,5 @@
-"""What a backend is: a function, what it needs to run (as data), and what it holds in memory.
-
-Each backend in `attnlab.backends` is one `Backend`: a function ``(q, k, v, shape) -> out`` with
-Q (B, T, N, H) and K, V (B, S, K, H) that honours the shape's mask and grouped KV heads, the mask types
-it takes (`masks`: any other it refuses), its requirements as a list of `Requirement` rows (what is
-needed, what is here, met or not), and an estimate of the device bytes one call holds. Pages render the requirement rows as checklists;
-`Backend.unmet` gives the first one that fails, with the backend's own error where it raises.
+"""What a backend is: ``fn(q, k, v, shape) -> out`` (Q B,T,N,H; K, V B,S,K,H; the shape's mask and KV heads),
+the mask types it takes, its requirements as `Requirement` rows, and the device bytes one call holds.
 """
 
 from __future__ import annotations
@@ -70,17 +65,15 @@ _LOWERING = threading.Lock()
 
 
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread of this process at a time (Mosaic GPU's lowering is not thread-safe:
-    docs/design-notes.md, "Lowering"); it launches nothing, so it takes no turn on the device."""
+    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn."""
     with _LOWERING:
         return jitted.lower(*args)
 
 
 @functools.lru_cache(maxsize=512)
 def traced(backend: Backend, shape: AttentionShape) -> tuple:
-    """(the backend at `shape` jitted, its trace's error text or None): the one cache of traces. The libraries
-    check a shape while they trace, so a jaxpr hears their refusal with no device, no turn and no lowering
-    (docs/design-notes.md, "Checks trace"); JAX keeps the trace for the compile that follows."""
+    """(the backend at `shape` jitted, its trace's error or None): libraries refuse a shape while they trace, so a
+    refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
     jitted = jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
     try:
         jitted.trace(*abstract_inputs(shape))
@@ -128,8 +121,7 @@ def head_dim_rule(shape: AttentionShape, max_h: int, multiple: int) -> Requireme
 
 
 def masks_taken(shape: AttentionShape, taken: tuple[type[MaskType], ...]) -> Requirement:
-    """Which mask types a backend takes, against those the shape's mask asks for: "needs masks within: causal,
-    padding (here: causal, sliding window)" (the row lists what it takes as needed, what the shape asks as here)."""
+    """The mask types a backend takes (needed) against those the shape's mask asks for (here)."""
     asked = shape.mask.features
     return Requirement("masks within", ", ".join(t.feature for t in taken) or "none", ", ".join(asked) or "no mask",
                        all(f in {t.feature for t in taken} for f in asked))
@@ -147,14 +139,12 @@ def io_bytes(shape: AttentionShape) -> int:
 
 
 def working_copy_bytes(shape: AttentionShape) -> int:
-    """float32 copies of Q, K and V that XLA may make: half-precision inputs upcast to compute in float32
-    (on a CPU it does), or K and V transposed for a dot (seen on a CPU at q_len 1: a copy as large as K and V)."""
+    """float32 copies of Q, K and V that XLA may make (half precision upcast, or K and V transposed, on a CPU)."""
     return shape.input_bytes() * 4 // shape.itemsize
 
 
 def materialised_bytes(copies: int) -> Callable[[AttentionShape], int]:
-    """Inputs, output, `copies` float32 (B, N, T, S) matrices (scores, weights...): O(T·S); and float32
-    working copies of the inputs."""
+    """Inputs, output, `copies` float32 (B, N, T, S) matrices (O(T·S)) and the working copies."""
     return lambda shape: io_bytes(shape) + copies * shape.score_bytes() + working_copy_bytes(shape)
 
 

@@ -1,9 +1,6 @@
-"""What the compiler made of a call: which kernels (a cuDNN custom call, or XLA's fusions) and how
-much scratch memory, read from the compiled program without running it.
+"""Compiled programs, once per process (`PROGRAMS`), and what the compiler made of a call: its kernels and scratch.
 
-`compiled.memory_analysis()` reports XLA's own buffers: `temp_size_in_bytes` is the scratch a
-call needs beyond its arguments and outputs. A library that XLA hands work to (cuDNN's kernel, or
-a CPU library fusion) may use a workspace of its own that is not counted there.
+Scratch is XLA's `temp_size_in_bytes`; a library XLA hands work to (cuDNN, a CPU library fusion) may hold more.
 """
 
 from __future__ import annotations
@@ -65,12 +62,8 @@ def describe_compiled(compiled) -> CompiledInfo:
 
 
 def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tuned: bool | None = True):
-    """compile_timed for a backend at a shape, kept in PROGRAMS, so a page that asks again pays nothing (the
-    answer is the first compile's: its time and who compiled it first).
-
-    tuned=None: a program only run to check its output or described, never timed: compiled without
-    autotuning (`CHECK_OPTIONS`), or the tuned program when this process has compiled it already
-    (either is correct). tuned=False: exactly the untuned program (two programs compared)."""
+    """compile_timed for a backend at a shape, kept in PROGRAMS (asked again: the first compile's answer).
+    tuned=None: only checked or described, so untuned unless the tuned one is kept; False: exactly the untuned."""
     if tuned is None:
         tuned = PROGRAMS.named(("backend", name, shape, backward, True)) is not None
     name_key = ("backend", name, shape, backward, tuned)
@@ -89,8 +82,7 @@ def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tu
                          None if tuned else check_options(), name=name_key)
 
 
-# Only what is timed is compiled with autotuning, whose candidates run on the device and so take a turn there; a
-# program only checked or described needs a correct kernel, not the fastest (docs/design-notes.md, "Autotuning").
+# Only what is timed is autotuned (its candidates run on the device): docs/design-notes.md, "Autotuning".
 CHECK_OPTIONS = {"xla_gpu_autotune_level": 0}
 
 
@@ -100,9 +92,8 @@ def check_options() -> dict | None:
 
 
 class ForCheck:
-    """`fn` compiled for checking (`check_options()`), and ahead of the device: `ahead(*args, **static)`
-    with `jax.ShapeDtypeStruct`s compiles it before a run asks for the device (a compile holding a
-    turn on the device makes every run behind it wait), and a call with arrays of those shapes runs it."""
+    """`fn` compiled for checking (`check_options()`): `ahead(*structs)` compiles it before a run takes the device,
+    a call with arrays of those shapes runs it."""
 
     def __init__(self, fn, static_argnames: tuple[str, ...] = ()):
         self.fn, self.static_argnames = fn, static_argnames
@@ -129,14 +120,8 @@ def for_check(fn=None, *, static_argnames: tuple[str, ...] = ()):
 
 
 class Programs:
-    """Every program this process compiled, once: the one cache of compiled programs.
-
-    A program is keyed by its lowered text and compiler options, so two backends that lower to one program
-    (sdpa_auto and sdpa_xla) share it, and "compiled before" names who compiled it first. A name (a backend at a
-    shape, a checked function at its argument shapes) finds its program without lowering again. Single flight:
-    a program another thread is compiling is waited for, not compiled twice. One bound: the `size` most recently
-    used programs, their names leaving with them. What functools.lru_cache does not: the single flight, the
-    program shared by its lowered text under several names, and the first compiler's name kept beside it."""
+    """Every program this process compiled, once, keyed by lowered text and options and found by name; single flight,
+    one bound. Beyond functools.lru_cache: the single flight, one program under several names, its first compiler."""
 
     def __init__(self, size: int = 256):
         self.size = size
@@ -172,7 +157,7 @@ class Programs:
                 if busy is None:
                     self._compiling[key] = threading.Event()
                     break
-            busy.wait()  # then it is kept (or its compile failed and this thread tries)
+            busy.wait()  # kept, or failed and this thread tries
         try:
             compiled = lowered.compile(compiler_options=options)
             with self._lock:
@@ -195,18 +180,13 @@ PROGRAMS = Programs()
 
 
 def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tuple | None = None):
-    """(compiled, compile_ms, compiled_before): compile_ms is the time of this lower + compile.
-
-    A program this process compiled before comes back from PROGRAMS in about a millisecond:
-    `compiled_before` then names who compiled it first, and a page says so instead of presenting the
-    lookup as a compile time. `options`: XLA compiler options (`check_options()`); `name`: the answer is kept
-    under it (PROGRAMS.named). Never during a run on the device (admission.py says why).
-    """
+    """(compiled, compile_ms, compiled_before): a kept program comes back in about a millisecond, `compiled_before`
+    naming its first compiler (a page says so rather than show a lookup as a compile); kept under `name` if given."""
     t0 = time.perf_counter()
     quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
-    lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing (one thread at a time: base.lower)
-    with DEVICE.building(quiet, who):  # the compile, whose autotuner runs kernels: between runs. A thread waited for
-        compiled, first, key = PROGRAMS.compile(lowered, who, options)  # below is in its turn, never waiting for one
+    lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing
+    with DEVICE.building(quiet, who):  # the autotuner runs kernels: between runs
+        compiled, first, key = PROGRAMS.compile(lowered, who, options)
     answer = (compiled, (time.perf_counter() - t0) * 1e3, first)
     if name is not None:
         PROGRAMS.name(name, key, answer)
@@ -217,8 +197,7 @@ _LOCK = threading.Lock()  # the compile pool's creation
 
 
 def compile_threads() -> int:
-    """Programs this process compiles at once, every request's together (ATTNLAB_COMPILE_THREADS; default: the
-    CPUs this process may use: the device worker owns its pod's CPUs; docs/design-notes.md, "Compile threads")."""
+    """Programs compiled at once, all requests together: ATTNLAB_COMPILE_THREADS, else this process's CPUs."""
     if threads := settings().compile_threads:
         return threads
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -228,13 +207,11 @@ _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
-    """compile_backend for each (name, shape, backward[, tuned]), `compile_threads()` at a time; per job the
-    exception its compile raised, or None. Compiled programs are kept as compile_backend keeps them."""
+    """compile_backend for each (name, shape, backward[, tuned]), `compile_threads()` at a time: job -> error or None."""
     global _POOL
     jobs, t0 = list(dict.fromkeys(jobs)), time.perf_counter()
     threads = compile_threads()
-    # the thread that holds the device compiles inline (its builds pass through): the pool's threads would wait
-    # for a turn it holds, and with every pool thread busy on builds waiting for that turn it would wait forever
+    # the device's holder compiles inline: pool threads would wait for the turn it holds
     if threads == 1 or len(jobs) < 2 or DEVICE.held_here():
         errors = {job: _try(compile_backend, *job) for job in jobs}
         DEVICE.spend("compile_s", time.perf_counter() - t0)
@@ -244,7 +221,7 @@ def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
             _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-compile")
     futures = {job: _POOL.submit(_pooled, job) for job in jobs}
     done = {job: f.result() for job, f in futures.items()}
-    for kind in ("build_wait_s", "build_s"):  # side by side: the longest of each is what the request waited
+    for kind in ("build_wait_s", "build_s"):  # side by side: the longest of each
         DEVICE.spend(kind, max(spent[kind] for _, spent in done.values()))
     DEVICE.spend("compile_s", time.perf_counter() - t0)
     return {job: error for job, (error, _) in done.items()}
@@ -268,8 +245,6 @@ def forward_backward(fn):
     return jax.grad(lambda q, k, v: fn(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2))
 
 
-
-
 def which_kernel(info: CompiledInfo) -> str:
     """In words, what the compiled program runs: cuDNN's fused attention, or XLA's own fusions."""
     if info.uses_cudnn_attention:
@@ -283,8 +258,7 @@ def which_kernel(info: CompiledInfo) -> str:
 
 
 def growth(df: pd.DataFrame, y: str = "temp_bytes", x: str = "q_len") -> pd.DataFrame:
-    """Per implementation: y at the shortest and longest x measured, their ratio, and the log-log slope
-    (2 for O(T²), 1 for O(T), 0 for a fixed size)."""
+    """Per implementation: y at the shortest and longest x, their ratio, the log-log slope (2 for O(T²))."""
     rows: list[dict] = []
     if not len(df) or y not in df:
         return pd.DataFrame(rows)
