@@ -1,4 +1,4 @@
-"""This process's device: `DEVICE.use(bytes)` runs alone, `DEVICE.building()` compiles between runs, one line.
+"""This process's device: `DEVICE.use(bytes)` runs alone, `DEVICE.building()` compiles between runs, one queue.
 
 The device worker serves every entry point under `DEVICE.serving()`, where `DEVICE.launch` refuses a thread without
 a turn, so no timing shares the device (tests/test_device_rule.py). Why: docs/design-notes.md, "The device's line".
@@ -211,7 +211,7 @@ class Device:
             s.admitted += 1
             s.longest_wait_s = max(s.longest_wait_s, waited)
             s.peak_device_bytes = max(s.peak_device_bytes, device_bytes)
-            s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))  # CPU
+            s.peak_host_bytes = max(s.peak_host_bytes, host_bytes + (device_bytes if self.budget.shared else 0))  # CPU: one memory
         held_from = time.perf_counter()
         self.spend("run_wait_s", waited)
         try:

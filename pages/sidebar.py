@@ -49,7 +49,8 @@ def _widgets_changed() -> None:
     """The widgets' values become the shape; a number box that comes back empty keeps the shape's last value.
 
     Empty is what a box holds when the learner clears it, and what Streamlit gives back when a page change
-    interrupted a run and reset the widget (with a number as default, that reset read as a typed 0)."""
+    interrupted a run and reset the widget (with 0 as the default, such a reset would read as a typed 0: the likely
+    cause of a CI run that reopened a link at batch 0, not reproduced here)."""
     ss = st.session_state
     last = ss.get("shape_values", {})
     for k in INT_FIELDS:
