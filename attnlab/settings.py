@@ -30,6 +30,10 @@ and what it means. A process reads them on first use; `override(**fields)` chang
     ATTNLAB_CHECKS_PER_MINUTE how many times one browser session may press Check (an exercise's) in any 60 s
                               (default 10; 0: no limit): attnlab/yourturn/pace.py
     ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
+    ATTNLAB_CLASS_SHAPES      the shapes an instructor will ask the class to use, as the lab's own links' queries
+                              separated by spaces ("batch=1&heads=1&kv_heads=1 q_len=64&kv_len=64"): the warm-up
+                              opens every page at each of them (pages/opening.py), so the class's first visits
+                              find them computed; unset: none
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
     ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
@@ -105,6 +109,7 @@ class Settings:
     run_seconds: float = 60.0
     checks_per_minute: int = 10
     warm: bool = True
+    class_shapes: tuple[str, ...] = ()
     metrics: bool = False
     allow_clear_cache: bool = False
     timing_log: str | None = None
@@ -150,6 +155,7 @@ class Settings:
             compile_cache_gib=_gib(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
+            class_shapes=tuple(env.get("ATTNLAB_CLASS_SHAPES", "").split()),
             metrics=_flag(env, "ATTNLAB_METRICS", False),
             allow_clear_cache=_flag(env, "ATTNLAB_ALLOW_CLEAR_CACHE", False),
             timing_log=env.get("ATTNLAB_TIMING_LOG") or None,

@@ -9,19 +9,27 @@ answered at once.
 Page 7 builds its timing from `p7_timed`, `P7_BUDGET_S` and `untuned_on_open` here, page 8 its implementations from
 `p8_names`; tests/pages/test_opening.py checks that the requests are the ones the pages send as they open.
 
-`warm_up` is the server's whole warm-up, in the order a class needs it (app.py runs it once per UI process).
+`warm_up` is the server's whole warm-up, in the order a class needs it (app.py runs it once per UI process). Where the
+instructor named the class's shapes (ATTNLAB_CLASS_SHAPES), it also opens every page at each of them, through this
+server as a learner's tab does (`visit_class_shapes`): whatever a page asks as it opens there, for the device worker
+and for this process's caches, is then computed before the class, with no list of requests to keep in step with the
+pages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from urllib.parse import parse_qs, urlencode
 
-from attnlab import backends, service
+from attnlab import backends, doors, masks, service
 from attnlab.service.request import Request
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 from attnlab.studies import kvcache, weights
 from attnlab.studies import warm as warm_mod
 from pages import activity, common, workers
+from pages.st_client import Tab
 
 P7_TIMED = ("naive", "sdpa_xla", "sdpa_cudnn")  # page 7 times these as it opens, where they run
 P7_BUDGET_S = 0.5  # seconds per implementation for that timing
@@ -78,17 +86,66 @@ def first_request(shape: AttentionShape) -> Request:
     return Request.of(backends.unmet, shape, P7_TIMED)
 
 
-def warm_up(call=None, pause=activity.wait_for_quiet, log=print) -> float:
+def warm_up(call=None, pause=activity.wait_for_quiet, log=print, visit=None) -> float:
     """The server's warm-up, in the order a class needs it, each part while no learner's page runs here: the codelab's
-    shapes compiled for every backend, what pages 6, 7 and 8 ask as they open there (`warm`), then the sidebar's model
-    presets. Its end is logged as `attnlab.studies.warm.DONE` (the class scripts and an instructor wait for it).
-    Seconds it took. (On the H200 a rehearsal's class once began while the presets compiled, before pages 6 and 7 had
-    been asked for: both were among the slowest first visits.)"""
+    shapes compiled for every backend, what pages 6, 7 and 8 ask as they open there (`warm`), the class's shapes
+    (`visit(pause, log)`: app.py's `visit_class_shapes` at this server), then the sidebar's model presets. Its end is
+    logged as `attnlab.studies.warm.DONE` (the class scripts and an instructor wait for it). Seconds it took. (On the
+    H200 a rehearsal's class once began while the presets compiled, before pages 6 and 7 had been asked for: both were
+    among the slowest first visits.)"""
     call, t0 = call or service.call, time.perf_counter()
     warm_mod.warm(call=call, pause=pause, shapes=warm_mod.plan(presets=False))
     pause()
     warm()
+    if visit is not None:
+        visit(pause, log)
     warm_mod.warm(call=call, pause=pause, shapes=warm_mod.plan(codelab=False))
     seconds = time.perf_counter() - t0
     log(f"{warm_mod.DONE} in {seconds:.0f} s")
     return seconds
+
+
+KNOWN_KEYS = {"batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim", "dtype", *(t.key for t in masks.MASK_TYPES)}
+
+
+def class_shapes(queries: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The instructor's class shapes (ATTNLAB_CLASS_SHAPES), each a link's query: (each good one as the sidebar writes
+    it into the URL, a sentence for each one that is not a shape). A key the lab does not know is refused, not
+    ignored as in a learner's link: a misspelt key would warm a shape nobody asked for."""
+    good, bad = [], []
+    for query in queries:
+        params = parse_qs(query.lstrip("?"), keep_blank_values=True)
+        unknown = sorted(set(params) - KNOWN_KEYS)
+        shape, problems = AttentionShape.from_query_params(params)
+        problems = [f"{', '.join(unknown)}: not a setting of the shape"] * bool(unknown) + problems
+        if problems:
+            bad.append(f"ATTNLAB_CLASS_SHAPES: {query!r} is not a shape ({' '.join(problems)}); skipped")
+        elif (normal := urlencode(shape.to_query_params())) not in good:
+            good.append(normal)
+    return good, bad
+
+
+def visit_class_shapes(url: str, paths: list[str], queries: tuple[str, ...] | None = None, pause=lambda: None,
+                       log=print, timeout: float = 600.0) -> float:
+    """Open every page of `paths` (their URL paths; "" the first page) at each class shape, one tab per shape, through
+    the server at `url` (this one: its doors let `doors.SELF` through over the loopback), while no learner's page runs
+    here (`pause` before each shape). A line per shape; seconds it took."""
+    good, bad = class_shapes(settings().class_shapes if queries is None else queries)
+    for line in bad:
+        log(line)
+    t0 = time.perf_counter()
+    for query in good:
+        pause()
+        seen = asyncio.run(_visit(url, paths, query, timeout))
+        failed = [f"{s.page}: {s.failure or s.exceptions[0]}" for s in seen if not s.ok]
+        log(f"warm class shape {query or '(the codelab)'}: {len(seen) - len(failed)} of {len(seen)} pages in "
+            f"{sum(s.wall_s for s in seen):.1f} s" + (f"; not opened: {'; '.join(failed)}" if failed else ""))
+    return time.perf_counter() - t0
+
+
+async def _visit(url: str, paths: list[str], query: str, timeout: float) -> list:
+    tab = await Tab.open(url, headers={doors.SELF_HEADER: doors.SELF})
+    try:
+        return [await tab.visit(path, query, timeout) for path in paths]
+    finally:
+        await tab.close()

@@ -4,14 +4,17 @@ Listed only for a browser that opened the lab with ?instructor=<ATTNLAB_INSTRUCT
 import ast
 import functools
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pandas as pd
 import streamlit as st
 
 from attnlab import service
 from attnlab.service.request import Request
+from attnlab.settings import settings
+from attnlab.shapes import AttentionShape
 from attnlab.yourturn import exercises, progress
-from pages import common, tables
+from pages import common, opening, tables
 
 st.title("Instructor: where the class is")
 st.caption("Anonymous counts since the device worker started: no learner's code or identity is kept. An attempt is "
@@ -60,3 +63,18 @@ def live() -> None:
 
 
 live()
+
+st.subheader("The class's shapes")
+good, bad = opening.class_shapes(settings().class_shapes)
+for sentence in bad:
+    st.warning(sentence)
+if not good:
+    st.caption("None named. Set ATTNLAB_CLASS_SHAPES to the shapes you will ask the class to use (deploy/README.md, "
+               "\"Class day\"): the server then opens every page at each before the class, and the class's first "
+               "visits there find their results computed.")
+else:
+    st.caption("Opened on every page by the server's warm-up before the class. Hand out these links:")
+for query in good:
+    params = {k: v[-1] for k, v in parse_qs(query).items()}
+    shape, _ = AttentionShape.from_query_params(params)
+    st.page_link("pages/p1_attention.py", label=f"{shape.describe()}  (?{query or 'the codelab'})", query_params=params)

@@ -51,11 +51,10 @@ from urllib.parse import urlencode
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from st_client import Tab  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attnlab.procs import Record, free_port, tree  # noqa: E402
+from pages.st_client import Tab  # noqa: E402
 
 
 def python_path() -> str:

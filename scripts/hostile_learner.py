@@ -4,7 +4,7 @@ corpus every few seconds, for scripts/capacity.py --serve --hostile-every S.
     presses = await hostile(url, query, every_s=3.0, stop=event)   # [{"case", "wall_s", "said", ...}, ...]
 
 It opens page 4 as any learner, reads the ids of the attention exercise's text box and Check button from what the
-server drew (scripts/st_client.py), then sends what a browser sends after typing and a click: the box's text and
+server drew (pages/st_client.py), then sends what a browser sends after typing and a click: the box's text and
 the button's trigger. Each press a new program (the case and a counter in a comment), so no kept answer spares
 the worker; what each press showed is kept: a refusal, a stop, a wrong verdict, the per-session limit, or an error.
 """
@@ -17,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from st_client import Tab
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pages.st_client import Tab  # noqa: E402
 from tests.yourturn_cases.hostile import HOSTILE, REFUSED_IN_THE_SANDBOX  # noqa: E402
 
 PAGE = "naive-vs-fused"

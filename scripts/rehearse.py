@@ -13,7 +13,7 @@
    it), K UI replicas with the Deployment's command and env, reaching Ray over ray:// at the head's client port;
    every probe of the manifests and the ones KubeRay injects, run as Kubernetes runs them.
 3. HAProxy in front of the UI replicas (scripts/proxy.py), pinning each browser by a generated cookie.
-4. A class through the proxy (N learners as headless tabs, scripts/st_client.py: every page once, shapes as
+4. A class through the proxy (N learners as headless tabs, pages/st_client.py: every page once, shapes as
    scripts/capacity.py's), then the learners keep going on the pages that use the device (`DEVICE_PAGES`; after a
    device fault on shapes nobody computed, so a page served again has used the device) while the cluster's faults
    come one after another, each once the class has settled from the last (every learner served a round of those
@@ -54,12 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attnlab.procs import Record, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capacity import page_paths, percentile, session_shapes  # noqa: E402
+from capacity import SHARED_SHAPES, page_paths, percentile, session_shapes  # noqa: E402
 from class_server import wait_for_warm_ups  # noqa: E402
 from cluster_pods import ROOT, Cluster, Image  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
 from proxy import Proxy  # noqa: E402
-from st_client import Tab  # noqa: E402
+
+from pages.st_client import Tab  # noqa: E402
 
 TARGETS = {"worker": 10.0, "ui": 10.0, "head": 60.0}  # s until every learner is served again (issue 40)
 P95_ON_GPU = {"shared": 3.0, "own": 8.0}  # a page's p95 in the class, on a real GPU (issue 40; CPUs: no target)
@@ -122,6 +123,13 @@ async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeo
         await tab.close()
 
 
+def class_shapes(value: str) -> str:
+    """ATTNLAB_CLASS_SHAPES for --class-shapes: 'shared' is the shared class's shapes, each as its link's query."""
+    if value != "shared":
+        return value
+    return " ".join("?" + urlencode(s) for s in SHARED_SHAPES)
+
+
 class Rehearsal:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -134,6 +142,8 @@ class Rehearsal:
         self.cluster = Cluster.from_manifests(docs, Image.read(ROOT / "deploy" / "Dockerfile"), ui=args.ui,
                                               workers=args.workers, root=self.root, fake_gpus=self.fake,
                                               cookie_secret=secrets.token_hex(32))
+        for pod in self.cluster.ui:  # the instructor named the class's shapes (kubectl set env ... ATTNLAB_CLASS_SHAPES=)
+            pod.env.update({"ATTNLAB_CLASS_SHAPES": class_shapes(args.class_shapes)} if args.class_shapes else {})
         self.lb: Proxy | None = None
         self.kubelets: dict[str, Kubelet] = {}
         self.epoch = [0]  # faults so far: the learners' shapes change with it
@@ -243,7 +253,7 @@ class Rehearsal:
     def run(self) -> dict:
         a = self.args
         report: dict = {"ui_replicas": len(self.cluster.ui), "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners,
-                        "mode": a.mode}
+                        "mode": a.mode, "class_shapes": self.cluster.ui[0].env.get("ATTNLAB_CLASS_SHAPES", "")}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
         report["gpus"] = self.ray_gpus()
@@ -465,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle-s", type=float, default=120.0,
                     help="before each fault, wait at most this long for every learner to be served a round of the device "
                          "pages since the last one")
+    ap.add_argument("--class-shapes", nargs="?", const="shared", default=None,
+                    help="the instructor names the class's shapes on every UI pod (ATTNLAB_CLASS_SHAPES, as `kubectl set "
+                         "env` would): 'shared' (the flag alone) the shapes of --mode shared's class, or the value itself; "
+                         "default: the manifest's (none)")
     ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
     ap.add_argument("--warm-wait-s", type=float, default=240.0,
                     help="at most this long, wait for the server's warm-up to finish before the class (0: no wait; "

@@ -159,3 +159,24 @@ def test_serve_py_behind_iap_refuses_a_request_without_a_valid_assertion():
         assert _get(srv.url + "/") == 401
         assert _get(srv.url + "/causal", {"x-goog-iap-jwt-assertion": _token(signer=OTHER_SIGNER)}) == 401
         assert "attnlab-iap: refused http /" in srv.log()
+
+
+@pytest.mark.parametrize("kind", ["http", "websocket"])
+def test_the_servers_own_warm_up_passes_both_doors_and_nobody_else_does(kind):
+    """pages/opening.py's visit of the class's shapes carries doors.SELF over the loopback: both doors let it in; the
+    header from elsewhere, or another value over the loopback, is refused like any request without IAP's header."""
+    from attnlab import doors, token_door
+
+    def scope(client: str, value: str) -> dict:
+        return {**_scope(kind, "/_stcore/stream"), "client": (client, 5555),
+                "headers": [(b"host", b"127.0.0.1"), (doors.SELF_HEADER.encode(), value.encode())]}
+
+    for door in (lambda app: iap.RequireIap(app, audience=AUDIENCE, keys=_keys()),
+                 lambda app: token_door.RequireToken(app, token="s3cret")):
+        assert asgi_util.call(door, scope("127.0.0.1", doors.SELF))[1]
+        assert asgi_util.call(door, scope("::1", doors.SELF))[1]
+        assert asgi_util.call(door, scope("::ffff:127.0.0.1", doors.SELF))[1]  # a dual-stack server's IPv4 client
+        assert not asgi_util.call(door, scope("::ffff:10.0.0.9", doors.SELF))[1]
+        assert not asgi_util.call(door, scope("10.0.0.9", doors.SELF))[1]  # the secret, but not from this machine
+        assert not asgi_util.call(door, scope("127.0.0.1", doors.SELF[:-1] + "x"))[1]
+        assert not asgi_util.call(door, scope("127.0.0.1", ""))[1]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-from st_client import Tab, run  # noqa: E402
+from pages.st_client import Tab, run  # noqa: E402
 
 
 def test_a_client_cannot_clear_every_learners_cached_results():
@@ -302,3 +302,42 @@ def test_a_head_that_accepts_but_does_not_answer_costs_a_ui_seconds_not_ray_clie
     seconds, broken = out.stdout.splitlines()[:2]
     assert broken, out.stdout + out.stderr[-2000:]  # it said why it could not connect (and retries on a request)
     assert float(seconds) < 15, (seconds, broken)
+
+
+def test_the_warm_up_opens_every_page_at_the_class_shapes_so_a_first_visit_there_computes_nothing(tmp_path):
+    """ATTNLAB_CLASS_SHAPES (an instructor's): the warm-up opens every page at each shape through the server's own
+    door (here the quick mode's token door), logs a line per shape and a sentence for an entry that is not a shape;
+    a learner's first visit at a class shape then sends the device worker nothing it has to compute (its request
+    log). Before the warm-up visited, that visit compiled and ran programs of its own."""
+    import json
+
+    from attnlab.studies import warm
+
+    requests = tmp_path / "requests.jsonl"
+    query = "q_len=48&kv_len=48&heads=2&kv_heads=1"
+    env = {"ATTNLAB_WARM": "1", "ATTNLAB_ACCESS_TOKEN": "s3cret", "ATTNLAB_REQUEST_LOG": str(requests),
+           "ATTNLAB_CLASS_SHAPES": f"{query} kvheads=2"}
+    cookie = {"Cookie": "attnlab_token=s3cret"}
+
+    async def visit(url: str, pages: list[str]):
+        tab = await Tab.open(url, headers=cookie)
+        try:
+            return [await tab.visit(p, query) for p in pages]
+        finally:
+            await tab.close()
+
+    with StreamlitServer(env=env) as srv:
+        assert run(visit(srv.url, [""]))[0].ok  # the first page's run starts the warm-up (app.py)
+        deadline = time.monotonic() + 600
+        while "warm class shape" not in srv.log(100_000) and warm.STOPPED not in srv.log() and time.monotonic() < deadline:
+            time.sleep(1)
+        log = srv.log(100_000)
+        line = next((x for x in log.splitlines() if x.startswith("warm class shape")), log[-2000:])
+        assert line.startswith(f"warm class shape {query}: 11 of 11 pages"), line
+        assert "'kvheads=2' is not a shape (kvheads: not a setting of the shape)" in log
+        before = len(requests.read_text().splitlines())
+        seen = run(visit(srv.url, ["naive-vs-fused", "cudnn", "causal", "benchmarks", "mha-gqa-mqa"]))
+        assert all(s.ok for s in seen), seen
+        after = [json.loads(x) for x in requests.read_text().splitlines()[before:]]
+        computed = [x["what"] for x in after if x["how"] == "computed" and x["fn"] != "warm_shape"]  # the presets' own
+        assert computed == [], computed

@@ -48,3 +48,18 @@ def test_after_the_warm_up_pages_7_and_8_open_at_the_codelab_shape_without_timin
     assert not [kw for kw in runs if kw.get("timed")], runs  # answered from what the worker kept
     open_page("pages/p8_mha_gqa_mqa.py")
     assert not runs, runs  # its variants' checks too
+
+
+def test_the_class_shapes_are_read_as_links_and_a_bad_one_is_named_not_guessed():
+    good, bad = opening.class_shapes(("?", "heads=8&kv_heads=2&dtype=bfloat16&causal=true", "?kv_heads=2&heads=8&causal=yes&dtype=bfloat16",
+                                      "q_len=x", "kvheads=2", "heads=8&kv_heads=3"))
+    assert good == ["", "kv_heads=2&dtype=bfloat16&causal=true"]  # the codelab's; the same shape named twice, once
+    assert [b.split(" is not a shape ")[0] for b in bad] == [
+        "ATTNLAB_CLASS_SHAPES: 'q_len=x'", "ATTNLAB_CLASS_SHAPES: 'kvheads=2'", "ATTNLAB_CLASS_SHAPES: 'heads=8&kv_heads=3'"]
+    assert "kvheads: not a setting of the shape" in bad[1] and "q_len must be a positive whole number" in bad[0]
+
+
+def test_without_class_shapes_nothing_is_visited():
+    lines = []
+    assert opening.visit_class_shapes("http://127.0.0.1:1", ["", "qkv"], (), log=lines.append) < 1.0
+    assert lines == []

@@ -171,3 +171,15 @@ def test_a_second_check_clears_the_first_verdict_before_its_work_starts(monkeypa
     write_and_check(at, "gqa", exercises.GQA.solution)
     assert during and all("Not yet" not in seen and "wrong K/V heads" not in seen for seen in during), during
     assert any("Right at every case" in s.value for s in at.success)
+
+
+def test_the_instructor_page_lists_the_class_shapes_as_links_and_names_a_bad_one():
+    with settings.override(instructor_token="s3cret", class_shapes=("?", "heads=8&kv_heads=2&causal=true", "kvheads=2")):
+        at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
+        links = [(e.proto.label, e.proto.page) for e in at.get("page_link") if "  (?" in e.proto.label]
+        assert [label.split("  ")[-1] for label, _ in links] == ["(?the codelab)", "(?kv_heads=2&causal=true)"], links
+        assert "B4 T128 S128 N8 K2 H64 float32 causal" in links[1][0]
+        assert "kvheads: not a setting of the shape" in " ".join(w.value for w in at.warning)
+    with settings.override(instructor_token="s3cret"):
+        at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
+        assert "None named. Set ATTNLAB_CLASS_SHAPES" in " ".join(c.value for c in at.caption)
