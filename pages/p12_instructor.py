@@ -37,6 +37,16 @@ def page_title(path: str) -> str:
     return path.split("/")[-1]
 
 
+def lab_root() -> str:
+    """The lab's first page as the browser reached this one (this page is one step below it), or "" where Streamlit
+    does not say (AppTest): the links handed out must not lead to this page."""
+    try:
+        url = st.context.url or ""
+    except Exception:  # noqa: BLE001 (no request context)
+        url = ""
+    return url.split("?", 1)[0].rsplit("/", 1)[0] + "/" if url else ""
+
+
 @st.fragment(run_every=5)
 def live() -> None:
     counts = common.send(Request.pinned(progress.PIN, progress.snapshot)) or {}
@@ -72,9 +82,13 @@ if not good:
     st.caption("None named. Set ATTNLAB_CLASS_SHAPES to the shapes you will ask the class to use (deploy/README.md, "
                "\"Class day\"): the server then opens every page at each before the class, and the class's first "
                "visits there find their results computed.")
+elif settings().warm:
+    st.caption("Opened on every page by each server's warm-up before the class (its log says when). Hand out these "
+               "links:")
 else:
-    st.caption("Opened on every page by the server's warm-up before the class. Hand out these links:")
+    st.caption("Not opened ahead: this server's warm-up is off (ATTNLAB_WARM=0). Hand out these links:")
+root = lab_root()
 for query in good:
-    params = {k: v[-1] for k, v in parse_qs(query).items()}
-    shape, _ = AttentionShape.from_query_params(params)
-    st.page_link("pages/p1_attention.py", label=f"{shape.describe()}  (?{query or 'the codelab'})", query_params=params)
+    shape, _ = AttentionShape.from_query_params(parse_qs(query))
+    link = f"{root}?{query}" if query else root or "/"
+    st.markdown(f"[{shape.describe()}]({link}): `{link}`")

@@ -176,9 +176,9 @@ def test_a_second_check_clears_the_first_verdict_before_its_work_starts(monkeypa
 def test_the_instructor_page_lists_the_class_shapes_as_links_and_names_a_bad_one():
     with settings.override(instructor_token="s3cret", class_shapes=("?", "heads=8&kv_heads=2&causal=true", "kvheads=2")):
         at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
-        links = [(e.proto.label, e.proto.page) for e in at.get("page_link") if "  (?" in e.proto.label]
-        assert [label.split("  ")[-1] for label, _ in links] == ["(?the codelab)", "(?kv_heads=2&causal=true)"], links
-        assert "B4 T128 S128 N8 K2 H64 float32 causal" in links[1][0]
+        links = [m.value for m in at.markdown if "](" in m.value and "`" in m.value]
+        assert links == ["[B4 T128 S128 N8 K8 H64 float32](/): `/`",
+                         "[B4 T128 S128 N8 K2 H64 float32 causal](?kv_heads=2&causal=true): `?kv_heads=2&causal=true`"], links
         assert "kvheads: not a setting of the shape" in " ".join(w.value for w in at.warning)
     with settings.override(instructor_token="s3cret"):
         at = open_page("pages/p12_instructor.py", {"instructor": "s3cret"})
