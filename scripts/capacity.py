@@ -76,6 +76,7 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app.py"
@@ -88,6 +89,14 @@ SHARED_SHAPES: list[dict[str, str]] = [
     {"batch": "1", "q_len": "96", "kv_len": "96", "heads": "4", "kv_heads": "2", "head_dim": "32"},
     {"batch": "1", "q_len": "64", "kv_len": "64", "heads": "8", "kv_heads": "2", "dtype": "bfloat16", "causal": "true"},
 ]
+
+
+def class_shapes(value: str) -> str:
+    """ATTNLAB_CLASS_SHAPES for --class-shapes: 'shared' is SHARED_SHAPES, each as its link's query ("?" alone: the
+    codelab's); anything else is taken as the value itself."""
+    return " ".join("?" + urlencode(s) for s in SHARED_SHAPES) if value == "shared" else value
+
+
 # Buttons pressed with --press-buttons: main-area buttons of type primary, or keyed "..._time".
 PRESS_KEY_SUFFIXES = ("_time",)
 
@@ -633,6 +642,7 @@ def serve_classes(args: argparse.Namespace, plan: list[tuple[str, int]], deadlin
                                                 device=args.device, device_workers=w, kill_after_s=args.kill_after,
                                                 hostile_every_s=args.hostile_every, think_s=args.think)
                     variant += mode == "own"
+                    r["class_shapes"] = os.environ.get("ATTNLAB_CLASS_SHAPES", "")
                     results.append(r)
                     if args.json:  # after every class: a run stopped by its time limit keeps what it measured
                         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -669,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, nargs="+", default=[20], help="N concurrent sessions (several: one run each)")
     ap.add_argument("--mode", choices=["shared", "own"], default="shared")
+    ap.add_argument("--class-shapes", nargs="?", const="shared", default=None,
+                    help="with --serve: the instructor names the class's shapes (ATTNLAB_CLASS_SHAPES for the server's UI "
+                         "processes): 'shared' (the flag alone) the shapes of --mode shared, or the value itself")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one page run")
     ap.add_argument("--json", type=Path, help="write every figure and visit here")
     ap.add_argument("--warm", action="store_true",
@@ -738,6 +751,8 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.dump_traceback_later(args.dump_after, repeat=False)
     plan = [(args.mode, n) for n in args.sessions] + [("own", n) for n in args.then_own]
     deadlines = args.deadline if len(args.deadline) == len(plan) else [args.deadline[0]] * len(plan)
+    if args.class_shapes:  # the server's UI processes inherit it (class_server.Server)
+        os.environ["ATTNLAB_CLASS_SHAPES"] = class_shapes(args.class_shapes)
     if args.serve:
         return serve_classes(args, plan, deadlines)
     for i, ((mode, n), deadline) in enumerate(zip(plan, deadlines, strict=True)):

@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from attnlab.procs import Record, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capacity import SHARED_SHAPES, page_paths, percentile, session_shapes  # noqa: E402
+from capacity import class_shapes, page_paths, percentile, session_shapes  # noqa: E402
 from class_server import wait_for_warm_ups  # noqa: E402
 from cluster_pods import ROOT, Cluster, Image  # noqa: E402
 from kubelet import Kubelet  # noqa: E402
@@ -121,13 +121,6 @@ async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeo
             tab = None
     if tab is not None:
         await tab.close()
-
-
-def class_shapes(value: str) -> str:
-    """ATTNLAB_CLASS_SHAPES for --class-shapes: 'shared' is the shared class's shapes, each as its link's query."""
-    if value != "shared":
-        return value
-    return " ".join("?" + urlencode(s) for s in SHARED_SHAPES)
 
 
 class Rehearsal:
