@@ -210,13 +210,16 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
     sections.queue_notice()
     mine = sections.guarded(common.on_device, timed.time_solution, name, code, shape, what="Timing your function")
     others = sections.guarded(common.run, s, ("naive", "sdpa_cudnn"), accuracy=False, timed=True, program=True,
-                              what="Timing the lab's")
+                              tuned=False, what="Timing the lab's")  # untuned, as yours is (timed.py says why)
     if mine is None or others is None:
         return
     df = runs.to_frame([mine, *others])
     df = df.assign(scratch=df["temp_bytes"].map(tables.fmt_bytes))
     sections.results(df, ["implementation", "wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops",
                           "scratch"])
+    if workers.device_info().backend == "gpu":
+        st.caption("All three compiled without XLA's autotuner: a learner's compile never holds the class's GPU, so "
+                   "the lab's rows are compiled the same way. Page 7 times the lab's tuned programs.")
     if workers.device_info().backend != "gpu":
         st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
                    "page 7's shipped table; the kernels' lead shows at long sequences (page 7's *Long context on an H200* tab).")

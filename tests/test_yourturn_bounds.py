@@ -90,6 +90,17 @@ def test_a_function_right_only_at_the_checked_shapes_is_not_timed():
     assert timed.time_solution("attention", exercises.ATTENTION.solution, TIME_SHAPE).status == runs.OK
 
 
+def test_a_learners_timing_takes_no_place_in_the_devices_line_to_compile(monkeypatch):
+    """Time compiles the learner's program untuned: a tuned build waits in the device's line and no run is admitted
+    while it builds (up to COMPILE_S), so one learner's compile would hold every other learner's runs (issue 44)."""
+    from attnlab import admission
+
+    builds, real = [], admission.DEVICE.building
+    monkeypatch.setattr(admission.DEVICE, "building", lambda quiet=False, what="": builds.append(quiet) or real(quiet, what))
+    assert timed.time_solution("attention", exercises.ATTENTION.solution, TIME_SHAPE).status == runs.OK
+    assert builds and all(builds), builds  # every build of the timing quiet (before: the learner's was not)
+
+
 def test_the_cost_model_refuses_a_run_past_the_run_limit_before_it_compiles(monkeypatch):
     monkeypatch.setattr(cost, "matmul_rate", lambda dtype: 1e9)
     why = grade.refused_before(b"x", bounds.Stats(flops=1e12))

@@ -8,6 +8,9 @@ with the run layer's sentence if its memory does not fit the budget, and timed b
 the same arrays naive attention and cuDNN are timed on at that shape, so the rows compare. Nothing is timed
 that was not checked: the output at the learner's shape is compared with the float64 reference first (on a
 slice of its rows when the whole would not fit, `checks.float64_reference`), and a wrong one is not timed.
+It is compiled without XLA's autotuner, as the lab's rows beside it are (pages/yourturn_ui.py): a tuned compile runs
+kernels on the GPU, so it waits for a place in the device's line and holds every run while it builds, and no
+learner's compile may hold the class's GPU (up to its 120 s bound).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def time_solution(name: str, source: str, shape: AttentionShape) -> runs.Result:
         why = learner.refused_before(blob, stats[0])
         if why:
             return runs.Result(s, "yours", runs.TOO_SLOW if why.startswith("would") else runs.ERROR, why)
-        exe = learner.compile_program(blob, specs, quiet=False)
+        exe = learner.compile_program(blob, specs)  # untuned: a learner's compile holds no place in the line
     except sandbox.Stopped as e:
         return runs.Result(s, "yours", runs.ERROR, str(e))
     except Exception as e:
