@@ -27,7 +27,10 @@ TINY = AttentionShape(batch=1, q_len=16, kv_len=16, heads=2, kv_heads=2, head_di
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory):
-    c = ChildWorker(env={**CPU, "ATTNLAB_SUSPECTS_DIR": str(tmp_path_factory.mktemp("suspects"))}, threads=4)
+    home = tmp_path_factory.mktemp("suspects")
+    c = ChildWorker(env={**CPU, "ATTNLAB_SUSPECTS_DIR": str(home), "ATTNLAB_REQUEST_LOG": str(home / "requests.jsonl")},
+                    threads=4)
+    c.request_log = home / "requests.jsonl"
     assert c.wait_ready(180)
     c.first_pid = c.proc.pid
     yield c
@@ -77,6 +80,25 @@ def test_the_workers_peak_memory_over_the_corpus_is_within_bounds(worker):
     peak = _peak_rss(worker.proc.pid)
     print(f"the device worker's peak RSS over the hostile corpus: {peak / 2**20:,.0f} MiB")
     assert worker.proc.pid == worker.first_pid and peak <= MAX_RSS_BYTES
+
+
+def test_no_learners_request_held_the_device_or_a_build_past_its_bound(worker):
+    """The device worker's own ledger of each request (ATTNLAB_REQUEST_LOG): the device held for a learner's run at
+    most ATTNLAB_RUN_SECONDS (a timing's TIMING_CALLS of them), a compile at most its COMPILE_S."""
+    import json
+
+    from attnlab.settings import settings
+    from attnlab.yourturn import program
+
+    lines = [json.loads(x) for x in worker.request_log.read_text().splitlines() if x.strip()]
+    learners = [x for x in lines if x["fn"] in ("check", "time_solution") and x["how"] == "computed"]
+    assert len(learners) >= len(HOSTILE), len(learners)
+    held = max(x.get("run_s", 0.0) for x in learners)
+    built = max(x.get("build_s", 0.0) for x in learners)
+    print(f"the longest a learner's request held the device: {held:.2f} s; its longest tuned build: {built:.2f} s")
+    for x in learners:
+        bound = settings().run_seconds * (timed.TIMING_CALLS if x["fn"] == "time_solution" else 1)
+        assert x.get("run_s", 0.0) <= bound and x.get("build_s", 0.0) <= program.COMPILE_S, x
 
 
 # -- a learner's program that crashes or hangs the worker (after the corpus: these end the worker) ----------------
