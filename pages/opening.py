@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlencode
 from attnlab import backends, doors, masks, service
 from attnlab.service.request import Request
 from attnlab.settings import settings
-from attnlab.shapes import AttentionShape
+from attnlab.shapes import INT_FIELDS, AttentionShape
 from attnlab.studies import kvcache, weights
 from attnlab.studies import warm as warm_mod
 from pages import activity, common, workers
@@ -105,7 +105,7 @@ def warm_up(call=None, pause=activity.wait_for_quiet, log=print, visit=None) -> 
     return seconds
 
 
-KNOWN_KEYS = {"batch", "q_len", "kv_len", "heads", "kv_heads", "head_dim", "dtype", *(t.key for t in masks.MASK_TYPES)}
+KNOWN_KEYS = {*INT_FIELDS, "dtype", *(t.key for t in masks.MASK_TYPES)}  # what AttentionShape reads from a link
 
 
 def class_shapes(queries: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -220,6 +220,6 @@ def _time(name: str, code: str, shape: AttentionShape) -> None:
     if workers.device_info().backend == "gpu":
         st.caption("All three compiled without XLA's autotuner: a learner's compile never holds the class's GPU, so "
                    "the lab's rows are compiled the same way. Page 7 times the lab's tuned programs.")
-    if workers.device_info().backend != "gpu":
+    else:
         st.caption("These are this machine's CPU timings. On an H200 the lab's own rows at the codelab's shape are "
                    "page 7's shipped table; the kernels' lead shows at long sequences (page 7's *Long context on an H200* tab).")
