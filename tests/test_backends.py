@@ -107,16 +107,27 @@ def test_xla_sdpa_in_float16_on_cpu_is_refused_by_its_rule_as_xla_refuses_it_whe
         get("sdpa_xla").jit(shape).lower(*abstract_inputs(shape))
 
 
+def test_a_shape_checked_again_is_not_traced_again_and_a_new_shape_is():
+    """The trace check keeps no cache of its own: JAX's trace cache, keyed by the static shape, answers again."""
+    from attnlab.backends import base
+
+    calls = []
+    naive = get("naive")
+    counting = dataclasses.replace(naive, fn=lambda q, k, v, shape: calls.append(shape) or naive.fn(q, k, v, shape))
+    shape = AttentionShape(batch=1, q_len=8, kv_len=8, heads=2, kv_heads=1, head_dim=8)
+    assert base.trace_error(counting, shape) is None and len(calls) == 1
+    assert base.trace_error(counting, shape) is None and len(calls) == 1
+    assert base.trace_error(counting, shape.replace(q_len=9)) is None and len(calls) == 2
+
+
 def test_checking_a_shape_traces_without_waiting_for_the_device():
     """A check traces to a jaxpr only: it never waits for a run holding the device (on the H200 checks that
     lowered took turns with every run, and a class waited behind them)."""
     import threading
 
     from attnlab.admission import DEVICE
-    from attnlab.backends import base
 
-    shape = AttentionShape(batch=1, q_len=24, kv_len=40, heads=4, kv_heads=2, head_dim=8, causal=True)
-    base.traced.cache_clear()
+    shape = AttentionShape(batch=1, q_len=24, kv_len=41, heads=4, kv_heads=2, head_dim=8, causal=True)  # new here
     held, release, answer = threading.Event(), threading.Event(), {}
 
     def hold():

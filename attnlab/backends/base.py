@@ -5,9 +5,9 @@ the mask types it takes, its requirements as `Requirement` rows, and the device 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import jax
 
@@ -38,6 +38,7 @@ class Backend:
     description: str
     adds: str = ""  # what this rung of the ladder adds over the one below it, in a sentence
     fp8: bool = False  # computes in FP8 on the tensor cores: its TFLOP/s are a share of the FP8 peak
+    _checked: Any = dataclasses.field(init=False, repr=False, compare=False)  # fn jitted, the shape static
 
     def requirements(self, shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:
         """Every requirement of this backend at `shape` on `device`, the mask types it takes last."""
@@ -51,9 +52,14 @@ class Backend:
         error = trace_error(self, shape)
         return f"{self.label} refuses this shape: {error}" if error else None
 
+    def __post_init__(self):
+        # JAX's own trace cache keeps each shape's trace: a check asked again traces nothing
+        object.__setattr__(self, "_checked", jax.jit(self.fn, static_argnums=3))
+
     def jit(self, shape: AttentionShape):
-        """This backend at `shape`, jitted (the shape is static: masks and grouping are baked in)."""
-        return traced(self, shape)[0]
+        """This backend at `shape`, jitted (the shape is static: masks and grouping are baked in); a fresh jit, so
+        compile it through `measure.compiled` (PROGRAMS) to keep it."""
+        return jax.jit(lambda q, k, v: self.fn(q, k, v, shape))
 
 
 def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
@@ -70,21 +76,14 @@ def lower(jitted, args):
         return jitted.lower(*args)
 
 
-@functools.lru_cache(maxsize=512)
-def traced(backend: Backend, shape: AttentionShape) -> tuple:
-    """(the backend at `shape` jitted, its trace's error or None): libraries refuse a shape while they trace, so a
-    refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
-    jitted = jax.jit(lambda q, k, v: backend.fn(q, k, v, shape))
-    try:
-        jitted.trace(*abstract_inputs(shape))
-    except Exception as e:  # the backend's own words are the lesson here
-        return jitted, error_text(e)
-    return jitted, None
-
-
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
-    """The backend's own error text when it refuses `shape` while tracing, or None."""
-    return traced(backend, shape)[1]
+    """The backend's own error text when it refuses `shape` while tracing, or None: libraries refuse a shape while
+    they trace, so a refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
+    try:
+        backend._checked.trace(*abstract_inputs(shape), shape)
+    except Exception as e:  # the backend's own words are the lesson here
+        return error_text(e)
+    return None
 
 
 def error_text(e: BaseException, limit: int = 400) -> str:

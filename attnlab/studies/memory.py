@@ -12,7 +12,6 @@ by tile in the backward pass (Dao et al. 2022, "FlashAttention", arXiv:2205.1413
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Sequence
 
@@ -46,13 +45,12 @@ def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequen
     return runs.to_frame(results, extra)
 
 
-@functools.lru_cache(maxsize=256)
 def same_program(shape: AttentionShape, a: str, b: str) -> bool:
     """True when backends `a` and `b` compile to the same optimised program at `shape` (compile only).
 
     `sdpa_auto` (implementation=None) against `sdpa_xla` shows what JAX picks: identical text
     means None ran XLA's own code on this machine. Both compiled without autotuning, as a run that only
-    checks them is (compiled.CHECK_OPTIONS). Cached: printing a program's text is not free.
+    checks them is (compiled.CHECK_OPTIONS). The device worker keeps the answer (an entry point's kept result).
     """
     texts = [compiled.compile_backend(n, shape, False, False)[0].as_text() for n in (a, b)]
     return texts[0] == texts[1]
