@@ -140,7 +140,8 @@ def forward_section(variants: list, names: tuple[str, ...]) -> None:
     st.write("The codelab times the three variants' forward pass at its shape: with the whole sequence at once, fewer "
              "K/V heads read less memory but do the same FLOPs, so at small shapes the times barely differ (the "
              "decode step below is where they part).")
-    if sections.on_demand("p8_forward", f"Time the {len(variants)} variants' forward pass", (tuple(variants), names)):
+    if sections.on_demand("p8_forward", f"Time the {len(variants)} variants' forward pass", (tuple(variants), names),
+                          timing=(tuple(variants), len(names))):
         with waiting.fresh():
             forward = sections.guarded(forward_times, tuple(variants), names, what="The timing")
             if forward is not None:

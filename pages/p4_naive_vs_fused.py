@@ -77,7 +77,7 @@ timed = common.runnable(shape, ["naive", "sdpa_auto", "sdpa_cudnn"])
 st.write(f"Wall time (perf_counter around a call and `block_until_ready`) includes Python dispatch. Runs here: "
          f"{', '.join(timed)}. " + ("Device time (read through CUPTI, NVIDIA's profiling interface) is the kernels' own time." if info.backend == "gpu" else
                                      "Device time and kernel names (read through CUPTI, NVIDIA's profiling interface) need an NVIDIA GPU: page 7 shows the H200's."))
-if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape):
+if sections.on_demand("p4_time", f"Time {', '.join(timed)}", shape, timing=((shape,), len(timed))):
     with waiting.fresh():
         sections.queue_notice()
         rows = sections.guarded(common.frame, shape, tuple(timed), timed=True, accuracy=False, what="Timing")

@@ -120,7 +120,7 @@ st.subheader("Time per call")
 if why_not:
     st.info("Nothing to time here: cuDNN cannot run on this machine. On an NVIDIA GPU this section times cuDNN "
             "and XLA at this shape (wall time, and CUPTI device time with one cuDNN kernel against XLA's several).")
-elif sections.on_demand("p5_time", "Time cuDNN and XLA", bf):
+elif sections.on_demand("p5_time", "Time cuDNN and XLA", bf, timing=((bf,), 2)):
     with waiting.fresh():
         sections.queue_notice()
         rows = sections.guarded(common.frame, bf, ("sdpa_cudnn", "sdpa_xla"), accuracy=False, timed=True, what="Timing")

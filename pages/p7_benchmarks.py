@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnlab.measure import cost, timing
+from attnlab.measure import timing
 from attnlab.studies import timing_demo
 from pages import benchmarks_ui as ui
 from pages import codeblock, common, opening, sections, tables, vendor_ui, waiting, workers
@@ -33,7 +33,7 @@ if here.open:
                                "button.")
         timed = common.runnable(shape) if every else codelab
         if sections.on_demand("p7_here", f"Time {len(timed)} implementations at this shape", (shape, tuple(timed)),
-                              auto=sections.small(shape) and not every):
+                              auto=sections.small(shape) and not every, timing=((shape,), len(timed))):
             with waiting.fresh():
                 sections.queue_notice()
                 # in a hosted class, a timing taken as the page opens is of untuned programs: XLA's autotuner runs its
@@ -70,9 +70,6 @@ if here.open:
                     tables.download(df, f"timings_{shape.describe().replace(' ', '_')}", "Download these timings (CSV)")
         else:
             st.info(f"This shape is {shape.flops() / 1e9:,.1f} GFLOP per call; press the button to time it here.")
-            note = waiting.long_work_note(common.on_device(cost.timing_seconds, (shape,), len(timed)))
-            if note:
-                st.warning(note)
         cannot = common.support_table(shape, merged=True).query("`runs here` == 'no'")
         if len(cannot):
             st.markdown("**Cannot run this shape here**")

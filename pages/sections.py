@@ -20,10 +20,10 @@ import streamlit as st
 from attnlab import shipped
 from attnlab.admission import DeviceBusy, OverBudget
 from attnlab.backends.naive import NAIVE
-from attnlab.measure import runs
+from attnlab.measure import cost, runs
 from attnlab.service import WorkerLost
 from attnlab.shapes import AttentionShape
-from pages import charts, common, encodings, tables, workers
+from pages import charts, common, encodings, tables, waiting, workers
 
 AUTO_GFLOP = 2.0  # below this (and AUTO_BYTES of naive memory), a page computes without a click
 AUTO_BYTES = 256 * 2**20
@@ -40,15 +40,21 @@ def tabs(key: str, labels: Sequence[str]) -> Sequence:
     return st.tabs(list(labels), key=key, on_change="rerun")
 
 
-def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | None = None) -> bool:
+def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | None = None,
+              timing: tuple[Sequence[AttentionShape], int] | None = None) -> bool:
     """True when the learner asked for this computation with exactly these `params` (or `auto`).
 
     The answer is remembered per key: change the shape or a setting and the button comes back,
-    so a result is never shown for parameters it was not computed with.
+    so a result is never shown for parameters it was not computed with. `timing` (the shapes, the number of
+    implementations timed at each): the cost model's estimate is said before the button when it is long.
     """
     asked = st.session_state.get(f"asked_{key}")
     if auto or asked == params:
         return True
+    if timing is not None:
+        note = waiting.long_work_note(common.on_device(cost.timing_seconds, tuple(timing[0]), timing[1]))
+        if note:
+            st.warning(note)
     if st.button(label, key=f"btn_{key}", type="primary", help=help):
         st.session_state[f"asked_{key}"] = params
         return True

@@ -77,16 +77,16 @@ def spinner(request: Request):
         yield
 
 
-LONG_S = 20.0  # work the cost model says holds the device longer than this is announced before its button
+LONG_S = 20.0  # work the cost model puts over this is announced before its button
 
 
 def long_work_note(seconds: float) -> str:
-    """A sentence before a button whose work holds the device at least `seconds` (over LONG_S), else ''."""
+    """A sentence before a button whose work holds the device about `seconds` (over LONG_S), else ''."""
     if seconds <= LONG_S:
         return ""
-    return (f"⏳ This will hold the device for at least {seconds:,.0f} s here (the lab's cost model: its FLOPs at the "
-            "rate a plain matmul reaches on this device; attention is slower than that), and other learners' runs "
-            "wait behind it. A smaller shape answers in seconds.")
+    return (f"⏳ This will hold the device for about {seconds:,.0f} s here (the lab's cost model: its FLOPs at the "
+            "rate the naive attention reaches on this device; fused implementations are faster), and other learners' "
+            "runs wait behind it. A smaller shape answers in seconds.")
 
 
 @contextmanager

@@ -16,6 +16,16 @@ def test_the_lower_bound_is_the_flops_over_a_measured_matmul_rate():
     assert cost.at_least_seconds(AttentionShape(), 10) == 0.0  # the codelab's shape is not worth measuring a rate for
 
 
+def test_a_buttons_estimate_is_its_calls_at_the_measured_rate_of_naive_attention_which_is_below_a_matmuls():
+    """The estimate before a button: on this CPU the matmul bound said under 20 s for a 2,000-token timing that
+    took 45 s, so a page warned of nothing (issue 42)."""
+    shape = AttentionShape(batch=4, q_len=2000, kv_len=2000)
+    rate = cost.attention_rate("float32")
+    assert 1e8 < rate < cost.matmul_rate("float32")  # measured; the softmax keeps attention below a plain matmul
+    assert cost.timing_seconds([shape], 3) == 3 * (timing.MIN_CALLS + 1) * shape.flops() / rate
+    assert cost.timing_seconds([AttentionShape()], 3) == 0.0  # the codelab's shape: not worth a sentence
+
+
 def test_a_run_over_the_limit_is_refused_at_once_and_says_how_long_it_would_take():
     small = AttentionShape(batch=1, q_len=1024, kv_len=1024, heads=8, kv_heads=8, head_dim=64)
     need = cost.at_least_seconds(small, timing.MIN_CALLS)

@@ -138,9 +138,11 @@ def recorder(monkeypatch):
     monkeypatch.setattr(jax, "block_until_ready", ready)
     monkeypatch.setattr(jax.stages.Compiled, "__call__", call)
     cost.matmul_rate.cache_clear()  # measured again, under the recorder
+    cost.attention_rate.cache_clear()
     monkeypatch.setattr(compiled, "PROGRAMS", compiled.Programs())  # every program compiled again, recorded
     yield rec
     cost.matmul_rate.cache_clear()
+    cost.attention_rate.cache_clear()
 
 
 def test_every_entry_point_has_a_call_here():

@@ -1,6 +1,7 @@
-"""How long a run will hold the device, at least, guessed before it starts.
+"""How long a run will hold the device, guessed before it starts.
 
-    seconds ≥ calls · FLOPs(shape) / rate
+    seconds ≥ calls · FLOPs(shape) / matmul rate         (a lower bound: the lab's limit refuses on it)
+    seconds ≈ calls · FLOPs(shape) / naive attention's rate   (the estimate a page shows before a button)
 
 `rate` is this device's matmul rate, measured once per process on a square matmul in the shape's
 dtype: attention is two matmuls around a softmax and no attention kernel beats a plain matmul, so the
@@ -41,6 +42,28 @@ def matmul_rate(dtype: str) -> float:
     return 2 * n**3 / best
 
 
+@functools.cache
+def attention_rate(dtype: str) -> float:
+    """FLOP/s of the lab's naive attention here (best of three calls after a warm-up) at B1 T512 N8 H64 on a CPU,
+    B1 T2048 N16 H128 on a GPU: an estimate's rate, since attention's softmax keeps it far below a matmul's (on
+    this 2-core CPU a 2,000-token timing took 45 s where the matmul bound said under 20)."""
+    from attnlab.math.attention import attention
+
+    t, n, h = (2048, 16, 128) if jax.default_backend() == "gpu" else (512, 8, 64)
+    shape = AttentionShape(batch=1, q_len=t, kv_len=t, heads=n, kv_heads=n, head_dim=h, dtype=dtype)
+    dt = jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32")
+    f = jax.jit(lambda q: attention(q, q, q))
+    with DEVICE.use(4 * t * n * h * dt.itemsize + 2 * n * t * t * 4):  # q, the output, the scores and weights
+        q = jnp.ones((1, t, n, h), dt)
+        jax.block_until_ready(f(q))
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(q))
+            best = min(best, time.perf_counter() - t0)
+    return shape.flops() / best
+
+
 def at_least_seconds(shape: AttentionShape, calls: int, backward: bool = False) -> float:
     """A lower bound on the seconds `calls` calls at `shape` hold the device (0 for shapes too small to matter)."""
     flops = shape.flops(backward)
@@ -78,9 +101,11 @@ def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls:
 
 
 def timing_seconds(shapes: Sequence[AttentionShape], implementations: int) -> float:
-    """A lower bound on the device seconds timing `implementations` implementations at each of `shapes` takes here
-    (the run layer's fewest calls each: timing.MIN_CALLS, plus one checked against float64): what a page says
-    before such a button, so a learner knows when it will take a while."""
+    """About how long timing `implementations` implementations at each of `shapes` holds the device here (the run
+    layer's fewest calls each, timing.MIN_CALLS plus one checked against float64, at naive attention's rate; fused
+    ones are faster): what a page says before such a button, so a learner knows when it will take a while."""
     from attnlab.measure import timing
 
-    return implementations * sum(at_least_seconds(s, timing.MIN_CALLS + 1) for s in shapes)
+    calls = timing.MIN_CALLS + 1
+    return implementations * sum(calls * s.flops() / attention_rate(s.dtype) for s in shapes
+                                 if s.flops() * calls >= WORTH_MEASURING)

@@ -81,3 +81,19 @@ def test_the_device_worker_is_told_once_of_a_closed_tab_waiting_and_never_of_an_
     [t.join(10) for t in threads]
     assert sorted(r.value for r in replies) == ["closed-tab", "open-tab"] and not session_watch._WAITING
     assert session_watch.stamped(Request("m:f")).session == ""  # outside a page: no session, never dropped
+
+
+@pytest.mark.parametrize("page, button", [("pages/p4_naive_vs_fused.py", "btn_p4_time"),
+                                          ("pages/p7_benchmarks.py", "btn_p7_here")])
+def test_a_timing_button_the_cost_model_puts_over_20_s_says_so_before_it_is_pressed(monkeypatch, page, button):
+    """Page 7 alone warned, and on the matmul's lower bound: a 2,000-token timing that took 45 s on this CPU was
+    announced as nothing (issue 42). Every timing button takes the estimate at naive attention's measured rate."""
+    from attnlab.measure import cost
+    from tests.apptest_util import open_page, texts
+
+    monkeypatch.setattr(cost, "attention_rate", lambda dtype: 1e9)  # a slow device: 1 GFLOP/s
+    at = open_page(page, {"batch": "4", "q_len": "1024", "kv_len": "1024"})
+    assert any(b.key == button for b in at.button)
+    assert "This will hold the device for about" in texts(at, "warning")
+    small = open_page(page, {"batch": "1", "q_len": "256", "kv_len": "256"})
+    assert "This will hold the device" not in texts(small, "warning")
