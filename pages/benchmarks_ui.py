@@ -111,11 +111,12 @@ def line_chart(ok: pd.DataFrame, x: str, y: str, title: str, dash: str) -> alt.C
 def sweep(key: str, field: str, values: list[int], default: list[int], make_shape, what: str, shipped: str,
           names: list[str]) -> None:
     """Controls, a button, the live sweep (both dtypes by default) and the shipped H200 sweep beside it."""
-    c1, c2, c3, c4 = st.columns([3, 3, 3, 2])  # both dtype tags in full (2 cut "bfloat16" to "bflo")
+    c1, c2 = st.columns(2)  # each picker half the page: seven lengths' tags in view (a quarter scrolled them away)
     chosen = c1.multiselect("implementations", list(REGISTRY), default=names, key=f"{key}_impls")
     picked = c2.multiselect(field, values, default=default, key=f"{key}_values")
+    c3, c4 = st.columns(2)
     dtypes = c3.multiselect("dtype", ["float32", "bfloat16"], default=["float32", "bfloat16"], key=f"{key}_dtypes")
-    backward = c4.radio("pass", ["forward", "forward+backward"], key=f"{key}_pass") != "forward"
+    backward = c4.radio("pass", ["forward", "forward+backward"], key=f"{key}_pass", horizontal=True) != "forward"
     shapes = [make_shape(v).replace(dtype=d) for d in dtypes for v in sorted(picked)]
     here, there = st.columns(2)
     df = None
@@ -126,7 +127,7 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
         if slow:
             st.warning(slow)
         elif sections.on_demand(key, f"Run the {what} ({len(shapes) * len(chosen)} cells)",
-                              (tuple(shapes), tuple(chosen), backward)):
+                              (tuple(shapes), tuple(chosen), backward), timing=(shapes, len(chosen), backward)):
             with waiting.fresh():
                 df = sections.sweep(key, shapes, chosen, what.capitalize(), timed=True, accuracy=False, backward=backward)
                 y = st.selectbox("y axis", [c for c in ("wall_ms", "throughput_ms", "device_ms", "tflops", "device_tflops")

@@ -23,7 +23,8 @@ CODELAB = [
     ("Sequence-length sweep", "pages/p7_benchmarks.py", "tab *Sweeps*, button **Run the sequence sweep**"),
     ("Batch-size sweep", "pages/p7_benchmarks.py", "tab *Sweeps*, button **Run the batch sweep**"),
     ("Multi-head attention shapes: MHA, GQA, MQA", "pages/p8_mha_gqa_mqa.py",
-     "*Same output, fewer KV heads*, button **Run the … variants and check them**"),
+     "*Same output, fewer KV heads* (run as the page opens; a button at large shapes), then "
+     "button **Time the … variants' forward pass**"),
     ("TransformerEngine attention", "pages/p9_te_fp8.py",
      "*TE's DotProductAttention vs SDPA*, button **Run the TE sweep**"),
     ("FP8 precision with TransformerEngine", "pages/p9_te_fp8.py", "*FP8, told truthfully*, tab *(a) autocast around attention*"),

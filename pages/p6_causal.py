@@ -134,7 +134,7 @@ if name and sections.on_demand("p6_masks", "Run the masked check", (masked_view,
             if result.reference_note:
                 c2.caption(result.reference_note)
             args = [f"is_causal={use_causal}"] + ([f"local_window_size={window}"] if window else []) + (
-                [f"key_value_seq_lengths=jnp.array({list(lengths)}, jnp.int32)"] if lengths else [])
+                [f"key_value_seq_lengths=jnp.array(\n        {list(lengths)}, jnp.int32)"] if lengths else [])
             codeblock.code("jax.nn.dot_product_attention(\n    q, k, v,\n    " + ",\n    ".join(args)
                            + f",\n    implementation=\"{FUSED[name]}\")", where=c2, wrap=True)  # a narrow column: wrap, never clip
 for n, why in common.unmet(masked_view, tuple(FUSED)).items():

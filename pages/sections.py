@@ -41,18 +41,18 @@ def tabs(key: str, labels: Sequence[str]) -> Sequence:
 
 
 def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | None = None,
-              timing: tuple[Sequence[AttentionShape], int] | None = None) -> bool:
+              timing: tuple | None = None) -> bool:
     """True when the learner asked for this computation with exactly these `params` (or `auto`).
 
     The answer is remembered per key: change the shape or a setting and the button comes back,
-    so a result is never shown for parameters it was not computed with. `timing` (the shapes, the number of
-    implementations timed at each): the cost model's estimate is said before the button when it is long.
+    so a result is never shown for parameters it was not computed with. `timing`: (the shapes, the number of
+    implementations timed at each[, backward]); the cost model's estimate is said before the button when it is long.
     """
     asked = st.session_state.get(f"asked_{key}")
     if auto or asked == params:
         return True
     if timing is not None:
-        note = waiting.long_work_note(common.on_device(cost.timing_seconds, tuple(timing[0]), timing[1]))
+        note = waiting.long_work_note(common.on_device(cost.timing_seconds, tuple(timing[0]), *timing[1:]))
         if note:
             st.warning(note)
     if st.button(label, key=f"btn_{key}", type="primary", help=help):

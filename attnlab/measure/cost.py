@@ -100,12 +100,12 @@ def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls:
             "q_len, heads or head_dim) or choose fewer cells.")
 
 
-def timing_seconds(shapes: Sequence[AttentionShape], implementations: int) -> float:
+def timing_seconds(shapes: Sequence[AttentionShape], implementations: int, backward: bool = False) -> float:
     """About how long timing `implementations` implementations at each of `shapes` holds the device here (the run
     layer's fewest calls each, timing.MIN_CALLS plus one checked against float64, at naive attention's rate; fused
     ones are faster): what a page says before such a button, so a learner knows when it will take a while."""
     from attnlab.measure import timing
 
     calls = timing.MIN_CALLS + 1
-    return implementations * sum(calls * s.flops() / attention_rate(s.dtype) for s in shapes
-                                 if s.flops() * calls >= WORTH_MEASURING)
+    return implementations * sum(calls * s.flops(backward) / attention_rate(s.dtype) for s in shapes
+                                 if s.flops(backward) * calls >= WORTH_MEASURING)

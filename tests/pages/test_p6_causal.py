@@ -110,6 +110,10 @@ def test_causal_page_takes_its_starting_masks_from_the_shape_and_compares_causal
     assert "left out" in texts(at)
     code = "\n".join(c for c in codes(at))
     assert "local_window_size=(3, 0)" in code and "[20, 10]" in code
+    (call,) = [c for c in codes(at) if "key_value_seq_lengths" in c]
+    # in a half-width column a long line wrapped to an unindented piece: each line short, each after the first indented
+    lines = call.splitlines()
+    assert all(len(line) <= 44 for line in lines) and all(line.startswith("    ") for line in lines[1:-1]), call
 
 
 def test_causal_page_a_query_that_sees_no_key_is_explained_not_compared():
