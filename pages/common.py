@@ -168,8 +168,15 @@ def require_shape() -> AttentionShape:
 # small display helpers
 # --------------------------------------------------------------------------------------------
 def requirements_table(shape: AttentionShape, info: device.DeviceInfo | None = None, names=None) -> pd.DataFrame:
-    """Every declared requirement of `names` (default: all backends) at `shape` on the device worker."""
-    return pd.DataFrame(on_device(backends.requirement_rows, shape, tuple(names) if names else None))
+    """Every declared requirement of `names` (default: all backends) at `shape` on the device worker; a long
+    requirement repeated by another implementation says "as for <the first>" (tokamax's install hint once, not thrice)."""
+    df = pd.DataFrame(on_device(backends.requirement_rows, shape, tuple(names) if names else None))
+    first: dict[tuple, str] = {}
+    for i, row in df.iterrows():
+        said = (row["requirement"], row["needed"], row["here"])
+        if len(row["needed"]) + len(row["here"]) > 80 and first.setdefault(said, row["implementation"]) != row["implementation"]:
+            df.loc[i, ["needed", "here"]] = [f"as for {first[said]}", ""]
+    return df
 
 
 def support_table(shape: AttentionShape, merged: bool = False) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import streamlit as st
 
 from attnlab import shipped
 from attnlab.admission import DeviceBusy, OverBudget
+from attnlab.backends import known_aborts
 from attnlab.backends.naive import NAIVE
 from attnlab.measure import cost, runs
 from attnlab.service import WorkerLost
@@ -115,6 +116,12 @@ def not_run(df: pd.DataFrame, keys: Sequence[str] = ("implementation",)) -> None
         st.markdown("**Not run here**")
         tables.text_table(merged(bad[[*keys, "status", "reason"]].drop_duplicates(), keys))
         memory_note(bad)
+        crashed = set(bad.loc[bad["reason"].astype(str).str.contains(known_aborts.CRASH), "implementation"])
+        seen = [k.seen for k in known_aborts.KNOWN if crashed & set(k.backends)]
+        if seen:
+            with st.expander("What the compiler said when it crashed at this shape (why the lab refuses it)"):
+                for words in dict.fromkeys(seen):
+                    st.code(words, language=None, wrap_lines=True)
 
 
 def merged(bad: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:

@@ -37,13 +37,16 @@ KNOWN = (
 )
 
 
+CRASH = "compiler is known to crash"  # in every known abort's sentence
+
+
 def requirement(name: str, shape: AttentionShape, device: DeviceInfo) -> list[Requirement]:
     """One row when a known abort applies to backend `name` at `shape` here (unmet unless turned off)."""
     for k in KNOWN:
         if k.applies(name, shape, device):
-            # one plain sentence; XLA's own words (k.seen) stay in KNOWN above and in the lab's log, not on a page
-            return [Requirement("a shape its compiler survives", f"XLA's {k.backend.upper()} compiler is known to "
-                                f"crash at {k.dtype} with head_dim {k.head_dim} and no mask (try another head_dim, "
+            # one plain sentence; XLA's own words (k.seen) go behind an expander (pages/sections.not_run)
+            return [Requirement("a shape its compiler survives", f"XLA's {k.backend.upper()} {CRASH} "
+                                f"at {k.dtype} with head_dim {k.head_dim} and no mask (try another head_dim, "
                                 "float32 or a mask)",
                                 f"{shape.dtype}, head_dim {shape.head_dim}", not settings().refuse_known_aborts)]
     return []

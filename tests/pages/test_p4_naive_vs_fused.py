@@ -213,3 +213,7 @@ def test_a_known_abort_is_said_once_for_every_implementation_it_stops():
     assert [t.count("known to crash at bfloat16 with head_dim 1") for t in tables if "known to crash" in t] == [1, 1]
     assert any("sdpa_auto, sdpa_xla" in t for t in tables)  # Not run here: one row naming both
     assert any("as for sdpa_auto" in t for t in tables)  # the compiled programs: said on its first row
+    if jax.default_backend() == "cpu":  # XLA's own words once, behind an expander, never in a table or a sentence
+        (words,) = [e for e in at.expander if "What the compiler said" in e.label]
+        assert "Check failed" in " ".join(c.value for c in words.code)
+        assert not any("Check failed" in t for t in tables) and "Check failed" not in texts(at)
