@@ -149,11 +149,12 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
             st.caption(f"From {ship['shape'].iloc[0]} to {ship['shape'].iloc[-1]}; {dtypes_there} only (the shipped "
                        f"sweep measured no float32 cells). Clock: {clocks.WARM}.")
     if not ship.empty:  # the page's width: one column per implementation
-        st.markdown("**📦 The H200's sweep as the codelab prints it: ms per call (wall), one column per implementation**")
+        st.markdown("**📦 The H200's sweep as the codelab prints it: ms per call (wall), one column per implementation, "
+                    "each with its spread (IQR)**")
         tables.table(ms_per_call(ship, field))
         st.caption("This sweep and the table of the codelab's shape (tab *At your shape*) are separate runs on the "
                    "H200, minutes apart: where a shape appears in both (B4 T128, say) their wall times differ by about "
-                   "their spread (the IQR columns), since a call there lasts tens of microseconds, mostly Python "
+                   "their spread (the IQR columns of both), since a call there lasts tens of microseconds, mostly Python "
                    "and the launch. Compare rows within one table.")
     if df is not None:
         cols = [field, "implementation", "dtype", "pass", "wall_ms", "wall_ms_iqr", "throughput_ms", "device_ms",
@@ -164,9 +165,17 @@ def sweep(key: str, field: str, values: list[int], default: list[int], make_shap
 
 
 def ms_per_call(df: pd.DataFrame, field: str) -> pd.DataFrame:
-    """The codelab's table: one row per value of `field`, one column per implementation, wall ms per call."""
+    """The codelab's table: one row per value of `field`, one column per implementation, wall ms per call, each
+    followed by its spread (the IQR of its calls: how far apart two runs of one cell may land)."""
     ok = df[df["status"] == runs.OK]
-    return ok.pivot_table(index=field, columns="implementation", values="wall_ms", sort=False).round(3).reset_index()
+    wall, iqr = (ok.pivot_table(index=field, columns="implementation", values=v, sort=False)
+                 for v in ("wall_ms", "wall_ms_iqr"))
+    columns = {}
+    for n in wall.columns:
+        columns[n] = wall[n].round(3)
+        if n in iqr.columns:
+            columns[f"{n} IQR"] = iqr[n].round(4)
+    return pd.DataFrame(columns).rename_axis(field).reset_index()
 
 
 def long_context() -> None:
