@@ -50,12 +50,15 @@ def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | N
     implementations timed at each[, backward]); the cost model's estimate is said before the button when it is long.
     """
     asked = st.session_state.get(f"asked_{key}")
+    seconds = common.on_device(cost.timing_seconds, tuple(timing[0]), *timing[1:]) if timing is not None else 0.0
     if auto or asked == params:
+        if seconds >= waiting.SAY_S:  # while it runs, the spinner below counts up to it
+            st.caption(f"⏳ The lab's cost model puts this at about {seconds:,.0f} s here (its FLOPs at the rate naive "
+                       "attention reaches on this device).")
         return True
-    if timing is not None:
-        note = waiting.long_work_note(common.on_device(cost.timing_seconds, tuple(timing[0]), *timing[1:]))
-        if note:
-            st.warning(note)
+    note = waiting.long_work_note(seconds)
+    if note:
+        st.warning(note)
     if st.button(label, key=f"btn_{key}", type="primary", help=help):
         st.session_state[f"asked_{key}"] = params
         return True

@@ -78,6 +78,7 @@ def spinner(request: Request):
 
 
 LONG_S = 20.0  # work the cost model puts over this is announced before its button
+SAY_S = 5.0  # and over this, its estimate is said while it runs
 
 
 def long_work_note(seconds: float) -> str:

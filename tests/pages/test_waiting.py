@@ -95,5 +95,9 @@ def test_a_timing_button_the_cost_model_puts_over_20_s_says_so_before_it_is_pres
     at = open_page(page, {"batch": "4", "q_len": "1024", "kv_len": "1024"})
     assert any(b.key == button for b in at.button)
     assert "This will hold the device for about" in texts(at, "warning")
+    at.button(key=button).click().run()  # pressed: the warning stays above the work's spinner
+    assert "This will hold the device for about" in texts(at, "warning")
+    at.run()  # the page again, the work asked for: no button, the estimate beside it
+    assert "The lab's cost model puts this at about" in texts(at, "caption")
     small = open_page(page, {"batch": "1", "q_len": "256", "kv_len": "256"})
     assert "This will hold the device" not in texts(small, "warning")
