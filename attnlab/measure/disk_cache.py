@@ -15,6 +15,7 @@ compiles the program again (JAX treats an unreadable entry as a miss).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -26,8 +27,7 @@ EVERY = 256  # programs compiled between two looks at the folder
 SUFFIX = "-cache"  # JAX's name for an entry's file (jax/_src/lru_cache.py)
 
 _lock = threading.Lock()  # one bound() at a time
-_count_lock = threading.Lock()
-_compiled = 0
+_compiled = itertools.count(1)  # next() on it is one C call under the GIL: a counter with no lock of its own
 
 
 def folder() -> Path | None:
@@ -67,9 +67,5 @@ def bound(path: Path | None = None, limit_bytes: int | None = None) -> int:
 
 def compiled_one() -> None:
     """A program was compiled (and so perhaps written to the folder): every EVERY of them, `bound()`."""
-    global _compiled
-    with _count_lock:
-        _compiled += 1
-        due = _compiled % EVERY == 0
-    if due:
+    if next(_compiled) % EVERY == 0:
         bound()
