@@ -10,8 +10,10 @@ that may be skipped all come from the same few lines. The types follow `jax.nn.d
     Padding((S_b,))   key_value_seq_lengths=[S_b]    in batch b only the first S_b keys are real
 
 Each type also says how a URL (`?window=256,0`), the CLI (`--window 256 0`) and the sidebar write it, and
-checks its own values. Adding a mask type is one class here and one line in `MASK_TYPES`; a backend that
-takes it names it in its `masks` (the others then refuse it, in words). `Mask.matrix` takes an array module
+checks its own values. Adding a mask type is one class here, one line in `MASK_TYPES` and its plain array in
+tests/mask_arrays.py's PLAIN (a test asks: the float64 reference builds its mask from `Mask.matrix`, so only a
+second, plain construction checks the new rule); a backend that takes it names it in its `masks` (the others
+then refuse it, in words). `Mask.matrix` takes an array module
 `xp` (`jax.numpy` by default, or `numpy`); the value itself needs no JAX.
 """
 

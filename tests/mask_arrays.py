@@ -42,6 +42,14 @@ def combine(*masks):
     return out
 
 
+# each mask type's key (attnlab.masks.BY_KEY) -> its plain construction, (T, S, value) -> allowed
+PLAIN = {
+    "causal": lambda q_len, kv_len, on: causal(q_len, kv_len) if on else None,
+    "window": lambda q_len, kv_len, w: sliding_window(q_len, kv_len, *w),
+    "kv_lengths": lambda q_len, kv_len, lengths: padding(lengths, q_len, kv_len),
+}
+
+
 def allowed(q_len: int, kv_len: int, *, causal: bool = False, window=None, kv_lengths=None, rows=None, xp=None):
     """`Mask.matrix` with jax.nn's arguments (kv_lengths: one per sequence)."""
     batch = None if kv_lengths is None else len(kv_lengths)

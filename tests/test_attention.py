@@ -59,14 +59,20 @@ def test_stages_compose_into_attention():
     np.testing.assert_allclose(out, attention.attention(q, k, v), rtol=1e-6)
 
 
+def test_every_mask_type_has_a_plain_construction_the_tests_check_it_against():
+    """The float64 reference builds its mask from Mask.matrix itself: a new mask type with no plain twin here would be
+    checked against its own rule (a newcomer's walk added one and every test passed before it had one)."""
+    from attnlab.masks import BY_KEY
+
+    assert set(masks.PLAIN) == set(BY_KEY)
+
+
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(window=(2, 1)), dict(kv_lengths=[5, 7]),
                                 dict(causal=True, window=(3, 0), kv_lengths=[4, 9])])
 def test_masks_allowed_matches_the_separate_masks(kw):
     T, S = 6, 9
     got = masks.allowed(T, S, **kw)
-    want = masks.combine(masks.causal(T, S) if kw.get("causal") else None,
-                         masks.sliding_window(T, S, *kw["window"]) if "window" in kw else None,
-                         masks.padding(kw["kv_lengths"], T, S) if "kv_lengths" in kw else None)
+    want = masks.combine(*(masks.PLAIN[key](T, S, value) for key, value in kw.items()))
     np.testing.assert_array_equal(np.broadcast_to(got, want.shape), want)
     rows = [0, 4]
     np.testing.assert_array_equal(np.broadcast_to(masks.allowed(T, S, rows=rows, **kw), (*want.shape[:-2], 2, S)),

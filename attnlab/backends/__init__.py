@@ -1,7 +1,7 @@
 """Every attention backend the lab knows, in the order pages and tables list them.
 
-Adding a backend is one new module here and one line in `REGISTRY`: it then appears in the CLI,
-every page's tables and the sweeps. Optional backends (TransformerEngine, FP8 on Hopper) stay
+Adding a backend is one new module here and one line in `REGISTRY` (in the ladder's order, slowest first):
+it then appears in the CLI, every page's tables and the sweeps (the shipped H200 tables only once measured). Optional backends (TransformerEngine, FP8 on Hopper) stay
 listed where they cannot run; their requirements say why.
 """
 

@@ -3,7 +3,8 @@
 A request names one of these by "module:function" (`Request.of(runs.run, ...)` does it for you); any
 other name is refused. The function is looked up by that name when the request is served (so a test
 that replaces `runs.run` in this process sees its replacement called). Adding a study to a page is one
-line here. `keep` says which results are worth
+line here, its arguments in tests/test_device_rule.py's ARGS and its phrase in pages/waiting.py's WORK (tests ask
+for both). `keep` says which results are worth
 keeping for the next learner (a run refused because the GPU was busy is not: the next asks again).
 """
 
