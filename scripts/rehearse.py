@@ -462,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--classes", type=int, default=1,
                     help="classes one after another on the same cluster before the faults (the first is the report's "
                          "`class`; every one in `classes`): a setting's p95 as several classes give it")
-    ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=list(TARGETS))
+    ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=list(TARGETS),
+                    help="the pods to kill after the classes (default: all three); --faults with no name kills none")
     ap.add_argument("--head-down-s", type=float, default=15.0,
                     help="how long the killed head stays down before its kubelet starts it again")
     ap.add_argument("--settle-s", type=float, default=120.0,
