@@ -25,21 +25,26 @@ from attnlab.shapes import AttentionShape
 WORTH_MEASURING = 1e10  # FLOPs: below this no device the lab runs on takes a second, so no rate is measured
 
 
+def _best_seconds(f, input_shape: tuple, dtype: str, device_bytes: int, calls: int) -> float:
+    """Seconds of the fastest of `calls` calls of jitted `f` on ones of `input_shape`, after a warm-up call: a
+    benchmark like any other, in a turn of its own."""
+    dt = jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32")
+    with DEVICE.use(device_bytes):
+        x = jnp.ones(input_shape, dt)
+        jax.block_until_ready(f(x))
+        best = float("inf")
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(x))
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 @functools.cache
 def matmul_rate(dtype: str) -> float:
     """FLOP/s of one n × n matmul here (best of five calls after a warm-up), n = 1024 on a GPU, 512 on a CPU."""
     n = 1024 if jax.default_backend() == "gpu" else 512
-    dt = jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32")
-    f = jax.jit(lambda x: x @ x)
-    with DEVICE.use(2 * n * n * dt.itemsize):  # a benchmark like any other: in a turn of its own
-        a = jnp.ones((n, n), dt)
-        jax.block_until_ready(f(a))
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(a))
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+    return 2 * n**3 / _best_seconds(jax.jit(lambda x: x @ x), (n, n), dtype, 2 * n * n * 4, 5)
 
 
 @functools.cache
@@ -51,17 +56,8 @@ def attention_rate(dtype: str) -> float:
 
     t, n, h = (2048, 16, 128) if jax.default_backend() == "gpu" else (512, 8, 64)
     shape = AttentionShape(batch=1, q_len=t, kv_len=t, heads=n, kv_heads=n, head_dim=h, dtype=dtype)
-    dt = jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32")
-    f = jax.jit(lambda q: attention(q, q, q))
-    with DEVICE.use(4 * t * n * h * dt.itemsize + 2 * n * t * t * 4):  # q, the output, the scores and weights
-        q = jnp.ones((1, t, n, h), dt)
-        jax.block_until_ready(f(q))
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(q))
-            best = min(best, time.perf_counter() - t0)
-    return shape.flops() / best
+    held = 2 * t * n * h * 4 + 2 * n * t * t * 4  # q, the output, the scores and weights (float32 at most)
+    return shape.flops() / _best_seconds(jax.jit(lambda q: attention(q, q, q)), (1, t, n, h), dtype, held, 3)
 
 
 def at_least_seconds(shape: AttentionShape, calls: int, backward: bool = False) -> float:
