@@ -128,6 +128,12 @@ class Device:
         """Runs waiting for the device."""
         return sum(not t.build for t in self._line)
 
+    def line(self) -> tuple[int | None, tuple[int, ...]]:
+        """One look at the device's line: the thread holding the device (None when none) and the threads of the runs
+        waiting, in the order they will hold it (builds wait too, but take no turn of their own)."""
+        with self._cond:
+            return self._holder, tuple(t.thread for t in self._line if not t.build)
+
     def _admit(self) -> None:
         """Let in whoever's turn it is (lock held): a run alone, first in line or through the last phase; else up to
         `max_builds` builds side by side, joining a phase in flight while no run waits."""

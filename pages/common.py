@@ -51,9 +51,8 @@ def on_device(fn, *args, **kwargs):
     "module:function" name), kept per arguments: everyone who asks the same thing shares one answer."""
     r = Request.of(fn, *args, **kwargs)
 
-    try:
-        with waiting.spinner(r):  # shown only if the answer is not kept already (after half a second)
-            return _on_device(r.fn, r.args, r.kwargs)
+    try:  # a spinner and the request's place in the device's line, unless it is answered within half a second
+        return waiting.wait(r, lambda: _on_device(r.fn, r.args, r.kwargs))
     except _NotKept as e:
         return e.value
 

@@ -1,19 +1,23 @@
-"""What a page says while it waits for the device worker: what runs, for whom, and where the device's line stood.
+"""What a page says while it waits for the device worker: what runs, for whom, and where it stands in the device's line.
 
-Every device request of a page goes through `common.on_device`, which shows `spinner(request)`: Streamlit's spinner
-appears only after half a second (an answer already kept shows nothing), then names the work, counts the seconds
-and says how many runs were waiting for the device when this server last asked (at most 30 s ago).
+Every device request of a page goes through `common.on_device`, which hands it to `wait`: the request runs in a
+thread of its own while the page's thread shows Streamlit's spinner (after half a second: an answer already kept
+shows nothing), naming the work and counting the seconds, and under it, every EVERY_S seconds, where this very
+request stands in the device workers' lines (`place`, from `WorkerInfo.line`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from contextlib import contextmanager
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx
 
+from attnlab import service
 from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
-from pages import workers
 
 # entry point -> what it does, as a learner reads it (the others: "running <function>")
 WORK = {
@@ -59,22 +63,68 @@ def describe(request: Request) -> str:
     return what + (f" at {shape.describe()}" if shape else "")
 
 
-def line_now() -> str:
-    """Where the device's line stood when this server last asked its worker (cached 30 s), or ''."""
+SHOW_S = 0.5  # a request answered within this shows nothing (Streamlit's spinner waits as long)
+EVERY_S = 2.0  # how often the line is looked at again while a request waits
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def place(key: str, infos) -> str:
+    """Where the request `key` stands in the device workers' lines (`WorkerInfo.line`), as a sentence."""
+    for info in infos:
+        if key in info.line:
+            ahead = info.line.index(key) - info.running  # runs waiting before it
+            if ahead < 0:
+                return "Yours holds the device now."
+            before = (["the run on the device"] if info.running else []) + (
+                [f"{ahead} more waiting" if info.running else f"{ahead} waiting"] if ahead else [])
+            return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
+                f", behind {' and '.join(before)}." if before else ", next to go.")
+    busy = [i for i in infos if i.running or i.waiting]
+    going = (f" The device has {sum(i.running for i in busy)} run going and {sum(i.waiting for i in busy)} waiting."
+             if busy else "")
+    return "Yours is not in the device's line yet: its programs are compiling (between runs)." + going
+
+
+@st.cache_data(ttl=EVERY_S, show_spinner=False)
+def lines() -> list:
+    """Every device worker's figures, read at most every EVERY_S seconds by this server (one read for all its tabs)."""
+    return service.workers()
+
+
+def place_now(key: str) -> str:
     try:
-        info = workers.worker_info()
-    except Exception:  # noqa: BLE001 - no worker yet: the request itself will say so
+        return place(key, lines())
+    except Exception:  # noqa: BLE001 - no worker answers: the request itself will say so
         return ""
-    ahead = info.running + info.waiting
-    if not ahead:
-        return ""
-    return f" The device had {info.running} run going and {info.waiting} waiting a moment ago; yours is in that line."
 
 
-@contextmanager
-def spinner(request: Request):
-    with st.spinner(f"The device worker is {describe(request)} …{line_now()}", show_time=True):
-        yield
+def wait(request: Request, compute):
+    """compute() (which sends `request`) in a thread carrying this script run's context (its cache, its session),
+    while this thread shows what it waits for: the spinner naming the work and, under it, where the request stands in
+    the device's line, looked at again every EVERY_S seconds. A rerun or a closed tab stops the page's waiting here
+    (Streamlit stops a script as it writes); the request itself goes on, and the worker drops it if no tab wants it."""
+    done: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work():
+        try:
+            done.set_result(compute())
+        except BaseException as e:  # noqa: BLE001 - raised in the page's thread
+            done.set_exception(e)
+
+    add_script_run_ctx(threading.Thread(target=work, name="attnlab-page-request", daemon=True)).start()
+    with st.spinner(f"The device worker is {describe(request)} …", show_time=True):
+        if not concurrent.futures.wait([done], SHOW_S).done:
+            where = st.empty()
+            try:
+                while not done.done():
+                    where.caption(place_now(request.key))
+                    concurrent.futures.wait([done], EVERY_S)
+            finally:
+                where.empty()
+        return done.result()
 
 
 LONG_S = 20.0  # work the cost model puts over this is announced before its button

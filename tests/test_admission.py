@@ -67,6 +67,36 @@ def test_runs_use_the_device_one_at_a_time_in_order_of_arrival():
     assert d.stats.admitted == 6 and d.stats.waited >= 4 and d.stats.busy_s >= 0.25
 
 
+def test_the_line_names_the_holder_then_the_runs_waiting_in_the_order_they_will_go():
+    """Device.line: what a page's "yours is 2nd in the device's line" is read from (a build waits but takes no turn)."""
+    d = _device()
+    assert d.line() == (None, ())
+    runs = []
+    release = _held(d)
+
+    def wait_to_run(i):
+        runs.append((i, threading.get_ident()))
+        with d.use():
+            pass
+
+    def wait_to_build():
+        with d.building():
+            pass
+
+    done = []
+    for i in range(3):
+        done.append(_started(lambda i=i: wait_to_run(i)))
+        time.sleep(0.05)
+        if i == 0:
+            done.append(_started(wait_to_build))
+            time.sleep(0.05)
+    holding, waiting = d.line()
+    assert holding is not None and holding not in waiting
+    assert waiting == tuple(t for _, t in sorted(runs))  # the builder's thread is not among them
+    release.set()
+    assert all(e.wait(10) for e in done) and d.line() == (None, ())
+
+
 def test_a_run_bigger_than_the_whole_budget_is_refused_at_once_with_a_sentence():
     d = _device(device=10 * MIB)
     with pytest.raises(OverBudget, match="GPU memory, over this lab's budget of 10.00 MiB \\(a test's budget\\)"):

@@ -527,6 +527,41 @@ def test_a_queued_run_whose_sessions_have_all_gone_is_dropped_and_one_a_live_ses
     assert worker.drop(["closed-tab"]) == 0  # nothing left in flight
 
 
+def test_a_worker_names_the_request_on_the_device_and_those_waiting_in_order(monkeypatch):
+    """WorkerInfo.line: the keys of the request holding the device, then of each waiting (a page finds its own there:
+    pages/waiting.place); a request shared by a second caller is one place, and one compiling is in none."""
+    from attnlab.admission import DEVICE
+
+    holding, release = threading.Event(), threading.Event()
+
+    def queued_run(shape, names, **kw):
+        if names == ("compiling",):
+            release.wait(30)
+            return []
+        with DEVICE.use():
+            if names == ("first",):
+                holding.set()
+                release.wait(30)
+            return [runs.Result(shape, n, runs.OK) for n in names]
+
+    monkeypatch.setattr(runs, "run", queued_run)
+    worker = DeviceWorker()
+    asked = [Request.of("attnlab.measure.runs:run", TINY, (n,)) for n in ("first", "second", "third", "second", "compiling")]
+    threads = []
+    for r in asked:
+        threads.append(threading.Thread(target=worker.call, args=(r,), daemon=True))
+        threads[-1].start()
+        if r is asked[0]:
+            assert holding.wait(10)
+        time.sleep(0.1)
+    info = worker.info()
+    assert (info.running, info.waiting) == (1, 2) and info.in_flight == 4
+    assert info.line == (asked[0].key, asked[1].key, asked[2].key)
+    release.set()
+    [t.join(10) for t in threads]
+    assert worker.info().line == ()
+
+
 def test_a_stuck_connection_attempt_is_passed_by_one_started_beside_it_and_closed_if_it_connects_later():
     """hedged: the first dial hangs (as a Ray client's can for 41 s, ray-project/ray#63202), the second connects:
     the second is returned after about one hedge interval, not after the first's wait; the first, when it connects

@@ -50,6 +50,7 @@ class WorkerInfo:
     kept_hits: int  # requests answered from kept results
     busy_share: float  # share of the time since the start that a run held the device
     started_s_ago: float
+    line: tuple[str, ...] = ()  # the requests (keys) on the device's line: the one on it (when `running`), then each waiting
 
 
 class DeviceWorker:
@@ -141,9 +142,13 @@ class DeviceWorker:
         from attnlab import device
 
         s = DEVICE.stats
-        return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, DEVICE.running, DEVICE.waiting,
+        holder, waiting = DEVICE.line()
+        with self._lock:
+            key_of = {thread: key for key, thread in self._threads.items()}
+        line = tuple(key_of.get(t, "") for t in ((holder,) if holder is not None else ()) + waiting)
+        return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, int(holder is not None), len(waiting),
                           len(self._in_flight), self.served, self.kept_hits,
-                          s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started)
+                          s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started, line)
 
     def drop(self, sessions: list[str]) -> int:
         """`sessions` (browser tabs) have ended: each request in flight that only they wait for leaves the device's

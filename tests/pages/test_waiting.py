@@ -27,26 +27,70 @@ def test_a_run_says_what_it_does_at_which_shape():
         "running and checking against float64 1 implementation at")
 
 
-def test_every_device_request_of_a_page_waits_under_a_spinner_naming_its_work(monkeypatch):
-    """common.on_device (every page's way to the device) waits inside waiting.spinner, whose text names the work
-    and counts the seconds (Streamlit shows it only after half a second: a kept answer shows nothing)."""
-    import contextlib
+def test_a_request_says_where_it_stands_in_the_device_workers_lines():
+    """waiting.place reads WorkerInfo.line (the request on the device, then those waiting, in order) for this very
+    request's key, in any worker; one not in a line is compiling (issue 42: a place in the line, not a count)."""
+    from types import SimpleNamespace as Info
+
+    other = Info(running=1, waiting=1, line=("a", "b"))
+    mine = Info(running=1, waiting=3, line=("c", "d", "e", "mine"))
+    assert waiting.place("mine", [other, mine]) == "Yours is 3rd in the device's line, behind the run on the device and 2 more waiting."
+    assert waiting.place("b", [other, mine]) == "Yours is 1st in the device's line, behind the run on the device."
+    assert waiting.place("c", [other, mine]) == "Yours holds the device now."
+    assert waiting.place("x", [Info(running=0, waiting=2, line=("x", "y"))]) == "Yours is 1st in the device's line, next to go."
+    assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"))]) == (
+        "Yours is 2nd in the device's line, behind 1 waiting.")
+    assert waiting.place("z", [other, mine]) == ("Yours is not in the device's line yet: its programs are compiling "
+                                                 "(between runs). The device has 2 run going and 4 waiting.")
+    assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("(between runs).")
+    assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
+
+
+def _slow_page():
+
+    import streamlit as st
 
     from pages import common
 
-    shown = []
+    st.write(common.on_device("attnlab.yourturn.grade:check", 1))
+    st.write(common.on_device("attnlab.yourturn.grade:check", 2))
+
+
+def test_a_request_that_waits_shows_a_spinner_naming_its_work_and_its_place_looked_at_again_as_it_waits(monkeypatch):
+    """common.on_device (every page's way to the device) runs the request in a thread carrying the page's context
+    (its session travels with it) while the page shows the spinner and, every EVERY_S seconds, this request's place
+    in the line; an answer within half a second shows neither."""
+    from streamlit.testing.v1 import AppTest
+
+    from pages import common, session_watch
+
+    shown, placed, sessions = [], [], []
+
+    import contextlib
+    import time
 
     @contextlib.contextmanager
     def spinner(text, show_time=False):
         shown.append((text, show_time))
         yield
 
+    def on_device(fn, args, kwargs):
+        sessions.append(session_watch.current())
+        time.sleep(1.5 if args == (1,) else 0.0)
+        return f"answer {args[0]}"
+
     monkeypatch.setattr(waiting.st, "spinner", spinner)
-    monkeypatch.setattr(waiting, "line_now", lambda: " The device had 1 run going and 2 waiting a moment ago.")
-    monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs: "answer")
-    assert common.on_device("attnlab.yourturn.grade:check", 1) == "answer"
-    assert shown == [("The device worker is checking your answer against float64 at every case … The device had 1 "
-                      "run going and 2 waiting a moment ago.", True)]
+    monkeypatch.setattr(waiting, "EVERY_S", 0.4)
+    monkeypatch.setattr(waiting, "place_now", lambda key: placed.append(key) or "Yours is 2nd in the device's line.")
+    monkeypatch.setattr(common, "_on_device", on_device)
+    at = AppTest.from_function(_slow_page, default_timeout=30).run()
+    assert not at.exception and [m.value for m in at.markdown] == ["answer 1", "answer 2"]
+    said = "The device worker is checking your answer against float64 at every case …"
+    assert shown == [(said, True), (said, True)]
+    slow = Request.of("attnlab.yourturn.grade:check", 1).key
+    assert 2 <= len(placed) <= 4 and set(placed) == {slow}  # looked at again as it waited; the quick one never
+    assert len(sessions) == 2 and sessions[0] and sessions[0] == sessions[1]  # the page's session, in the thread
 
 
 def test_the_device_worker_is_told_once_of_a_closed_tab_waiting_and_never_of_an_open_one(monkeypatch):
