@@ -66,8 +66,20 @@ class _Ticket:
 
     build: bool
     thread: int
+    owner: int  # the thread serving the request it is for (a compile pool's thread builds for a request's thread)
     admitted: bool = False
     first: bool = False  # a run that waited through a build phase: it goes before the next phase
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """The device's line at one moment, by the requests' threads: the run holding it, the runs waiting (in the order
+    they will hold it), the builds waiting for a phase between runs and those compiling now."""
+
+    holder: int | None
+    runs: tuple[int, ...]
+    builds: tuple[int, ...]
+    building: tuple[int, ...]
 
 
 def builds_at_once() -> int:
@@ -87,7 +99,7 @@ class Device:
         self._line: deque[_Ticket] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
         self._holder: int | None = None  # the thread that holds the device
         self._depth = 0
-        self._builders = 0
+        self._building: list[int] = []  # the threads compiling now, in a build phase (between runs)
         self._local = threading.local()  # how deep this thread is in building(), and its request's ledger
         self._abandoned: set[int] = set()  # threads serving requests no one waits for any more (`abandon`)
         self.stats = Stats()
@@ -128,21 +140,21 @@ class Device:
         """Runs waiting for the device."""
         return sum(not t.build for t in self._line)
 
-    def line(self) -> tuple[int | None, tuple[int, ...]]:
-        """One look at the device's line: the thread holding the device (None when none) and the threads of the runs
-        waiting, in the order they will hold it (builds wait too, but take no turn of their own)."""
+    def line(self) -> Line:
+        """One look at the device's line (what a waiting page reads its place from: pages/waiting.py)."""
         with self._cond:
-            return self._holder, tuple(t.thread for t in self._line if not t.build)
+            return Line(self._holder, tuple(t.owner for t in self._line if not t.build),
+                        tuple(t.owner for t in self._line if t.build), tuple(self._building))
 
     def _admit(self) -> None:
         """Let in whoever's turn it is (lock held): a run alone, first in line or through the last phase; else up to
         `max_builds` builds side by side, joining a phase in flight while no run waits."""
         if self._holder is not None or not self._line:
             return
-        if self._builders:
+        if self._building:
             if self.waiting:
                 return
-            joining = [t for t in self._line if t.build][: self.max_builds - self._builders]
+            joining = [t for t in self._line if t.build][: self.max_builds - len(self._building)]
         else:
             run = next((t for t in self._line if not t.build), None)
             if run is not None and (run.first or run is self._line[0]):
@@ -154,7 +166,7 @@ class Device:
         for t in joining:
             self._line.remove(t)
             t.admitted = True
-            self._builders += 1
+            self._building.append(t.owner)
         if joining:
             self._cond.notify_all()
 
@@ -192,11 +204,11 @@ class Device:
         why = self.check(device_bytes, host_bytes)
         if why:
             raise OverBudget(why)
-        start, ticket = time.perf_counter(), _Ticket(build=False, thread=me)
+        start, ticket = time.perf_counter(), _Ticket(build=False, thread=me, owner=me)
         with self._cond:
             if me in self._abandoned:
                 raise Abandoned()
-            if self._line or self._holder is not None or self._builders:
+            if self._line or self._holder is not None or self._building:
                 if self.waiting >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
                 self.stats.waited += 1
@@ -237,6 +249,15 @@ class Device:
             self._cond.notify_all()
 
     @contextlib.contextmanager
+    def building_for(self, owner: int):
+        """This thread's builds are for the request served in thread `owner` (a compile pool's: `line`, `abandon`)."""
+        before, self._local.owner = getattr(self._local, "owner", None), owner
+        try:
+            yield
+        finally:
+            self._local.owner = before
+
+    @contextlib.contextmanager
     def building(self, quiet: bool = False, what: str = ""):
         """Compile a program: side by side with other builders, never during a run; the holder and a build inside a
         build pass through. quiet: untuned (`compiled.check_options()`), it launches nothing, so it never waits."""
@@ -245,13 +266,14 @@ class Device:
             return
         depth = getattr(self._local, "depth", 0)
         passing = depth or self._holder == threading.get_ident()
+        owner = getattr(self._local, "owner", None) or threading.get_ident()
         start = time.perf_counter()
         if not passing:
             with self._cond:
-                ticket = _Ticket(build=True, thread=threading.get_ident())  # in line with the runs (`_admit`)
+                ticket = _Ticket(build=True, thread=threading.get_ident(), owner=owner)  # in line with the runs
                 self._line.append(ticket)
                 self._admit()
-                self._cond.wait_for(lambda: ticket.admitted or ticket.thread in self._abandoned)
+                self._cond.wait_for(lambda: ticket.admitted or {ticket.thread, owner} & self._abandoned)
                 if not ticket.admitted:  # its request's tabs have all closed (`abandon`)
                     self._line.remove(ticket)
                     self._admit()
@@ -268,8 +290,8 @@ class Device:
             self._local.depth = depth
             if not passing:
                 with self._cond:
-                    self._builders -= 1
-                    if not self._builders:  # the phase is over: the runs that waited for it go first
+                    self._building.remove(owner)
+                    if not self._building:  # the phase is over: the runs that waited for it go first
                         for t in self._line:
                             t.first = not t.build
                     self._admit()

@@ -72,20 +72,28 @@ def ordinal(n: int) -> str:
 
 
 def place(key: str, infos) -> str:
-    """Where the request `key` stands in the device workers' lines (`WorkerInfo.line`), as a sentence."""
+    """Where the request `key` stands in the device workers' lines (`WorkerInfo`), as a sentence."""
     for info in infos:
+        holds = "the run on the device" if info.running else ""
         if key in info.line:
             ahead = info.line.index(key) - info.running  # runs waiting before it
             if ahead < 0:
                 return "Yours holds the device now."
-            before = (["the run on the device"] if info.running else []) + (
-                [f"{ahead} more waiting" if info.running else f"{ahead} waiting"] if ahead else [])
+            before = [b for b in (holds, ahead and f"{ahead}{' more' if holds else ''} waiting") if b]
             return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
                 f", behind {' and '.join(before)}." if before else ", next to go.")
+        if key in info.builds:
+            return ("Yours waits to compile: tuned compiles run between runs, never during one (they would slow its "
+                    f"timing), and {holds or 'a run'} goes first.")
+        if key in info.building:
+            return "Yours is compiling its programs (between runs); then it takes its place in the device's line."
     busy = [i for i in infos if i.running or i.waiting]
-    going = (f" The device has {sum(i.running for i in busy)} run going and {sum(i.waiting for i in busy)} waiting."
-             if busy else "")
-    return "Yours is not in the device's line yet: its programs are compiling (between runs)." + going
+    going, n = "", sum(i.running for i in busy)
+    if busy:
+        going = f" The device has {n} run{'s' * (n != 1)} going and {sum(i.waiting for i in busy)} waiting."
+    waits = len({k for i in infos for k in i.builds})  # compiles ahead of it (a compile thread may be all it lacks)
+    return ("Yours is not in the device's line yet: the worker traces and compiles it first" +
+            (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + going)
 
 
 @st.cache_data(ttl=EVERY_S, show_spinner=False)

@@ -10,7 +10,7 @@ import time
 import jax
 import pytest
 
-from attnlab import settings
+from attnlab import admission, settings
 from attnlab.admission import DEVICE, Device, DeviceBusy, OverBudget
 from attnlab.budget import Budget
 from attnlab.measure import compiled
@@ -68,10 +68,11 @@ def test_runs_use_the_device_one_at_a_time_in_order_of_arrival():
 
 
 def test_the_line_names_the_holder_then_the_runs_waiting_in_the_order_they_will_go():
-    """Device.line: what a page's "yours is 2nd in the device's line" is read from (a build waits but takes no turn)."""
+    """Device.line: what a page's "yours is 2nd in the device's line" is read from; builds wait apart (they take no
+    turn of their own) and, once admitted between runs, are named as compiling."""
     d = _device()
-    assert d.line() == (None, ())
-    runs = []
+    assert d.line() == admission.Line(None, (), (), ())
+    runs, builds = [], []
     release = _held(d)
 
     def wait_to_run(i):
@@ -80,8 +81,9 @@ def test_the_line_names_the_holder_then_the_runs_waiting_in_the_order_they_will_
             pass
 
     def wait_to_build():
+        builds.append(threading.get_ident())
         with d.building():
-            pass
+            time.sleep(0.3)
 
     done = []
     for i in range(3):
@@ -90,11 +92,37 @@ def test_the_line_names_the_holder_then_the_runs_waiting_in_the_order_they_will_
         if i == 0:
             done.append(_started(wait_to_build))
             time.sleep(0.05)
-    holding, waiting = d.line()
-    assert holding is not None and holding not in waiting
-    assert waiting == tuple(t for _, t in sorted(runs))  # the builder's thread is not among them
+    now = d.line()
+    assert now.holder is not None and now.holder not in now.runs and now.building == ()
+    assert now.runs == tuple(t for _, t in sorted(runs)) and now.builds == tuple(builds)
     release.set()
-    assert all(e.wait(10) for e in done) and d.line() == (None, ())
+    time.sleep(0.15)  # the first run goes, then the build that came before the other two compiles, alone on the line
+    assert d.line() == admission.Line(None, tuple(t for i, t in sorted(runs) if i), (), tuple(builds))
+    assert all(e.wait(10) for e in done) and d.line() == admission.Line(None, (), (), ())
+
+
+def test_a_compile_pools_build_is_named_for_its_request_and_leaves_the_line_when_that_request_is_abandoned():
+    """compiled.compile_many builds in pool threads: building_for names each build by the request's thread in
+    Device.line (so a page finds its own compile) and `abandon` of that request takes its builds off the line."""
+    from attnlab.admission import Abandoned
+
+    d, request_thread, raised = _device(), 12345, []
+    release = _held(d)
+
+    def pool_build():
+        with d.building_for(request_thread):
+            try:
+                with d.building():
+                    pass
+            except Abandoned as e:
+                raised.append(e)
+
+    done = _started(pool_build)
+    time.sleep(0.1)
+    assert d.line().builds == (request_thread,)
+    d.abandon([request_thread])
+    assert done.wait(5) and len(raised) == 1 and d.line().builds == ()
+    release.set()
 
 
 def test_a_run_bigger_than_the_whole_budget_is_refused_at_once_with_a_sentence():

@@ -51,6 +51,8 @@ class WorkerInfo:
     busy_share: float  # share of the time since the start that a run held the device
     started_s_ago: float
     line: tuple[str, ...] = ()  # the requests (keys) on the device's line: the one on it (when `running`), then each waiting
+    builds: tuple[str, ...] = ()  # the requests waiting to compile between runs (tuned compiles never overlap a run)
+    building: tuple[str, ...] = ()  # the requests compiling now
 
 
 class DeviceWorker:
@@ -142,13 +144,15 @@ class DeviceWorker:
         from attnlab import device
 
         s = DEVICE.stats
-        holder, waiting = DEVICE.line()
+        now = DEVICE.line()
         with self._lock:
             key_of = {thread: key for key, thread in self._threads.items()}
-        line = tuple(key_of.get(t, "") for t in ((holder,) if holder is not None else ()) + waiting)
-        return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, int(holder is not None), len(waiting),
-                          len(self._in_flight), self.served, self.kept_hits,
-                          s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started, line)
+        keys = lambda threads: tuple(key_of.get(t, "") for t in threads)  # noqa: E731
+        return WorkerInfo(self.name, os.getpid(), device.info(), DEVICE.budget, int(now.holder is not None),
+                          len(now.runs), len(self._in_flight), self.served, self.kept_hits,
+                          s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started,
+                          keys(((now.holder,) if now.holder is not None else ()) + now.runs),
+                          tuple(dict.fromkeys(keys(now.builds))), tuple(dict.fromkeys(keys(now.building))))
 
     def drop(self, sessions: list[str]) -> int:
         """`sessions` (browser tabs) have ended: each request in flight that only they wait for leaves the device's

@@ -30,9 +30,12 @@ def test_a_run_says_what_it_does_at_which_shape():
 def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     """waiting.place reads WorkerInfo.line (the request on the device, then those waiting, in order) for this very
     request's key, in any worker; one not in a line is compiling (issue 42: a place in the line, not a count)."""
-    from types import SimpleNamespace as Info
+    from types import SimpleNamespace
 
-    other = Info(running=1, waiting=1, line=("a", "b"))
+    def Info(running, waiting, line, builds=(), building=()):  # noqa: N802 (a WorkerInfo's fields that place reads)
+        return SimpleNamespace(running=running, waiting=waiting, line=line, builds=builds, building=building)
+
+    other = Info(running=1, waiting=1, line=("a", "b"), builds=("p",), building=())
     mine = Info(running=1, waiting=3, line=("c", "d", "e", "mine"))
     assert waiting.place("mine", [other, mine]) == "Yours is 3rd in the device's line, behind the run on the device and 2 more waiting."
     assert waiting.place("b", [other, mine]) == "Yours is 1st in the device's line, behind the run on the device."
@@ -40,9 +43,12 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     assert waiting.place("x", [Info(running=0, waiting=2, line=("x", "y"))]) == "Yours is 1st in the device's line, next to go."
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"))]) == (
         "Yours is 2nd in the device's line, behind 1 waiting.")
-    assert waiting.place("z", [other, mine]) == ("Yours is not in the device's line yet: its programs are compiling "
-                                                 "(between runs). The device has 2 run going and 4 waiting.")
-    assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("(between runs).")
+    assert waiting.place("p", [other]).startswith("Yours waits to compile: tuned compiles run between runs")
+    assert waiting.place("q", [Info(0, 0, (), building=("q",))]).startswith("Yours is compiling its programs")
+    assert waiting.place("z", [other, mine]) == (
+        "Yours is not in the device's line yet: the worker traces and compiles it first, after 1 request waiting to "
+        "compile. The device has 2 runs going and 4 waiting.")
+    assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("traces and compiles it first.")
     assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
 
