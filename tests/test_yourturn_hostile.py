@@ -42,6 +42,9 @@ def _peak_rss(pid: int) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
+VERDICT_BYTES: dict[str, int] = {}  # each case's verdict as it crosses the process boundary (pickled)
+
+
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_hostile_program_is_refused_or_stopped_with_a_sentence_and_the_worker_lives(worker, case):
     exercise, source, where = HOSTILE[case]
@@ -51,7 +54,8 @@ def test_a_hostile_program_is_refused_or_stopped_with_a_sentence_and_the_worker_
     reply = worker.call(request)
     assert reply.error is None, (case, reply.error)
     value = reply.value
-    assert len(pickle.dumps(value)) <= MAX_VERDICT_BYTES, case
+    VERDICT_BYTES[case] = len(pickle.dumps(value))
+    assert VERDICT_BYTES[case] <= MAX_VERDICT_BYTES, case
     if where == "check":
         sentence = value.message or " ".join(value.hints)
         assert not value.passed and value.status in ("refused", "stopped", "wrong", "too big"), (case, value.status)
@@ -79,6 +83,9 @@ def test_the_labs_own_solutions_still_pass_and_are_timed_in_the_same_worker(work
 def test_the_workers_peak_memory_over_the_corpus_is_within_bounds(worker):
     peak = _peak_rss(worker.proc.pid)
     print(f"the device worker's peak RSS over the hostile corpus: {peak / 2**20:,.0f} MiB")
+    if VERDICT_BYTES:
+        big = max(VERDICT_BYTES, key=VERDICT_BYTES.get)
+        print(f"the largest verdict over {len(VERDICT_BYTES)} cases: {VERDICT_BYTES[big] / 2**10:,.1f} KiB ({big})")
     assert worker.proc.pid == worker.first_pid and peak <= MAX_RSS_BYTES
 
 
