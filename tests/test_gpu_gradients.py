@@ -14,12 +14,11 @@ from attnlab.shapes import AttentionShape
 
 pytestmark = pytest.mark.gpu
 
-CASES = [  # (T, S, head_dim, KV heads, dtype): the two failing shapes in every head layout, and bfloat16 MHA
-    *((108, 256, 64, kv, "float16") for kv in (9, 3, 1)),
-    *((1023, 1024, 256, kv, "float16") for kv in (9, 3, 1)),
-    (108, 256, 64, 9, "bfloat16"),
-    (1023, 1024, 256, 9, "bfloat16"),
-]
+CASES = [  # (T, S, head_dim, KV heads, dtype): the two failing cases, and the first with GQA's 3 KV heads
+    (108, 256, 64, 1, "float16"),
+    (108, 256, 64, 3, "float16"),
+    (1023, 1024, 256, 9, "float16"),
+]  # few: every backend compiles forward and backward at each, inside gpu_session.sh's one call of at most 600 s
 
 
 @pytest.mark.parametrize("t, s, h, kv, dtype", CASES)
