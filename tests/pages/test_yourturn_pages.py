@@ -88,6 +88,7 @@ def test_the_instructor_page_is_listed_only_with_the_token_and_shows_counts():
         said = " ".join(f.to_string() for f in frames(at))
         assert "attention from scratch" in said and "no scale (1)" in said
         assert "4 · Naive vs fused" in said and "5b · Inside the fused kernel" in said and ".py" not in said  # titles
+        assert "waiting to compile" in said and "compiling" in said  # the GPU queue: runs and tuned compiles apart
         assert "instructor" not in at.query_params  # not left in the address bar
         with pytest.raises(ValueError, match="Could not find a navigation page"):  # no such page for a guess
             open_page("pages/p12_instructor.py", {"instructor": "guess"})
