@@ -68,8 +68,9 @@ def live() -> None:
         return
     tables.text_table(pd.DataFrame([{
         "worker": w.name, "device": w.device.device_kind, "running": w.running, "waiting to run": w.waiting,
-        "waiting to compile": len(w.builds), "compiling": len(w.building), "requests in flight": w.in_flight, "device busy since start": f"{w.busy_share:.0%}",
-        "requests served": w.served, "answered from kept results": w.kept_hits} for w in workers]))
+        "waiting to compile": len(w.builds), "compiling": len(w.building), "requests in flight": w.in_flight,
+        "device busy since start": f"{w.busy_share:.0%}", "requests served": w.served,
+        "answered from kept results": w.kept_hits} for w in workers]))
 
 
 live()
