@@ -298,8 +298,9 @@ def test_gpu_memory_is_not_preallocated_and_compiled_kernels_are_cached_on_the_w
     cache = volumes[mounts["/cache"]]["emptyDir"]
     assert env["JAX_COMPILATION_CACHE_DIR"].startswith("/cache/") and env["CUDA_CACHE_PATH"].startswith("/cache/")
     # a raylet whose head stays away exits within 20 s, not Ray's 60, so its container's restart joins the head
-    # started again (a head back sooner is another matter: deploy/README.md's fifth session)
+    # started again; one whose head came back sooner learns it from its liveness check, every 2 s, not Ray's 60
     assert 0 < int(env["RAY_gcs_rpc_server_reconnect_timeout_s"]) <= 20
+    assert 0 < int(env["RAY_raylet_liveness_self_check_interval_ms"]) <= 5000
     # the bound is the device worker's (attnlab/measure/disk_cache.py), not JAX's: capped, JAX locks every read
     assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in env and "JAX_COMPILATION_CACHE_MAX_SIZE" not in _dockerfile_env()
     cap = Settings.from_env(env).compile_cache_gib
