@@ -1,8 +1,7 @@
 """What is here: backend, device, compute capability, memory, versions, and the datasheet peaks.
 
-Features are gated by compute capability (a number the driver reports), never by the device's
-name: an "H100 NVL" and an "H200" are both 9.0 and both run the same kernels. The name is used
-only to look up published peak rates, which are per product.
+Features are gated by compute capability, never by name (an "H100 NVL" and an "H200" are both 9.0 and run the
+same kernels); the name only looks up the published peak rates, which are per product.
 """
 
 from __future__ import annotations
@@ -171,11 +170,8 @@ def memory(dev=None) -> tuple[int | None, int | None]:
 
 
 def sm_clock_mhz() -> tuple[int, int] | None:
-    """(SM clock now, its maximum) in MHz from nvidia-smi, or None where there is none to ask.
-
-    A GPU under sustained load lowers its clock (power and temperature), and kernel time follows
-    it: a measurement is only complete with the clock it ran at.
-    """
+    """(SM clock now, its maximum) in MHz from nvidia-smi, or None; a GPU under sustained load lowers its
+    clock and kernel time follows it, so a measurement is complete only with the clock it ran at."""
     index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     try:
         out = subprocess.run(["nvidia-smi", "-i", index, "--query-gpu=clocks.sm,clocks.max.sm",

@@ -1,24 +1,18 @@
 """Identity-Aware Proxy's signed header, checked by the UI server itself (serve.py puts `RequireIap` in front).
 
-IAP signs every request it lets through: the header `x-goog-iap-jwt-assertion` carries a JWT signed with
-ES256 by one of Google's keys (published at KEYS_URL), issued by `https://cloud.google.com/iap`, for the
-audience `/projects/PROJECT_NUMBER/global/backendServices/BACKEND_SERVICE_ID`. A request that reached the
-pod some other way (a `kubectl port-forward`, another Service, a load balancer whose IAP was switched off by
-mistake) has no such header, or one that does not verify, and is refused here with 401 and one log line;
-the app is never served to it (https://cloud.google.com/iap/docs/signed-headers-howto).
+IAP signs every request it lets through (https://cloud.google.com/iap/docs/signed-headers-howto): the header
+`x-goog-iap-jwt-assertion` carries an ES256 JWT signed by one of Google's keys (KEYS_URL), issued by
+`https://cloud.google.com/iap`, for `/projects/PROJECT_NUMBER/global/backendServices/BACKEND_SERVICE_ID`. A
+request that came some other way (`kubectl port-forward`, another Service, a load balancer whose IAP was off
+by mistake) has no header that verifies: it is refused with 401 and one log line.
 
-    ATTNLAB_IAP_AUDIENCE   unset or empty: no check (a laptop, CI, the campus door, the quick mode).
-                           Otherwise the audience a token must carry: exactly this value, or, when it ends
-                           in "/", any audience that starts with it. deploy/setup.sh sets the prefix
-                           `/projects/PROJECT_NUMBER/global/backendServices/` (GKE's Ingress controller names
-                           the backend service only after the Ingress exists); deploy/README.md says how to
-                           narrow it to the one backend service afterwards.
+    ATTNLAB_IAP_AUDIENCE   unset or empty: no check (a laptop, CI, the campus door, the quick mode). Otherwise
+                           the audience a token must carry: this value, or, when it ends in "/", any audience
+                           that starts with it (deploy/setup.sh sets the `.../backendServices/` prefix, as GKE
+                           names the backend service after the Ingress exists; deploy/README.md narrows it).
 
-(Read here rather than in attnlab/settings.py, as the server's web layer is the only reader.)
-
-Streamlit's health endpoint stays open: the load balancer's health check and the kubelet's probes do not
-pass through IAP, and it answers "ok" and nothing else. The keys are fetched once and kept for an hour (a
-token signed by a key not yet seen fetches them again, at most once a minute).
+Streamlit's health endpoint stays open: the load balancer's and kubelet's probes bypass IAP, and it answers
+"ok" only. Keys are kept for an hour; an unseen key id fetches them again, at most once a minute.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ memory (psutil), and where its threads spend their time (py-spy). One copy of ea
         ...
     for s in read_raw(rec.files[0]): s.thread, s.frames[-1], s.count      # innermost frame last
 
-What is ours here and not the libraries': `Record` starts `py-spy record` (one per process, its children
-with it) and stops it with SIGINT, the signal on which py-spy writes what it sampled; `read_raw` reads
-py-spy's raw (collapsed-stack) output back into process, thread name and frames, so a benchmark can
-count them its own way (by the lab's innermost frame, by a page's line).
+Ours, not the libraries': `Record` runs `py-spy record` per process (children with it) and stops it with
+SIGINT, on which py-spy writes its samples; `read_raw` reads the raw output back into process, thread, frames.
 """
 
 from __future__ import annotations
@@ -53,8 +51,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def machine_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of all cores since boot: busy over total between two readings is how busy
-    the machine was."""
+    """(busy, total) CPU seconds of all cores since boot; Δbusy/Δtotal between two readings is the load."""
     t = psutil.cpu_times()
     total = sum(t)
     return total - t.idle - getattr(t, "iowait", 0.0), total
@@ -78,11 +75,8 @@ def py_spy() -> str | None:
 
 
 class Record:
-    """`py-spy record` of each process in `pids` (and its child processes) while the block runs: every
-    thread, waiting ones included (--idle), every `every` seconds, without pausing the process
-    (--nonblocking). Its raw output, one file per process, is in `files`; `error` says why there is none
-    (no py-spy, or not allowed to read the process: py-spy needs ptrace rights, as root or the same user
-    without Yama's ptrace restriction)."""
+    """`py-spy record` of each process in `pids` and its children while the block runs: every thread (--idle),
+    every `every` s, unpaused (--nonblocking); raw output per process in `files`, else `error` says why."""
 
     def __init__(self, pids: list[int], every: float = 0.02, folder: Path | None = None, children: bool = True):
         self.pids, self.every, self.children = list(pids), every, children
@@ -132,8 +126,7 @@ class Frame:
 
 @dataclass
 class Stack:
-    """One distinct stack of py-spy's raw output: the processes (outermost first) and thread it was on, its
-    frames (outermost first, innermost last), and how many samples saw it."""
+    """One distinct stack of py-spy's raw output: processes and frames (outermost first), thread, count."""
 
     processes: list[str]
     thread: str  # the thread's name ("MainThread", "ScriptRunner.scriptThread", ...)

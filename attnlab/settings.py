@@ -3,53 +3,48 @@
     from attnlab.settings import settings
     settings().device            # "child", "inprocess" or "ray"
 
-No other module reads an ATTNLAB_* variable: what the lab can be told lives here, with its default
-and what it means. A process reads them on first use; `override(**fields)` changes them for a test.
+No other module reads an ATTNLAB_* variable. A process reads them on first use; `override(**fields)` changes
+them for a test.
 
-    ATTNLAB_DEVICE            where device work runs: "child" (the default for the app: one worker process
-                              beside the server, started again if it dies), "inprocess" (the CLI and unit
-                              tests: no process boundary), "ray" (one Ray actor per GPU: a hosted class)
-    ATTNLAB_RAY_ADDRESS       with ATTNLAB_DEVICE=ray: the cluster ("auto", "ray://head:10001"), or "local"
-                              to start a cluster in this process (tests and a laptop); default "auto"
-    ATTNLAB_DEVICE_WORKERS    with Ray: how many device workers (default: one per GPU the cluster has, or
-                              1 on a cluster without GPUs)
+    ATTNLAB_DEVICE            where device work runs: "child" (default: a worker process beside the server,
+                              restarted if it dies), "inprocess" (CLI, tests), "ray" (a Ray actor per GPU)
+    ATTNLAB_RAY_ADDRESS       with ATTNLAB_DEVICE=ray: the cluster ("auto", "ray://head:10001"), or "local" to
+                              start a cluster in this process (tests and a laptop); default "auto"
+    ATTNLAB_DEVICE_WORKERS    with Ray: how many device workers (default: one per GPU of the cluster, or 1)
     ATTNLAB_FAKE_GPUS         with ATTNLAB_RAY_ADDRESS=local: GPUs the local cluster claims to have (CPU tests
-                              of two and four workers; each worker then runs JAX on the CPU)
-    ATTNLAB_WORKER_THREADS    requests one device worker serves at once (most of them wait: for a result
-                              another request is computing, for the device, for a compile; compiles and
-                              device work have bounds of their own); default 64, so that an answer the
-                              worker keeps never queues behind a class's compiles
+                              of two and four workers, each running JAX on the CPU)
+    ATTNLAB_WORKER_THREADS    requests a device worker serves at once, most waiting (compiles and device work
+                              have their own bounds); default 64: a kept answer never queues behind compiles
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
-    ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may hold, in
-                              GiB (default 8: the worker pods' cache volume is 10 GiB); kept by the device worker
-                              (attnlab/measure/disk_cache.py), not by JAX's locked cap; 0: no bound
-    ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free
-                              memory and half of the host's available memory when it started)
-    ATTNLAB_RUN_SECONDS       the longest one run may hold the device, in seconds (default 60): a run whose
-                              lower bound (attnlab/measure/cost.py) is longer is refused before it starts
-    ATTNLAB_CHECKS_PER_MINUTE how many times one browser session may press Check (an exercise's) in any 60 s
-                              (default 10; 0: no limit): attnlab/yourturn/pace.py
+    ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may
+                              hold, in GiB (default 8: the worker pods' volume is 10 GiB; 0: no bound), kept
+                              by the device worker (attnlab/measure/disk_cache.py), not by JAX's locked cap
+    ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free memory
+                              and half of the host's available memory when it started)
+    ATTNLAB_RUN_SECONDS       the longest one run may hold the device (default 60 s): a run whose lower bound
+                              (attnlab/measure/cost.py) is longer is refused before it starts
+    ATTNLAB_CHECKS_PER_MINUTE Check presses one browser session may make in any 60 s
+                              (attnlab/yourturn/pace.py; default 10; 0: no limit)
     ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
-    ATTNLAB_CLASS_SHAPES      the shapes an instructor will ask the class to use, as the lab's own links' queries
-                              separated by spaces ("batch=1&heads=1&kv_heads=1 q_len=64&kv_len=64"): the warm-up
-                              opens every page at each of them (pages/opening.py), so the class's first visits
-                              find them computed; unset: none
+    ATTNLAB_CLASS_SHAPES      the shapes the class will use, as the lab's links' queries separated by spaces
+                              ("batch=1&heads=1&kv_heads=1 q_len=64&kv_len=64"): the warm-up opens every page
+                              at each (pages/opening.py), so the class finds them computed; unset: none
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
     ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
-    ATTNLAB_REQUEST_LOG       a file: every device worker appends one JSON line per request it serves (what, at
-                              which shape, how long, and whether it was computed, shared or a kept result)
+    ATTNLAB_REQUEST_LOG       a file: each device worker appends a JSON line per request (what, shape, how
+                              long, and whether computed, shared or a kept result)
     ATTNLAB_REQUIRE_GPU       1: the container's entrypoint refuses to start without a working GPU
-    ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: let the
-                              worker meet them, and die: the fault tests)
+    ATTNLAB_REFUSE_KNOWN_ABORTS  1 (default): refuse up front the shapes known to abort a compiler (0: the
+                              worker meets them, and dies: the fault tests)
     ATTNLAB_FAULT_INJECTION   1: the device worker also serves requests that abort it or hold it (tests only)
     ATTNLAB_IAP_AUDIENCE      behind Identity-Aware Proxy: the audience IAP's signed header must carry
-                              (/projects/NUMBER/global/backendServices/ID, or its prefix); every request without a
+                              (/projects/NUMBER/global/backendServices/ID, or its prefix); a request without a
                               valid x-goog-iap-jwt-assertion is refused (attnlab/iap.py); unset: no check
     ATTNLAB_ACCESS_TOKEN      the quick mode's door: a browser must bring ?token=<this> once (then a cookie);
                               unset: no door (attnlab/token_door.py)
-    ATTNLAB_INSTRUCTOR_TOKEN  a secret: the instructor's page (the class's progress, the GPU queue) is shown to a
-                              browser that opened a link with ?instructor=<the secret>; unset: no such page
+    ATTNLAB_INSTRUCTOR_TOKEN  a secret: the instructor's page (class progress, GPU queue) shows to a browser
+                              that opened a link with ?instructor=<the secret>; unset: none
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The GPU's own ceilings, measured: a large bf16 matmul (TFLOP/s) and a large device-to-device copy (TB/s),
-the roofs a study's rates are read against (the suite, the ladder's roofline)."""
+"""The GPU's own ceilings, measured: a large bf16 matmul and device-to-device copy, the roofs of the rates."""
 
 from __future__ import annotations
 

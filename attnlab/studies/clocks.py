@@ -1,11 +1,9 @@
 """The GPU clock state behind each shipped H200 TFLOP/s figure, and one kernel's figures side by side.
 
-The H200 lowers its SM clock under sustained load (power and temperature), and kernel time follows the
-clock. Page 9's FP8 study (fp8_study) reads the clock and times each kernel in two states: at the boost
-clock after an idle second, and sustained after 1.5 s of calls. Every other shipped table was timed by the
-one harness (measure/timing.py: a 0.2 s warm-up, then a second or so of calls) without reading the clock:
-its state is 'warm', somewhere between the two, and differs from run to run. `one_kernel` puts every
-shipped figure of cuDNN at one shape in one table, each with its time source and clock state.
+The H200 lowers its SM clock under sustained load, and kernel time follows it. Page 9's FP8 study times each
+kernel at the boost clock (after an idle second) and sustained (after 1.5 s of calls), clock read; every other
+shipped table was timed by the one harness (0.2 s warm-up, then ~1 s of calls), clock unread: 'warm', between
+the two. `one_kernel` tables every shipped cuDNN figure at one shape with its time source and clock state.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ ANCHOR = "B4 T8192 S8192 N16 K16 H128 bfloat16"
 
 def one_kernel(h200: SuiteRun | None, ladder: LadderRun | None, name: str = "sdpa_cudnn",
                shape: str = ANCHOR) -> list[dict]:
-    """Every shipped TFLOP/s of `name`'s forward pass at `shape` (not causal): where it is shown, how it was
-    timed (device time through CUPTI, or throughput time), the clock state, the figure."""
+    """Every shipped TFLOP/s of `name`'s forward pass at `shape` (not causal): where, timing, clock, value."""
     rows = []
 
     def add(where, source, clock, value):

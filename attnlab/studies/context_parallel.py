@@ -1,18 +1,14 @@
 """Attention across GPUs, split along the sequence: ring attention and its all-gather sibling.
 
-Every device holds T/P queries and S/P keys and values (one 1-D mesh axis, 'seq'). Attention over all
-keys is assembled from attention over one block of keys at a time: each block returns its output o_b
-and its log-sum-exp lse_b = log Σ_j exp(q·k_j / sqrt(H)), and two partial results merge exactly,
+Every device holds T/P queries and S/P keys and values (one 1-D mesh axis, 'seq'). Each key block returns its
+output o_b and log-sum-exp lse_b = log Σ_j exp(q·k_j / sqrt(H)); two partial results merge exactly,
 
     lse = log(e^lse_a + e^lse_b),     o = e^(lse_a - lse)·o_a + e^(lse_b - lse)·o_b
 
-(Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, Dao 2023, section 3.1.1). The ring passes
-K/V blocks to the next device with `ppermute` while the current block is computed (Liu et al. 2023,
-arXiv:2310.01889); the all-gather variant fetches every block first (Llama 3, Dubey et al. 2024, 3.3.2).
-`ring_schedule` holds the same schedule on paper (a list of `RingStep`).
-
-Q is (B, T, N, H); K and V are (B, S, K, H) with N a multiple of K; causal is aligned top-left (query i
-sees keys 0..i, in the original order), so for causal attention T = S.
+(Milakov & Gimelshein 2018, arXiv:1805.02867; FlashAttention-2, Dao 2023, 3.1.1). The ring passes K/V blocks
+on with `ppermute` while computing the current one (Liu et al. 2023, arXiv:2310.01889; on paper:
+`ring_schedule`); the all-gather fetches them all first (Llama 3, Dubey et al. 2024, 3.3.2). Q: (B, T, N, H);
+K, V: (B, S, K, H), N a multiple of K; causal: top-left, query i sees keys 0..i in the original order; T = S.
 """
 
 from __future__ import annotations
@@ -55,10 +51,8 @@ Block = Callable[[Array, Array, Array, bool], tuple[Array, Array]]
 # one block of keys: attention that also returns its log-sum-exp
 # --------------------------------------------------------------------------------------------
 def xla_block(q: Array, k: Array, v: Array, causal: bool) -> tuple[Array, Array]:
-    """softmax(Q·Kᵀ/sqrt(H))·V over this block of keys, and the log-sum-exp of each query's scores.
-
-    Plain JAX, float32 scores; runs anywhere. Causal is top-left: query i sees keys 0..i of the block.
-    """
+    """softmax(Q·Kᵀ/sqrt(H))·V over this block of keys and each query's log-sum-exp, in plain JAX (float32
+    scores; runs anywhere). Causal is top-left: query i sees keys 0..i of the block."""
     B, T, N, H = q.shape
     S, K = k.shape[1], k.shape[2]
     qg = q.reshape(B, T, K, N // K, H)  # (B, T, K, G, H): the G query heads that share one KV head
@@ -74,9 +68,7 @@ def xla_block(q: Array, k: Array, v: Array, causal: bool) -> tuple[Array, Array]
 def cudnn_block(q: Array, k: Array, v: Array, causal: bool) -> tuple[Array, Array]:
     """cuDNN's fused flash attention, one kernel, with its softmax statistics as the log-sum-exp.
 
-    `return_residual=True` returns the natural-log log-sum-exp, (B, T, N) whatever the layout; jax <= 0.10
-    casts it to the output dtype (bf16), which costs the merge up to ~0.03 in lse near 10.
-    """
+    `return_residual=True` gives the natural-log lse, (B, T, N); jax <= 0.10 casts it to bf16 (~0.03 off)."""
     out, lse = jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation="cudnn",
                                             return_residual=True)
     return out, lse.astype(jnp.float32)
@@ -106,12 +98,9 @@ def _nothing(q: Array) -> tuple[Array, Array]:
 # --------------------------------------------------------------------------------------------
 def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block,
             steps: str = "switch") -> tuple[Array, Array]:
-    """My queries against the K/V block of device `owner`; skipped parts are not computed.
-
-    `owner is me` says statically that it is my own block (the ring's first step). steps (zig-zag,
-    causal): 'switch' runs the one block shape this device needs; 'uniform' two equal blocks, no branch,
-    which is right only where owner ≠ me is certain (the ring's later steps).
-    """
+    """My queries against the K/V block of device `owner`; skipped parts are not computed. `owner is me` says
+    statically that it is my own block (the ring's first step). steps (zig-zag, causal): 'switch' runs the one
+    block shape this device needs; 'uniform' (owner ≠ me) two equal blocks, no branch."""
     def run(q, k, v, c):  # the block's output in the inputs' dtype (cuDNN's already is); merge reads float32
         o, lse = block(q, k, v, c)
         return o.astype(q.dtype), lse
@@ -145,13 +134,9 @@ def _attend(q, k, v, me, owner, *, causal: bool, layout: str, block: Block,
 
 
 def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
-    """The zig-zag visit (owner ≠ me) as two c×c blocks of the same shape on every device, with no branch.
-
-    Either way the visible part is 2c² scores: owner earlier, both my chunks see its early chunk; owner
-    later, my late chunk sees both of its chunks. Both contain (my late chunk, its early chunk); the other
-    c×c block is chosen by a select, so every device runs the same two kernels (lax.switch instead reads
-    the branch index back to the host before it can launch the branch).
-    """
+    """The zig-zag visit (owner ≠ me) as two c×c blocks of the same shape on every device, with no branch:
+    owner earlier, both my chunks see its early chunk; later, my late chunk sees both its chunks. Both hold
+    (my late chunk, its early chunk); a select picks the other (lax.switch reads the index back to host)."""
     c = q.shape[1] // 2
     earlier = owner < me
     o_a, lse_a = run(q[:, c:], k[:, :c], v[:, :c], False)  # my late chunk x its early chunk, always
@@ -168,23 +153,14 @@ def _zigzag_uniform(q, k, v, me, owner, run) -> tuple[Array, Array]:
 # --------------------------------------------------------------------------------------------
 def _ring(q, k, v, *, axis: str, devices: int, causal: bool, layout: str, overlap: bool, block: Block,
           steps: str = "switch", grouped: bool = False, fence: bool = True):
-    """q: (B, T/P, N, H), k, v: (B, S/P, K, H) on each device; P steps, one K/V hop per step.
-
-    fence (with overlap): the block received during a step is released only with that step's result
-    (`lax.optimization_barrier`, kept by XLA until after scheduling), so the compiled program cannot wait
-    for the transfer before the step's attention. Without it XLA's scheduler is free to, and on 2 H200s
-    it did for the causal ring: both transfers' waits came before the first attention call (causal
-    T=32768: 1.77x one GPU unfenced, 1.88x fenced; the non-causal program is the same either way).
-
-    grouped (with overlap): each step's send and its attention carry one `_scheduling_group_id`, which
-    asks XLA's latency-hiding scheduler to start the send before that attention and wait for it after;
-    without it the scheduler decides alone (on 2 H200s it did not overlap the causal ring's send). On
-    jax 0.11.2 a grouped ring aborted XLA on 2 H200s, so it is off by default (ring_bench.py --grouped measures it)."""
+    """q: (B, T/P, N, H), k, v: (B, S/P, K, H) per device; P steps, one K/V hop each. fence (with overlap): a
+    block received in a step is released only with that step's result (`lax.optimization_barrier`), so the
+    program cannot wait for the transfer before the step's attention. grouped (with overlap): each step's send
+    and attention share a `_scheduling_group_id`, so XLA starts the send first; off by default."""
     me = lax.axis_index(axis)
     right = [(i, (i + 1) % devices) for i in range(devices)]  # device i sends to device i+1
-    # K and V are two transfers per step. XLA overlaps one collective at a time with compute unless
-    # told otherwise (--xla_gpu_experimental_parallel_collective_overlap_limit, scripts/ring_bench.py);
-    # stacking them into one array did not help: XLA then ran the one transfer synchronously.
+    # K and V are two transfers per step: XLA overlaps one collective at a time with compute unless told
+    # otherwise (--xla_gpu_experimental_parallel_collective_overlap_limit, scripts/ring_bench.py)
     kv, o, lse = (k, v), None, None  # o: (B, T/P, N, H), lse: (B, T/P, N) once the first block is in
     for step in range(devices):
         owner = me if step == 0 else (me - step) % devices
@@ -235,15 +211,11 @@ def context_parallel_attention(q: Array, k: Array, v: Array, mesh: Mesh, *, caus
                                grouped: bool = False, fence: bool = True) -> Array:
     """Attention with the sequence split over the devices of `mesh`'s axis `axis`.
 
-    q: (B, T, N, H), k, v: (B, S, K, H), global arrays whose sequence is already in `layout` order
-    (`to_zigzag` for 'zigzag'; the output comes back in the same order). method: 'ring' or 'all_gather';
-    overlap: issue each ring transfer before the step's compute (True) or after it (False).
-    block: the per-block attention, `default_block()` if None. steps (causal zig-zag ring): 'switch' (one
-    block of the shape this device needs, chosen by lax.switch) or 'uniform' (two equal blocks, no branch).
-    grouped (ring with overlap): tell XLA's scheduler that each step's send goes with its attention.
-    fence (ring with overlap): release each received block only with the step's result, so the wait for
-    the transfer comes after the step's attention (see `_ring`); False leaves the order to XLA.
-    """
+    q: (B, T, N, H), k, v: (B, S, K, H): global arrays whose sequence is already in `layout` order
+    (`to_zigzag` for 'zigzag'; the output comes back in that order). method: 'ring' or 'all_gather'; overlap:
+    issue each ring transfer before the step's compute (True) or after it. block: the per-block attention
+    (`default_block()` if None). steps (causal zig-zag ring): 'switch' (one block of the shape this device
+    needs, by lax.switch) or 'uniform' (two equal blocks, no branch). grouped, fence: see `_ring`."""
     devices = mesh.shape[axis]
     chunks = 2 * devices if causal and layout == "zigzag" else devices
     for name, length in (("q_len", q.shape[1]), ("kv_len", k.shape[1])):

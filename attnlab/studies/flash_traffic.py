@@ -1,20 +1,15 @@
 """How many bytes attention moves between HBM and the chip: naive (four kernels) against flash (one).
 
-A first-order model in the spirit of Dao et al., "FlashAttention" (2022), arXiv:2205.14135, Sec. 3.2
-(Theorem 2: standard attention needs Θ(T·H + T·S) HBM accesses, flash Θ(T²·H²/M) with on-chip
-memory M). Pure Python, no JAX, so a page can draw it for any shape without a GPU.
-
-Assumptions, kept simple on purpose:
-- Each kernel reads its operands from HBM exactly once and writes its result exactly once; no cache
-  (L2) reuse between kernels or between programs of one kernel.
-- Naive: four kernels, as naive attention (attnlab.math.attention) writes them. Scores S = Q·Kᵀ/√H and the
-  softmax weights P are float32 (as in jax.nn's XLA path); the cast of P to V's dtype is fused into
-  the P·V read. Masks are computed from indices, not read.
-- Flash: one program per (batch, query head, query block), as FlashAttention-2 and tokamax's Triton
-  kernel lay out the grid; each program reads its Q block once and streams all of K and V, so K and V
-  are read ceil(T / block_q) times per query head. Tiles a mask skips are still counted (no skipping),
-  so a causal mask would roughly halve the K, V reads. The float32 log-sum-exp (one per query row) is
-  written for the backward pass.
+A first-order model after Dao et al., "FlashAttention" (2022), arXiv:2205.14135, Sec. 3.2 (Theorem 2: standard
+attention needs Θ(T·H + T·S) HBM accesses, flash Θ(T²·H²/M) with on-chip memory M). Pure Python, no JAX, so a
+page can draw it for any shape without a GPU. Assumptions, kept simple on purpose:
+- Each kernel reads its operands from HBM exactly once and writes its result exactly once; no cache (L2) reuse
+  between kernels or between programs of one kernel.
+- Naive: four kernels, as naive attention (attnlab.math.attention) writes them; scores S = Q·Kᵀ/√H and weights
+  P in float32 (as jax.nn's XLA path), P's cast to V's dtype fused into the P·V read, masks made from indices.
+- Flash: one program per (batch, query head, query block), as FlashAttention-2 and tokamax's Triton kernel lay
+  out the grid; each reads its Q block once and streams all of K and V (read ceil(T / block_q) times per query
+  head; skipped tiles still counted), and writes the float32 log-sum-exp (one per query row) for the backward.
 Layout: q (B, T, N, H), k and v (B, S, K, H); itemsize is the bytes of one input element (2 for bf16).
 """
 
@@ -55,11 +50,9 @@ def traffic_flash(batch: int, q_len: int, kv_len: int, heads: int, kv_heads: int
                   itemsize: int, block_q: int) -> dict[str, int]:
     """HBM bytes of one fused flash attention kernel, by what is moved; 'total' sums them.
 
-    Q: read once (B·T·N·H). K and V: each of the B·N·ceil(T/block_q) programs reads the whole of its
-    K/V head (S·H), so B·N·ceil(T/block_q)·S·H each: T·S/block_q·H instead of T·S, which is why a
-    larger block_q (more on-chip memory) means less traffic. O: written once (B·T·N·H). L = m + log(l):
-    written once, float32 (B·N·T). S and P stay on chip and cost no HBM traffic.
-    """
+    Q: read once (B·T·N·H). K and V: each of the B·N·ceil(T/block_q) programs reads its whole K/V head (S·H):
+    T·S/block_q·H instead of T·S, so a larger block_q (more on-chip memory) means less traffic. O: written
+    once (B·T·N·H). L = m + log(l): written once, float32 (B·N·T). S and P stay on chip."""
     q = batch * q_len * heads * head_dim * itemsize
     q_blocks = math.ceil(q_len / block_q)
     kv_per_head = kv_len * head_dim * itemsize

@@ -1,8 +1,7 @@
 """FP8: cuDNN's FP8 attention against bf16, and TransformerEngine's autocast and FP8 dense layers.
 
-Studies built on the one harness (`timing`) and the registry; the suite (`suite.py`) runs them on
-a GPU and the TransformerEngine & FP8 page shows what they found. The autocast study is one typed
-`AutocastStudy`; the FP8 attention and TE block studies are tables (DataFrames whose columns name the units).
+Built on the one harness (`timing`) and the registry; the suite (`suite.py`) runs them on a GPU, the
+TransformerEngine & FP8 page shows them. Autocast is an `AutocastStudy`, the others tables (units in names).
 """
 
 from __future__ import annotations
@@ -40,19 +39,14 @@ def _ratio(a, b):
 
 
 def fp8_attention_study(shapes: Iterable[AttentionShape]) -> pd.DataFrame:
-    """(c): cuDNN FP8 attention against bf16 cuDNN: speed, and the error each scaling choice costs. A table, one
-    row per shape: 'status' ('ok', 'unsupported', 'error') and 'reason'; per variant (bf16, fp8, fp8_unit, fp8_e2e)
+    """(c): cuDNN FP8 attention against bf16 cuDNN: speed, and the error each scaling choice costs; a row per
+    shape: 'status' ('ok', 'unsupported', 'error') and 'reason'; per variant (bf16, fp8, fp8_unit, fp8_e2e)
     '{variant}_ms', '{variant}_tflops', '{variant}_clock_mhz' sustained and '{variant}_burst_...' at boost;
     'speedup' (bf16 ms / fp8 ms); 'err_...' (relative errors, ||fp8 - bf16|| / ||bf16||).
 
-    Speed (GPU kernel time): the FP8 kernel alone, FP8 in and out, with 448/amax scales and with
-    unit scales; and end to end (amax reductions, casts of Q, K, V, dequantised O), against bf16
-    cuDNN. Each twice, with the SM clock read: at the boost clock after an idle second, and after
-    1.5 s of back-to-back calls, when the H200 has pulled its clock down by up to 15%.
-    Error, ||fp8 - bf16|| / ||bf16||, for: unit scales; 448/amax scales on Q, K, V; plus 448 on P;
-    plus a calibrated scale on O. And on small-magnitude inputs (x/64): unit scales; Q, K, V and P
-    scaled but O not (measured on the H200: still ~0.5-1.0, the output underflows); and O scaled too.
-    """
+    Speed (kernel time): FP8 kernel alone (FP8 in and out; 448/amax or unit scales) and end to end, against
+    bf16, at boost clock (after an idle second) and sustained (after 1.5 s of calls), clock read. Error for:
+    unit scales; 448/amax on Q, K, V; + 448 on P; + calibrated O; x/64: unit; all but O (underflows); all."""
     rows, info = [], device_mod.info()
     for shape in shapes:
         base = {"shape": shape.describe(), "q_len": shape.q_len, "head_dim": shape.head_dim, "causal": shape.causal}

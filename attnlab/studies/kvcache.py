@@ -1,17 +1,13 @@
 """MHA, GQA and MQA: the same attention with fewer key/value heads, and what that saves at decode.
 
-A model that generates text one token at a time keeps every past token's keys and values (the KV
-cache), in every layer. Per token of context, that is
+A model generating one token at a time keeps every past token's keys and values (the KV cache) in every layer:
 
     bytes per token = 2 (K and V) · kv_heads · head_dim · itemsize · layers
 
-so the cache shrinks with kv_heads and nothing else: grouped-query attention (GQA, K < N query
-heads share each KV head; Ainslie et al. 2023, arXiv:2305.13245) divides it by N/K, multi-query
-attention (MQA, K = 1; Shazeer 2019, arXiv:1911.02150) by N. The output keeps its shape
-(B, T, N, H) in all three: only K and V, (B, S, K, H), get smaller.
-
-A decode step is attention with one query (q_len = 1) against the whole cache (kv_len = S): it
-does little arithmetic and reads all of K and V, so its time follows the cache's bytes.
+so the cache shrinks with kv_heads alone: grouped-query attention (GQA, K < N query heads share each KV head;
+Ainslie et al. 2023, arXiv:2305.13245) divides it by N/K, multi-query attention (MQA, K = 1; Shazeer 2019,
+arXiv:1911.02150) by N. The output keeps its shape (B, T, N, H); only K and V, (B, S, K, H), get smaller.
+A decode step (q_len = 1, kv_len = S) does little arithmetic and reads all of K and V: its time follows bytes.
 """
 
 from __future__ import annotations
@@ -32,12 +28,8 @@ from attnlab.shapes import AttentionShape
 # the three variants of one shape
 # --------------------------------------------------------------------------------------------
 def gqa_kv_heads(heads: int, preferred: int | None = None) -> int | None:
-    """A kv_heads that makes GQA for `heads` query heads, or None when `heads` has none.
-
-    GQA needs 1 < kv_heads < heads with kv_heads dividing heads. `preferred` (the learner's own
-    kv_heads) is taken when it qualifies; otherwise the divisor nearest heads/4 (the codelab's
-    8 heads -> 2 KV heads), the larger on a tie. A prime number of heads has no GQA.
-    """
+    """A kv_heads that makes GQA (1 < kv_heads < heads, dividing heads), or None when `heads` has none:
+    `preferred` (the learner's kv_heads) if it qualifies, else the divisor nearest heads/4, larger on ties."""
     candidates = [d for d in range(2, heads) if heads % d == 0]
     if not candidates:
         return None
@@ -47,11 +39,8 @@ def gqa_kv_heads(heads: int, preferred: int | None = None) -> int | None:
 
 
 def variants(shape: AttentionShape) -> list[AttentionShape]:
-    """`shape` as MHA (kv_heads = heads), GQA (see gqa_kv_heads) and MQA (kv_heads = 1).
-
-    Variants that coincide are listed once (1 head: MHA only; 2 or a prime number: MHA and MQA).
-    Each one's name is its `.variant` ('MHA', 'GQA', 'MQA').
-    """
+    """`shape` as MHA (kv_heads = heads), GQA (see gqa_kv_heads) and MQA (kv_heads = 1), named by `.variant`;
+    those that coincide are listed once (1 head: MHA only; 2 or a prime number: MHA and MQA)."""
     wanted = [shape.heads, gqa_kv_heads(shape.heads, shape.kv_heads), 1]
     kv_heads = list(dict.fromkeys(k for k in wanted if k is not None))
     return [shape.replace(kv_heads=k) for k in kv_heads]
@@ -96,11 +85,8 @@ def cache_table(shape: AttentionShape, context_len: int, layers: int) -> pd.Data
 # same output shape, same answer
 # --------------------------------------------------------------------------------------------
 def output_checks(shape: AttentionShape, names: list[str]) -> pd.DataFrame:
-    """Every variant of `shape` through each implementation: Q, K/V and output shapes, and the
-    output against the float64 reference (on a slice where the whole would be too big).
-
-    Every variant's programs are compiled first, side by side (three variants' compiles at once, not one
-    variant's at a time: page 8 opens with this), then all variants run in one turn on the device."""
+    """Every variant of `shape` through each implementation: Q, K/V and output shapes and the output against
+    float64 (on a slice if too big); all compile first, side by side, then run in one turn on the device."""
     info = device.info()
     compiled.compile_many([(n, v, False, False) for v in variants(shape) for n in names if get(n).unmet(v, info) is None])
     results, extra = [], []
@@ -120,11 +106,8 @@ def output_checks(shape: AttentionShape, names: list[str]) -> pd.DataFrame:
 # the decode step
 # --------------------------------------------------------------------------------------------
 def decode_shape(shape: AttentionShape, kv_len: int) -> AttentionShape:
-    """One new token's attention over a cache of `kv_len` tokens: q_len = 1, not causal.
-
-    Not causal because the one query is the newest position and may see every cached key (a
-    causal mask on a 1 x S score matrix would let it see only the first key).
-    """
+    """One new token's attention over a cache of `kv_len` tokens: q_len = 1, not causal, as the one query is
+    the newest position and sees every cached key (causal on 1 x S scores would show it only the first)."""
     return shape.replace(q_len=1, kv_len=kv_len, causal=False)
 
 
@@ -134,11 +117,8 @@ def kv_read_bytes(shape: AttentionShape) -> int:
 
 
 def decode_table(results: list[runs.Result]) -> pd.DataFrame:
-    """Timed decode steps as a table, with the variant, the K and V bytes read and the GB/s achieved.
-
-    GB/s is K and V bytes over the best time there is (device time on a GPU, else the pipelined
-    throughput time): how close the step comes to the memory bandwidth that bounds it.
-    """
+    """Timed decode steps as a table, with the variant, the K and V bytes read and the GB/s achieved: those
+    bytes over the best time there is (device time on a GPU, else throughput), against the bandwidth bound."""
     extra = []
     for r in results:
         t = r.timing
@@ -158,8 +138,8 @@ STUDY_KV_LENS = (4096, 16384, 65536, 131072)
 
 
 def study_bases() -> dict[str, AttentionShape]:
-    """The shapes whose variants the study times: the lab's default shape, and Llama 3 8B's attention
-    (32 query heads, head_dim 128) at batch 8 in bfloat16, as a server decoding 8 requests would."""
+    """The shapes whose variants the study times: the lab's default, and Llama 3 8B's attention (32 query
+    heads, head_dim 128) at batch 8 in bfloat16, as a server decoding 8 requests would."""
     from attnlab import presets
 
     return {"the lab's default shape": AttentionShape(),
@@ -192,8 +172,7 @@ def layout_copy_ms(kernels: str | None) -> float:
 
 def savings(steps: pd.DataFrame) -> pd.DataFrame:
     """Each variant's decode step against MHA's, per implementation, from timed rows of one cache length:
-    K and V bytes read ('bytes_fewer' than MHA), device time ('faster' than MHA), GB/s, and the
-    milliseconds spent copying tensors into another layout."""
+    K and V bytes read ('bytes_fewer' than MHA), device time ('faster'), GB/s, and ms of layout copies."""
     ok = steps[steps["status"] == runs.OK].copy()
     ok["ms"] = ok["device_ms"].fillna(ok["throughput_ms"])
     mha = ok[ok["variant"] == "MHA"].set_index("implementation")
@@ -205,9 +184,8 @@ def savings(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def jumps(rows, factor: float = 1.5) -> list[dict]:
-    """Where a line of the decode study grows more than `factor` times faster than the cache: time over time at
-    the previous length against length over length, per (implementation, variant), with the layout copies the
-    longer step's kernels make (a changed program explains a jump that the bytes do not)."""
+    """Where a decode-study line (implementation, variant) grows over `factor` times faster than the cache,
+    with the longer step's layout copies (a changed program explains a jump that the bytes do not)."""
     found = []
     for (impl, variant), part in rows.groupby(["implementation", "variant"], sort=False):
         part = part.sort_values("kv_len")

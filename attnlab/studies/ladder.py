@@ -1,10 +1,7 @@
 """The ladder from XLA to cuDNN: each rung's throughput, masks that skip work, DRAM bytes, and the roofline.
 
-`python -m attnlab ladder --out attnlab/shipped/h200_ladder.json` runs `run_all` on a GPU; page 10 (Inside
-the fused kernel) shows that file. Every figure is measured through `runs` (the one harness); the only
-other measurement is Nsight Compute's DRAM byte counters (`ncu.ncu_dram_bytes`), optional and read in a
-subprocess. The same code runs on a CPU at small shapes (tests), where the GPU rungs say why they cannot.
-
+`python -m attnlab ladder --out attnlab/shipped/h200_ladder.json` runs `run_all` on a GPU (page 10 shows it):
+every figure through `runs`, but Nsight Compute's optional DRAM counters (`ncu.ncu_dram_bytes`, a subprocess).
 `run_all` returns a `LadderRun`; `LadderRun.load()` reads the shipped file once. Its JSON (every table a
 list of `runs.Result.row()` dicts plus the keys named):
     environment    suite.environment(): device, compute capability, driver, versions, date, datasheet peak
@@ -40,15 +37,13 @@ LADDER = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tok
 BACKWARD = ["sdpa_xla", "tokamax_xla_chunked", "flash_jax", "tokamax_triton", "tokamax_mosaic", "sdpa_cudnn"]
 MASK_NAMES = ["sdpa_cudnn", "sdpa_xla", "flash_jax"]
 BACKWARD_FRACTIONS = (8, 4, 2, 1)  # forward+backward memory at T = S = anchor T / each
-# Which traffic model describes a rung: 'naive' when the scores pass through GPU memory (XLA's kernels,
-# or plain JAX's loop steps), 'flash' when one fused kernel keeps each tile on chip.
+# A rung's traffic model: 'naive' if scores pass through GPU memory, 'flash' if one kernel keeps tiles on chip
 MODEL = {"naive": "naive", "sdpa_xla": "naive", "tokamax_xla_chunked": "naive", "flash_jax": "naive",
          "tokamax_triton": "flash", "tokamax_mosaic": "flash", "sdpa_cudnn": "flash", "cudnn_fp8": "flash",
          "te_dpa": "flash", "sdpa_auto": "flash"}
 BLOCK_Q = 128  # the query tile the flash model assumes (cuDNN and tokamax's Hopper kernels use 64-128)
 
-# What the lead measured on an H200 at ANCHOR (TFLOP/s, not causal / causal): an anchor to compare with,
-# never shown as this file's measurement.
+# The lead's H200 figures at ANCHOR (TFLOP/s, not causal / causal): to compare with, never shown as measured
 EXPECTED_H200 = {
     "sdpa_xla": (121, 42), "tokamax_xla_chunked": (65, 32), "tokamax_triton": (322, 318),
     "tokamax_mosaic": (702, 659), "sdpa_cudnn": (703, 645), "cudnn_fp8": (1018, 890),
@@ -69,9 +64,8 @@ def masks(shape: AttentionShape, windows: Sequence[int] = (1024, 256), padding: 
 
 def ladder(shapes: Iterable[AttentionShape], names: Sequence[str] = LADDER, *, backward: bool = True,
            budget_s: float = 0.5) -> pd.DataFrame:
-    """Each rung at each shape: forward (accuracy and timing), then forward+backward for the rungs in
-    BACKWARD. A table in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, ...) plus 'rung'
-    (the position in `names`)."""
+    """Each rung at each shape: forward (accuracy and timing), then forward+backward for BACKWARD's rungs; a
+    table in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, ...) plus 'rung' (its index)."""
     results = []
     for shape in shapes:
         results += runs.run(shape, names, accuracy=True, timed=True, budget_s=budget_s)
@@ -84,8 +78,7 @@ def ladder(shapes: Iterable[AttentionShape], names: Sequence[str] = LADDER, *, b
 def mask_sweep(shape: AttentionShape, windows: Sequence[int] = (1024, 256), names: Sequence[str] = MASK_NAMES,
                *, padding: int = 2048, budget_s: float = 0.5) -> pd.DataFrame:
     """Kernel time of `names` under each mask of `masks(shape, windows, padding)`: a table in the run layer's
-    columns (device_ms, throughput_ms, ...) plus 'mask' (its label) and 'visible_fraction' (of the (query, key)
-    pairs, 0 to 1)."""
+    columns plus 'mask' (its label) and 'visible_fraction' (of the (query, key) pairs, 0 to 1)."""
     results, extra = [], []
     for label, s in masks(shape, windows, padding):
         for r in runs.run(s, names, accuracy=False, timed=True, budget_s=budget_s):
@@ -135,8 +128,7 @@ def roofline(rows: pd.DataFrame | Iterable[Mapping], ceilings: Ceilings | None,
 
 
 def roof(ceilings: Ceilings, lo: float = 1.0, hi: float = 1e5, points: int = 41) -> pd.DataFrame:
-    """The roof as points, the ridge point among them: 'intensity' (FLOPs per byte, log-spaced) and 'tflops',
-    min(matmul TFLOP/s, copy TB/s × intensity)."""
+    """The roof as points (ridge too): 'intensity' (log-spaced), 'tflops' = min(matmul, copy × intensity)."""
     step = (math.log10(hi) - math.log10(lo)) / (points - 1)
     xs = [10 ** (math.log10(lo) + i * step) for i in range(points)]
     ridge = ceilings.matmul_bf16_tflops / ceilings.copy_tb_s
@@ -152,9 +144,8 @@ SHIPPED_NAME = "h200_ladder"
 
 @dataclasses.dataclass(frozen=True)
 class LadderRun:
-    """Everything page 5b shows as measured (`run_all`), or the shipped file of it (`LadderRun.load()`).
-
-    The tables are rows in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, temp_bytes, ...)."""
+    """Everything page 5b shows as measured (`run_all`), or its shipped file (`LadderRun.load()`); the tables
+    are rows in the run layer's columns (`runs.COLUMNS`: tflops, device_ms, temp_bytes, ...)."""
 
     environment: Environment
     anchor: str  # AttentionShape.describe() of ANCHOR
@@ -199,10 +190,9 @@ def load_shipped() -> LadderRun | None:
 
 
 def rungs(result: LadderRun, passes: str = "forward") -> pd.DataFrame:
-    """The ladder's rows of one pass (a table, by causal then rung; empty when none) with 'best_tflops', what the
-    rung 'adds' (a sentence), and its TFLOP/s as a share (%) of the datasheet peak for its dtype ('pct_of_datasheet';
-    FP8 for cudnn_fp8, else bf16, 'datasheet_peak' in TFLOP/s) and, for bf16 rungs only, of the measured bf16
-    matmul ceiling ('pct_of_measured_matmul')."""
+    """The ladder's rows of one pass (by causal then rung; empty when none) with 'best_tflops', what the rung
+    'adds', and its TFLOP/s in % of its dtype's datasheet peak ('pct_of_datasheet' of 'datasheet_peak': FP8
+    for an FP8 rung, else bf16) and, for bf16 rungs, of the measured matmul ('pct_of_measured_matmul')."""
     from attnlab.backends import REGISTRY
 
     ceiling = result.ceilings.matmul_bf16_tflops if result.ceilings else None
@@ -228,11 +218,8 @@ def rungs(result: LadderRun, passes: str = "forward") -> pd.DataFrame:
 def run_all(out_path: str | None = None, *, anchor: AttentionShape = ANCHOR, budget_s: float = 0.5,
             ncu_names: Sequence[str] = ("sdpa_cudnn", "tokamax_mosaic"), ncu_after_s: float = 150,
             log: Callable[[str], None] = print) -> LadderRun:
-    """Everything page 5b shows as measured (its JSON written to `out_path` when given).
-
-    Planned to take under ~4 minutes on an H200: each timing is budgeted (`budget_s`), and Nsight Compute
-    (up to 75 s a kernel) runs only while less than `ncu_after_s` seconds have gone; later it is skipped
-    with that reason."""
+    """Everything page 5b shows as measured (JSON to `out_path` if given), in under ~4 min (H200): timings are
+    budgeted (`budget_s`); Nsight Compute (≤ 75 s a kernel) runs only until `ncu_after_s`, then is skipped."""
     from attnlab.studies import suite
 
     t0 = time.perf_counter()

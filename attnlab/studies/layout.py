@@ -1,11 +1,9 @@
 """What the arrays of one attention call look like, and where they live.
 
-    the layout table      Q, K, V, the output and the (B, N, T, S) scores naive attention
-                          materialises: shape, dtype, layout letters, elements, bytes
+    the layout table      Q, K, V, the output and naive attention's (B, N, T, S) scores: shape, dtype, layout
     device placement      which device the live arrays sit on (`jax.Array.devices()`)
 
-Layout letters are those of `jax.nn.dot_product_attention`'s docstring: Q is BTNH, K and V are
-BSKH, and the scores are BNTS.
+Layout letters are `jax.nn.dot_product_attention`'s: Q is BTNH, K and V are BSKH, and the scores are BNTS.
 """
 
 from __future__ import annotations
@@ -38,11 +36,8 @@ def letters(shape: AttentionShape) -> pd.DataFrame:
 
 
 def layout_table(shape: AttentionShape) -> pd.DataFrame:
-    """Q, K, V, the output and naive attention's scores at `shape`: shape, dtype, layout, elements, bytes.
-
-    The scores are float32 whatever the input dtype (naive attention and XLA's path accumulate
-    the logits in float32), so their bytes are 4 per element.
-    """
+    """Q, K, V, the output and naive attention's scores at `shape`: shape, dtype, layout, elements, bytes; the
+    scores are float32 whatever the input dtype (naive attention and XLA's path accumulate in float32)."""
     B, T, S, N, K, H = shape.batch, shape.q_len, shape.kv_len, shape.heads, shape.kv_heads, shape.head_dim
     arrays = [
         ("Q (query)", (B, T, N, H), shape.dtype, "BTNH", "input"),
@@ -61,11 +56,8 @@ def layout_table(shape: AttentionShape) -> pd.DataFrame:
 
 
 def placement(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
-    """Make Q, K, V for `shape` and report where JAX put them: device, platform, sharding, nbytes.
-
-    `jax.Array.devices()` is the set of devices holding the array's data; arrays made by jax.random
-    without a `device=` argument land on the default device (the first GPU, or the CPU).
-    """
+    """Make Q, K, V for `shape` and report where JAX put them (`jax.Array.devices()`): device, platform,
+    sharding, nbytes. Without a `device=` they land on the default device (the first GPU, or the CPU)."""
     with runs.inputs(shape, seed) as (q, k, v):
         return pd.DataFrame([_where(name, x) for name, x in (("Q", q), ("K", k), ("V", v))])
 

@@ -1,13 +1,9 @@
 """Memory: what one attention call holds, O(T²) for naive and XLA, O(T) for a fused kernel.
 
-The compiler reports it before anything runs: `compiled.memory_analysis()` gives the scratch
-(`temp_size_in_bytes`) a program needs beyond its arguments and outputs. Compiling a program that
-would not fit is free, so these figures go past what the device could hold, and show why.
-
-The backward pass is where the difference is largest. Naive attention (and XLA's path) keeps the
-(B, N, T, S) softmax weights from the forward pass, because the gradient of softmax needs them.
-A flash kernel keeps one float32 log-sum-exp per query row, O(T), and recomputes the scores tile
-by tile in the backward pass (Dao et al. 2022, "FlashAttention", arXiv:2205.14135, section 3.1).
+The compiler reports it before anything runs (`compiled.memory_analysis()`: scratch beyond arguments and
+outputs), so figures go past what the device holds. The backward pass differs most: naive attention and
+XLA's path keep the (B, N, T, S) softmax weights for the softmax gradient; a flash kernel keeps a float32
+log-sum-exp per query row, O(T), and recomputes scores tile by tile (Dao et al. 2022, arXiv:2205.14135, 3.1).
 """
 
 from __future__ import annotations
@@ -24,13 +20,8 @@ from attnlab.studies import timing_demo
 
 def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequence[int],
                     backward: bool = False) -> pd.DataFrame:
-    """Scratch, argument and output bytes of each implementation's compiled program as T = S grows.
-
-    Each point is a compile from `jax.ShapeDtypeStruct`s (`runs.run(..., program=True, tuned=True)`): nothing
-    is allocated or run. Tuned, as a timed program is: on the H200 autotuning picks cuBLAS for naive's
-    matmuls at long T, which doubles its scratch (4.3 GB against 2.2 GB at B4 T4096 float32). With `backward`, the program is one forward and one backward pass
-    (`compiled.forward_backward`), whose scratch holds what the gradient needs.
-    """
+    """Scratch, argument and output bytes of each implementation's compiled program as T = S grows: compiled
+    from ShapeDtypeStructs (nothing run), tuned as a timed program is; `backward`: forward + backward."""
     results, extra = [], []
     for t in lengths:
         s = shape.replace(q_len=int(t), kv_len=int(t))
@@ -46,12 +37,8 @@ def compiled_memory(shape: AttentionShape, names: Sequence[str], lengths: Sequen
 
 
 def same_program(shape: AttentionShape, a: str, b: str) -> bool:
-    """True when backends `a` and `b` compile to the same optimised program at `shape` (compile only).
-
-    `sdpa_auto` (implementation=None) against `sdpa_xla` shows what JAX picks: identical text
-    means None ran XLA's own code on this machine. Both compiled without autotuning, as a run that only
-    checks them is (compiled.CHECK_OPTIONS). The device worker keeps the answer (an entry point's kept result).
-    """
+    """True when backends `a` and `b` compile to the same optimised program at `shape` (compile only, no
+    autotuning: compiled.CHECK_OPTIONS); `sdpa_auto` against `sdpa_xla` shows if JAX picks XLA's own code."""
     texts = [compiled.compile_backend(n, shape, False, False)[0].as_text() for n in (a, b)]
     return texts[0] == texts[1]
 

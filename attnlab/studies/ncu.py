@@ -1,6 +1,5 @@
-"""Nsight Compute: the DRAM bytes one kernel moved, read from `ncu --csv` run on a subprocess that calls an
-implementation once (page 5b's measured bytes beside the traffic model). Optional: without ncu, or without
-access to the GPU's counters, an `NcuCount` says why in `reason`."""
+"""Nsight Compute: the DRAM bytes one kernel moved, from `ncu --csv` on a subprocess calling an implementation
+once (page 5b). Optional: without ncu or the GPU's counters, an `NcuCount` says why in `reason`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Ring attention against one device, live, at a learner's shape: the error and the time of each.
 
-The inputs are made once; one device runs `jax.nn.dot_product_attention`, the ring runs
-`context_parallel.context_parallel_attention` over the first P devices, and both are timed by the one
-harness (`timing.time_compiled`), the whole comparison in one turn on the device.
+One device runs `jax.nn.dot_product_attention`, the ring `context_parallel.context_parallel_attention` (over
+the first P devices) on the same inputs, both timed by the one harness (`timing.time_compiled`) in one turn.
 """
 
 from __future__ import annotations

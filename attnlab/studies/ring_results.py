@@ -1,8 +1,7 @@
 """The ring benchmark's JSON (scripts/ring_bench.py, shipped as attnlab/shipped/ring_h200x{P}.json) as tables.
 
-`RingRun.load(name)` reads a file once, at the boundary, into frozen dataclasses (ring_run.py); every
-function below takes that `RingRun` (or None when nothing ships) and returns a DataFrame, empty when there
-is nothing to show, so the page only decides what to draw. Field and column names say their unit.
+`RingRun.load(name)` reads a file once into frozen dataclasses (ring_run.py); every function below takes that
+`RingRun` (or None) and returns a DataFrame, empty when there is nothing to show. Names say their unit.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ INSTRUCTIONS = {"collective-permute-start": "send starts", "collective-permute-d
                 "__cudnn$fmhaSoftmax": "cuDNN attention", "conditional": "branch (holds a cuDNN attention)",
                 "fusion": "elementwise", "copy": "copy", "all-gather-start": "gather starts",
                 "all-gather-done": "wait for the gather"}
-# H200 SXM: NVLink 4, 18 links, 900 GB/s per GPU in both directions together (NVIDIA H200 datasheet);
-# one ring step sends one way, so a send can use at most half.
+# H200 SXM NVLink 4: 900 GB/s per GPU, both directions together (datasheet); a ring send goes one way: half
 NVLINK_ONE_WAY_BYTES_PER_S = 450e9
 NVLINK_SOURCE = "assumed: NVLink 4 on the H200 datasheet, 900 GB/s both ways, 450 GB/s one way"
 
@@ -117,11 +115,8 @@ def crossovers(run: RingRun | None) -> pd.DataFrame:
 
 
 def timeline(run: RingRun | None, mask: str = "non_causal") -> pd.DataFrame:
-    """Per-step bars drawn from the parts timed alone (each step's compute + merge, one send):
-
-    'overlapped': each send starts with its step's compute, the next step when both are done;
-    'one after the other': the send waits for the compute. Columns: schedule, step, part, start_ms, end_ms.
-    """
+    """Per-step bars from the parts timed alone (each step's compute + merge, one send), 'overlapped' (a send
+    starts with its compute) or 'one after the other'. Columns: schedule, step, part, start_ms, end_ms."""
     t = run.timeline.get(mask) if run else None
     rows = []
     if t:
@@ -140,15 +135,13 @@ def timeline(run: RingRun | None, mask: str = "non_causal") -> pd.DataFrame:
 
 
 def headline(run: RingRun | None) -> str:
-    """The JSON key of the ring the lab runs by default: the fenced ring where the file measured it (files
-    written before the fence measured only the ring whose order XLA chose, "ring")."""
+    """The JSON key of the lab's default ring: "ring_fenced" where the file measured it, else "ring"."""
     fenced = any(r.has(m, "ring_fenced") for r in (run.measured if run else []) for m in MASKS)
     return "ring_fenced" if fenced else "ring"
 
 
 def timeline_summary(run: RingRun | None, mask: str = "non_causal") -> TimelineSummary | None:
-    """The whole ring as measured at the timeline's length: the default ring's (`headline`) time and share of
-    the transfer hidden, the ring without overlap, the send, ..."""
+    """The whole ring at the timeline's length: the default ring's (`headline`) time, share hidden, ..."""
     if run is None or not (t := run.timeline.get(mask)):
         return None
     T = max((r.T for r in run.measured), default=None)
@@ -178,14 +171,10 @@ def program_order(run: RingRun | None) -> pd.DataFrame:
 
 
 def rates(run: RingRun | None, h200: SuiteRun | None = None, dtype: str | None = None) -> Rates:
-    """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with their sources.
-
-    From the ring benchmark when it ships (one GPU's non-causal attention at its longest T; the send timed
-    alone), else the H200 results' longest non-causal cuDNN forward, else nothing; the bandwidth falls back
-    to the datasheet figure above; `measured` says where and when, once. Both attention rates were measured in bfloat16: for a float32 `dtype`
-    the rate is scaled by the H200's datasheet TF32 / bf16 ratio (float32 matmuls run as TF32 by default),
-    and the source says so.
-    """
+    """Attention rate (FLOP/s) and one-way link bandwidth (bytes/s) for the overlap model, with sources: the
+    ring benchmark's if it ships (one GPU's non-causal attention at its longest T; a send timed alone), else
+    the H200 results' longest non-causal cuDNN forward (bandwidth: datasheet); `measured` says where and when.
+    Rates are bf16; a float32 `dtype` scales them by the H200's TF32/bf16 datasheet ratio (source says so)."""
     flops_per_s, flops_source, measured = None, "no measured attention rate ships", ""
     bytes_per_s, bytes_source = NVLINK_ONE_WAY_BYTES_PER_S, NVLINK_SOURCE
     if run and run.measured and run.environment.backend == "gpu":

@@ -1,5 +1,4 @@
-"""The ring benchmark's file (scripts/ring_bench.py, shipped as attnlab/shipped/ring_h200x{P}.json), read once at
-the boundary into frozen dataclasses: `RingRun.load(name)`. ring_results.py turns a RingRun into tables."""
+"""The ring benchmark's file (scripts/ring_bench.py), read once into dataclasses: `RingRun.load(name)`."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """Ring attention on paper: who holds which K/V block at each step, what it computes, what it sends.
 
 Pure Python and pandas, no JAX: the page draws these tables, and `context_parallel` follows the same schedule.
-`ring_schedule` is a list of `RingStep` (one per step and device); `step_costs` is a table whose columns
-name their units.
-
-With P devices on a ring, each holds a slice of Q, K and V along the sequence. At every step a device
-attends its queries to the K/V block it holds and passes that block to its right-hand neighbour, so after
-P steps every query has met every key (Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise
-Transformers", arXiv:2310.01889). Device d holds the block of device (d - step) mod P.
-
-Causal attention leaves blocks above the diagonal empty. With contiguous slices device 0 then skips
-every visiting block while device P-1 computes all of them; the zig-zag layout (the sequence cut into
-2P chunks, device d holding chunks d and 2P-1-d; Llama 3 paper, Dubey et al. 2024, section 3.3.2) gives
-every device the same work.
+`ring_schedule` is a list of `RingStep` (one per step and device); `step_costs` a table, units in its columns.
+With P devices on a ring, each holding a slice of Q, K and V along the sequence, every step a device attends
+its queries to the K/V block it holds and passes it to its right-hand neighbour: after P steps every query has
+met every key (Liu, Zaharia & Abbeel 2023, arXiv:2310.01889); device d holds device (d - step) mod P's block.
+Causal leaves blocks above the diagonal empty: with contiguous slices device 0 skips every visiting block
+while device P-1 computes all; the zig-zag layout (2P chunks, device d holding d and 2P-1-d; Llama 3, Dubey et
+al. 2024, 3.3.2) gives every device the same work.
 """
 
 from __future__ import annotations
@@ -58,11 +53,7 @@ def block_kind(q_chunk: int, kv_chunk: int, causal: bool) -> str:
 
 
 def ring_schedule(devices: int, *, causal: bool, layout: str = "zigzag") -> list[RingStep]:
-    """One row per (step, device): the K/V block held, the chunk pairs computed, the work, the send.
-
-    `work` is the fraction of one full (T/P x S/P) block computed at that step: 1 for a full block,
-    1/2 for a causal diagonal block, 0 when everything is masked (and skipped).
-    """
+    """One row per (step, device): the K/V block held, the chunk pairs computed, the work, the send."""
     rows = []
     for step in range(devices):
         for device in range(devices):
@@ -102,21 +93,15 @@ def bytes_per_step(batch: int, kv_len: int, kv_heads: int, head_dim: int, device
 
 def block_flops(batch: int, q_len: int, kv_len: int, heads: int, head_dim: int, devices: int,
                 kind: str = FULL) -> float:
-    """FLOPs of one device's step: 4·B·(T/P)·(S/P)·N·H (Q·Kᵀ and P·V, 2 FLOPs a multiply-add).
-
-    Halved for a causal diagonal block, zero for a skipped one.
-    """
+    """FLOPs of one device's step, 4·B·(T/P)·(S/P)·N·H: half for a causal diagonal block, 0 if skipped."""
     full = 4 * batch * (q_len // devices) * (kv_len // devices) * heads * head_dim
     return full * {FULL: 1.0, DIAGONAL: 0.5, SKIPPED: 0.0}[kind]
 
 
 def overlap_threshold_tokens(flops_per_s: float, bytes_per_s: float, heads: int, kv_heads: int,
                              itemsize: int) -> int:
-    """Shortest local length T/P at which one step's compute hides its transfer (non-causal, S = T).
-
-    Compute 4·B·c²·N·H / F >= transfer 2·B·c·K·H·b / W  gives  c >= K·b·F / (2·N·W): the same
-    condition as Liu et al. 2023, section 3 (block size >= FLOPs / bandwidth).
-    """
+    """Shortest local length T/P at which one step's compute hides its transfer (non-causal, S = T): compute
+    4·B·c²·N·H / F >= transfer 2·B·c·K·H·b / W gives c >= K·b·F / (2·N·W) (Liu et al. 2023, section 3)."""
     return math.ceil(kv_heads * itemsize * flops_per_s / (2 * heads * bytes_per_s))
 
 
@@ -129,10 +114,9 @@ def steady_work(devices: int, *, causal: bool, layout: str = "zigzag") -> float:
 def step_costs(batch: int, heads: int, kv_heads: int, head_dim: int, itemsize: int, devices: int,
                lengths: list[int], flops_per_s: float, bytes_per_s: float, *, causal: bool,
                layout: str = "zigzag") -> pd.DataFrame:
-    """One row per sequence length T (= S, tokens): the bytes each device sends per step and the time that takes
-    at `bytes_per_s`, beside the busiest device's compute per step at `flops_per_s` (steps after the first).
-    Columns: T, tokens_per_device, bytes_per_step, transfer_ms, compute_flops, compute_ms, hidden (the send is
-    no longer than the compute)."""
+    """One row per length T (= S): the bytes each device sends per step and their time at `bytes_per_s`,
+    beside the busiest device's compute per step at `flops_per_s` (steps after the first). Columns: T,
+    tokens_per_device, bytes_per_step, transfer_ms, compute_flops, compute_ms, hidden (send <= compute)."""
     work = steady_work(devices, causal=causal, layout=layout)
     rows = []
     for T in lengths:

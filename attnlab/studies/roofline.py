@@ -1,11 +1,8 @@
 """The roofline of the shipped ladder, with the bytes the GPU counted and the two roofs to read it by.
 
-`ladder.roofline` places each rung by the bytes its traffic model counts. A fused kernel's model counts
-every re-read of K and V as GPU-memory traffic, while the H200's L2 cache serves most of them, so those
-points sit above any roof. Here a rung whose kernel Nsight Compute measured (the `ncu` rows of the
-shipped ladder: DRAM bytes read and written) is placed again by those bytes, beside its model point; and
-the roof is drawn twice: the datasheet's (bandwidth and bf16 peak) and the one measured in the same run
-(a copy's rate and a large bf16 matmul's). Every figure comes from the shipped file or from these sums.
+`ladder.roofline` places each rung by its traffic model's bytes, which count every re-read of K and V as HBM
+traffic though the L2 cache serves most: those points sit above any roof. So a rung Nsight Compute measured
+(the ladder's `ncu` rows) is placed again by its DRAM bytes, and the roof is drawn twice: datasheet, measured.
 """
 
 from __future__ import annotations
@@ -91,8 +88,7 @@ def shortfall(result: LadderRun) -> Shortfall | None:
 
 
 def fastest_read_tb_s(decode_rows: list[dict] | None, name: str = "sdpa_cudnn") -> float | None:
-    """The fastest K and V read of the shipped decode study (TB/s, `name`'s rows): a kernel that mostly reads,
-    against the copy, which reads and writes every byte."""
+    """The fastest K and V read of the shipped decode study (TB/s, `name`'s rows): reads, unlike a copy."""
     rates = [r["kv_read_gb_per_s"] for r in decode_rows or [] if r.get("implementation") == name
              and r.get("status") == runs.OK and r.get("kv_read_gb_per_s")]
     return max(rates) / 1e3 if rates else None

@@ -1,11 +1,8 @@
 """The benchmark suite: the codelab's workload, long context, the GPU's own ceilings, TE and FP8.
 
-`python -m attnlab bench --out results.json` runs it on whatever is here; on a GPU machine its
-JSON is what ships as `attnlab/shipped/<gpu>.json`. Every figure is measured through `runs` and
-`timing`, the one harness (ceilings.py: the GPU's own rates; fidelity.py: the harness against a bare loop).
-
-A run is a `SuiteRun` (`run` returns one, `SuiteRun.load(name)` reads a shipped file once); its
-`Environment` and `Ceilings` are typed, its tables stay rows in the run layer's columns (a page's table).
+`python -m attnlab bench --out results.json` runs it here; a GPU machine's JSON ships as
+`attnlab/shipped/<gpu>.json`. Every figure is measured by the one harness, `runs` and `timing`. A run is a
+`SuiteRun` (`run` returns one, `SuiteRun.load(name)` reads a shipped file once).
 """
 
 from __future__ import annotations
@@ -82,10 +79,8 @@ class Environment:
 
 @dataclasses.dataclass(frozen=True)
 class SuiteRun:
-    """The benchmark suite's results (`run`), or a shipped file of them (`SuiteRun.load("h200")`).
-
-    `tables` (and `fidelity`, `fp8_attention`, `te_block`) are rows for tables and charts, in the run
-    layer's columns (`runs.COLUMNS`: wall_ms, tflops, temp_bytes, ...); None where the run had no such part."""
+    """The benchmark suite's results (`run`), or a shipped file of them (`SuiteRun.load("h200")`); `tables`,
+    `fidelity`, `fp8_attention` and `te_block` are rows in the run layer's columns, None where not run."""
 
     environment: Environment
     ceilings: Ceilings | None = None
@@ -158,8 +153,7 @@ def _sweep(base: AttentionShape, field: str, values, names, backward: bool = Fal
 
 
 def _collect(rows: Iterable[dict], log: Callable[[str], None], ceiling: Ceilings | None = None) -> pd.DataFrame:
-    """Gather rows into a table in the run layer's columns, logging each; with the measured ceilings, add
-    'pct_of_measured_matmul' (% of the measured bf16 matmul TFLOP/s)."""
+    """Rows as a table, each logged; with the ceilings, + 'pct_of_measured_matmul' (% of the bf16 matmul)."""
     out = []
     for r in rows:
         best = r.get("device_tflops") or r.get("tflops")

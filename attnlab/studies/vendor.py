@@ -1,12 +1,9 @@
 """NVIDIA's own H200 attention table, and the same measurement made here.
 
-NVIDIA publishes cuDNN's forward attention speed on the H200 at Llama 3.1's attention shape (batch 1, 64 query
-heads, 8 K/V heads, head 128): `VENDOR` below, from `SOURCE`. `measure` takes the same measurement with the lab's
-harness: bf16 through the run layer (`runs.run(..., ["sdpa_cudnn"], timed=True)`, CUPTI kernel time, the SM clock
-read after it), FP8 as NVIDIA times it, cuDNN's FP8 kernel alone (FP8 in and out: `fp8_study`). JAX's cuDNN FP8
-path takes MHA only (kv_heads == heads), so the FP8 rows run with K and V repeated to 64 heads: the same FLOPs, 8x
-the K/V memory traffic, said on the row. `SHIPPED` is that measurement made on an H200 (scripts/run_vs_bare.py,
-2026-12-03), for a server without a GPU.
+NVIDIA's cuDNN forward attention speed on the H200 at Llama 3.1's shape (B1, 64 query heads, 8 K/V heads, head
+128) is `VENDOR`, from `SOURCE`. `measure` takes it with the lab's harness: bf16 through the run layer (CUPTI
+time, then the SM clock), FP8 as NVIDIA times it, cuDNN's FP8 kernel alone (`fp8_study`) with K and V repeated
+to 64 heads, as JAX's FP8 path takes MHA only (same FLOPs, 8x the K/V traffic). `SHIPPED`: an H200's run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Warm a fresh server: compile and run the shapes a class opens first, before the first learner asks.
 
-`python -m attnlab warm` (or the app after its first page, in a background thread, through the device
-service) runs every backend that can run at the codelab's shape, in float32 and bfloat16, checked
-against float64 and with its compiled program read. Compiling is what a first page load waits for on a CPU; with JAX's
-persistent compilation cache (JAX_COMPILATION_CACHE_DIR) the programs also survive a restart.
+`python -m attnlab warm` (or the app after its first page, through the device service) runs every backend
+that runs the codelab's shape, in float32 and bfloat16, checked against float64, program read: compiling is
+what a first page waits for. JAX's persistent compilation cache keeps the programs across a restart.
 """
 
 from __future__ import annotations
@@ -22,11 +21,8 @@ PRESET_SHAPES = tuple(presets.apply(p, AttentionShape(dtype=d)) for p in presets
 
 
 def head_start() -> float:
-    """Page 1's own work on a fresh server, done ahead: the imports its first run needs (JAX,
-    pandas, Altair) and the JAX operations of its default tiny example (it runs in the page process, on
-    the CPU), each compiled on first use (about 1 s on a CPU). serve.py runs it in a background thread
-    while the server starts and the first browser loads Streamlit's JavaScript, so the first learner
-    finds it done. Seconds it took."""
+    """Page 1's own work on a fresh server, done ahead (serve.py, while a browser loads Streamlit): the
+    imports its first run needs and the compiles of its default tiny example, in the page process. Seconds."""
     t0 = time.perf_counter()
     import altair  # noqa: F401  (pages/common.py's charts)
 
@@ -56,8 +52,7 @@ def warm_shape(shape: AttentionShape, among: tuple[str, ...]) -> list[str]:
             for r in runs.run(shape, names, accuracy=True, program=True)]
 
 
-# The line a server's warm-up writes to its log when it has finished (app.py): `kubectl logs` shows an instructor
-# that the server is warm, and the rehearsal and class scripts wait for it before their class arrives.
+# Logged when the warm-up is done (app.py): an instructor's `kubectl logs` and the class scripts wait for it
 DONE = "attnlab: warm-up done"
 STOPPED = "attnlab: warm-up stopped"  # an error ended it early: the pages compute what they need themselves
 
@@ -69,10 +64,8 @@ def plan(codelab: bool = True, presets: bool = True) -> list[tuple[AttentionShap
 
 
 def warm(call=None, log=lambda s: None, pause=lambda: None, shapes=None) -> float:
-    """Warm the device worker(s), a shape at a time; seconds it took. `call(fn, *args)` sends the work (the
-    app: through the device service, so each shape lands on the worker that owns it; default: here).
-    `pause()` is called before each shape: the app passes one that waits while learners' pages run, so
-    the warm-up only uses time nobody else wants."""
+    """Warm the device worker(s) a shape at a time; seconds it took. `call(fn, *args)` sends the work
+    (default: here); `pause()` before each shape waits while learners' pages run (idle time only)."""
     call = call or (lambda fn, *args: fn(*args))
     t0 = time.perf_counter()
     for shape, among in shapes or plan():

@@ -1,9 +1,8 @@
-"""The attention weights themselves, for the lessons of pages 1 and 6: the four stages on a small
-example, what 1/sqrt(d) is for, heatmaps, and what a causal mask changes.
+"""The attention weights themselves, for pages 1 and 6: the four stages on a small example, what 1/sqrt(d) is
+for, heatmaps, and what a causal mask changes.
 
-Everything is computed by `attnlab.math.attention` (the same functions naive attention runs), on
-inputs made by the run layer: in a turn on the device, except a heatmap's small example, which is
-computed exactly with NumPy where the page runs (`heatmap_weights`).
+Computed by `attnlab.math.attention` (the functions naive attention runs) on the run layer's inputs, in a turn
+on the device; a heatmap's small example is computed exactly in NumPy where the page runs (`heatmap_weights`).
 """
 
 from __future__ import annotations
@@ -31,10 +30,7 @@ def example_shape(head_dim: int = 4, causal: bool = False) -> AttentionShape:
 
 
 def four_stages(shape: AttentionShape, seed: int = 0, scaled: bool = True) -> dict[str, np.ndarray]:
-    """The lab's four stages on one small example, every intermediate kept (batch 0, head 0).
-
-    scaled=False drops the 1/sqrt(H) of stage 2, to show what it is for.
-    """
+    """The four stages on a small example, intermediates kept (batch 0, head 0); scaled=False: no 1/√H."""
     program = _stages.ahead(*abstract_inputs(shape), scaled=scaled, mask=shape.mask)  # before the device
     with runs.inputs(shape, seed, device_bytes=NAIVE.device_bytes(shape)) as (q, k, v):
         return {name: np.asarray(x) for name, x in program(q, k, v).items()}
@@ -68,18 +64,14 @@ def entropy(w) -> np.ndarray:
 
 
 def _unit_normal_qk(h: int, seq_len: int, seed: int, heads: int = 4):
-    """q (1, T, N, H) and k (1, S, N, H) with unit-variance entries, in NumPy: the statistics lessons
-    need no device, and NumPy answers them in milliseconds where the first JAX call would compile."""
+    """q (1, T, N, H) and k (1, S, N, H) with unit-variance entries, in NumPy (no device, no compile)."""
     rng = np.random.default_rng(seed + h)
     return rng.standard_normal((2, 1, seq_len, heads, h))
 
 
 def scale_effect(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, seed: int = 0) -> pd.DataFrame:
-    """With and without 1/sqrt(H): the largest weight and the mean row entropy, as H grows.
-
-    For unit-variance q and k, q·k has variance H: unscaled, the logits spread as sqrt(H) and the
-    softmax saturates towards one-hot (max weight -> 1, entropy -> 0), and its gradients vanish.
-    """
+    """With and without 1/sqrt(H): the largest weight and the mean row entropy, as H grows. Unscaled, the
+    logits spread as sqrt(H), the softmax saturates towards one-hot, and its gradients vanish."""
     rows = []
     for h in head_dims:
         q, k = _unit_normal_qk(h, seq_len, seed)
@@ -92,12 +84,8 @@ def scale_effect(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 
 
 def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, seed: int = 0) -> pd.DataFrame:
-    """The standard deviation of the logits q·k, unscaled and scaled by 1/sqrt(H), next to sqrt(H).
-
-    q and k have unit-variance entries, so q·k is a sum of H products of variance 1: its variance
-    is H and its spread sqrt(H) (Vaswani et al. 2017, footnote 4). Dividing by sqrt(H) brings it
-    back to 1 whatever the head size.
-    """
+    """The standard deviation of the logits q·k, unscaled and scaled by 1/sqrt(H), next to sqrt(H): q·k of
+    unit-variance entries has variance H (Vaswani et al. 2017, footnote 4), so 1/sqrt(H) brings it to 1."""
     rows = []
     for h in head_dims:
         q, k = _unit_normal_qk(h, seq_len, seed)
@@ -108,13 +96,8 @@ def score_spread(head_dims=(8, 16, 32, 64, 128, 256, 512), seq_len: int = 64, se
 
 
 def heatmap_weights(shape: AttentionShape, seed: int = 0) -> np.ndarray:
-    """The weights (B, N, T, S) of a small `shape` under its masks, exactly, as float32 NumPy.
-
-    The first three stages in float64 NumPy (`attention.weights(..., xp=np)`: the lab's reference, the same
-    code) on the very inputs the device draws for this shape and seed (`runs.host_inputs`). A heatmap's example
-    is small (`view_shape`: at most 2 × 64 × 64 per head), so it is computed where the page runs: no GPU, no
-    compile, no turn on the device. On the device worker, in a class of twenty each on a shape of their own,
-    each of page 6's heatmaps waited about 2 s for a turn (2026-12-02, H200, ATTNLAB_REQUEST_LOG)."""
+    """The exact weights (B, N, T, S) of a small `shape` (`view_shape`) under its masks, as float32: float64
+    NumPy on the device's inputs (`runs.host_inputs`), where the page runs: no GPU, compile or turn."""
     q, k, _ = runs.host_inputs(shape, seed)
     w = attention.weights(q.astype(np.float64), k.astype(np.float64), mask=shape.mask, xp=np)
     return np.asarray(w, np.float32)
@@ -129,28 +112,20 @@ def _change_by_causal(q, k, v):
 
 
 def heatmap(view: AttentionShape, batch_index: int, head: int) -> tuple[np.ndarray, np.ndarray]:
-    """One heatmap of page 6: the (T, S) weights of one sequence and head under the view's masks (exact:
-    `heatmap_weights`), and which cells the masks allow."""
+    """One heatmap of page 6: one sequence and head's (T, S) weights (`heatmap_weights`) and allowed cells."""
     return heatmap_weights(view)[batch_index, head], allowed_matrix(view, batch_index)
 
 
 def allowed_matrix(shape: AttentionShape, batch_index: int = 0) -> np.ndarray:
-    """(T, S) bool: which keys each query of sequence `batch_index` may see under the shape's masks.
-
-    A heatmap greys out exactly these cells, rather than guessing masked ones from a weight of 0.
-    """
+    """(T, S) bool: the keys each query of sequence `batch_index` may see under the masks (others greyed)."""
     m = shape.mask.sequence(batch_index).matrix(shape.q_len, shape.kv_len, xp=np)
     return np.ones((shape.q_len, shape.kv_len), bool) if m is None else np.broadcast_to(m, (shape.q_len, shape.kv_len)).copy()
 
 
 def first_vs_last(shape: AttentionShape, seed: int = 0) -> pd.DataFrame:
-    """The codelab's table: how much causal masking changes each query position's output.
-
-    Position 0 may see only key 0 under the mask, so early outputs change a lot; the last position
-    sees every key either way (when T == S), so its output does not change at all. The comparison
-    is causal against no mask at all: a sliding window or padding on `shape` is left out, so that
-    "keys seen" counts exactly what the causal mask alone lets through.
-    """
+    """The codelab's table: how much causal masking changes each query position's output. Position 0 sees only
+    key 0 under the mask, so early outputs change a lot; the last sees every key either way (T == S), so its
+    output does not change. Against no mask at all: a window or padding is left out."""
     full_shape = shape.replace(mask=NO_MASK)
     program = _change_by_causal.ahead(*abstract_inputs(full_shape))  # compiled before the device
     with runs.inputs(full_shape, seed, device_bytes=2 * NAIVE.device_bytes(full_shape)) as (q, k, v):
@@ -169,8 +144,7 @@ FIRST_VS_LAST_CAP = 512  # first_vs_last runs naive attention twice; beyond this
 
 
 def first_vs_last_shape(shape: AttentionShape) -> AttentionShape:
-    """The shape `first_vs_last` is computed at: `shape` without a window or padding, sequences capped at
-    FIRST_VS_LAST_CAP (and then at most two batch elements)."""
+    """The shape of `first_vs_last`: no window or padding, lengths ≤ FIRST_VS_LAST_CAP (then batch ≤ 2)."""
     out = shape.replace(window=None, kv_lengths=())
     if max(shape.q_len, shape.kv_len) <= FIRST_VS_LAST_CAP:
         return out
