@@ -1,21 +1,19 @@
 """Attention masks: which (query, key) pairs are visible, True where a query may attend (the `jax.nn` convention).
 
-A shape's masks are one frozen value, `Mask`, made of mask types (tokamax's `Mask` is the model). Every
-mask type of the lab lets query i see one run of keys, first(i) .. last(i); a mask is the AND of its types,
-so the rule (`Mask.visible`), the fraction of pairs it lets through (`Mask.visible_fraction`) and a tile
-that may be skipped all come from the same few lines. The types follow `jax.nn.dot_product_attention`:
+A shape's masks are one frozen value, `Mask`, made of mask types (tokamax's `Mask` is the model). Every mask
+type lets query i see one run of keys, first(i) .. last(i); a mask is the AND of its types, so the rule
+(`Mask.visible`), the fraction it lets through (`Mask.visible_fraction`) and a skippable tile come from the
+same few lines. The types follow `jax.nn.dot_product_attention`:
 
     Causal()          is_causal=True                 query i sees keys 0..i (aligned top-left)
     Window((L, R))    local_window_size=(L, R)       query i sees keys i-L .. i+R (a sliding window)
     Padding((S_b,))   key_value_seq_lengths=[S_b]    in batch b only the first S_b keys are real
 
 Each type also says how a URL (`?window=256,0`), the CLI (`--window 256 0`) and the sidebar write it, and
-checks its own values. Adding a mask type is one class here, one line in `MASK_TYPES` and its plain array in
-tests/mask_arrays.py's PLAIN (a test asks: the float64 reference builds its mask from `Mask.matrix`, so only a
-second, plain construction checks the new rule); a backend that takes it names it in its `masks` (the others
-then refuse it, in words). `Mask.matrix` takes an array module
-`xp` (`jax.numpy` by default, or `numpy`); the value itself needs no JAX.
-"""
+checks its values. A new mask type is one class here, one line in `MASK_TYPES` and its plain array in
+tests/mask_arrays.py's PLAIN (the float64 reference builds its mask from `Mask.matrix`, so only a second,
+plain construction checks the rule); a backend that takes it names it in its `masks` (others refuse it in
+words). `Mask.matrix` takes an array module `xp` (default `jax.numpy`); the value needs no JAX."""
 
 from __future__ import annotations
 
@@ -73,8 +71,7 @@ class MaskType:
         return self.key if self.count == 0 else f"{self.key}{self.text()}"
 
     def sequence(self, b) -> MaskType:
-        """This type for sequence `b` of the batch, a number or an index array laid out to broadcast against the
-        indices (the same for every sequence but padding)."""
+        """This type for sequence `b` (a number, or an index array that broadcasts against the indices)."""
         return self
 
     @classmethod
@@ -210,8 +207,8 @@ class Mask:
         return tuple(t.feature for t in self.types)
 
     def visible(self, q_index, k_index):
-        """True where query `q_index` may see key `k_index` (arrays that broadcast: a tile of a flash kernel or a
-        whole (T, S) matrix); None with no mask. The one mask rule of the lab."""
+        """The one mask rule of the lab: True where query `q_index` may see key `k_index` (arrays that
+        broadcast: a tile of a flash kernel or a whole (T, S) matrix); None with no mask."""
         ok = None
         for t in self.types:
             first, last = t.keys(q_index)
@@ -261,6 +258,5 @@ def _jnp():  # jax.numpy, imported here: the mask value above needs no JAX
 
 
 def visible(q_index, k_index, *, causal: bool = False, window=None, kv_length=None):
-    """`Mask.visible` with jax.nn's arguments. kv_length: keys at or past it are padding (a number, or an array
-    laid out to broadcast against the indices, one per sequence)."""
+    """`Mask.visible` with jax.nn's arguments; kv_length: keys at or past it are padding (number or array)."""
     return Mask.of(causal=causal, window=window, kv_lengths=kv_length).visible(q_index, k_index)

@@ -5,14 +5,12 @@ Letters follow `jax.nn.dot_product_attention`:
     B = batch          T = q_len (queries)      S = kv_len (keys/values)
     N = heads          K = kv_heads             H = head_dim
 
-Q is (B, T, N, H); K and V are (B, S, K, H). K == N is multi-head attention (MHA), 1 < K < N is
-grouped-query attention (GQA, Ainslie et al. 2023, arXiv:2305.13245) and K == 1 is multi-query
-attention (MQA, Shazeer 2019, arXiv:1911.02150).
+Q is (B, T, N, H); K and V are (B, S, K, H). K == N is multi-head attention (MHA), 1 < K < N is grouped-query
+attention (GQA, Ainslie et al. 2023, arXiv:2305.13245) and K == 1 is multi-query attention (MQA, Shazeer 2019,
+arXiv:1911.02150).
 
-Everything a learner types reaches the lab through `AttentionShape.from_query_params` or the
-widgets, and everything is validated here, so a page or the CLI only ever sees a shape that
-`validate()` has passed, or the sentences saying why it failed.
-"""
+Everything a learner types reaches the lab through `AttentionShape.from_query_params` or the widgets and is
+validated here, so a page or the CLI only sees a shape `validate()` passed, or the sentences why not."""
 
 from __future__ import annotations
 
@@ -33,8 +31,7 @@ DTYPES: dict[str, np.dtype] = {
     "float16": np.dtype("float16"),
 }
 
-# Hard ceilings on any single field: far above anything a lab needs, low enough that no string
-# from a URL can ask for an absurd allocation before the memory estimate even runs.
+# Ceilings on each field: far above a lab's needs, low enough that no URL asks for an absurd allocation.
 FIELD_MAX = {
     "batch": 4096,
     "q_len": 262_144,
@@ -129,12 +126,9 @@ class AttentionShape:
         return self.batch * self.heads * self.q_len * self.kv_len
 
     def flops(self, backward: bool = False) -> float:
-        """Matmul FLOPs: 2·B·N·T·S·H for Q·Kᵀ plus the same for P·V, halved when causal.
-
-        The convention of FlashAttention (Dao 2022, arXiv:2205.14135, benchmarks) and of the codelab;
-        softmax and masking are not counted. Forward + backward counts 3.5x the forward (the backward
-        has five matmuls to the forward's two; FlashAttention-2's benchmark convention, arXiv:2307.08691).
-        """
+        """Matmul FLOPs by FlashAttention's convention (Dao 2022, arXiv:2205.14135): 2·B·N·T·S·H for Q·Kᵀ plus
+        the same for P·V, halved when causal; softmax and masks not counted. Forward + backward is 3.5x the
+        forward (five matmuls to two; FlashAttention-2, arXiv:2307.08691)."""
         f = 4.0 * self.batch * self.heads * self.q_len * self.kv_len * self.head_dim
         if self.mask.features == ("causal",):
             f /= 2  # the convention's half, not the (T + 1) / 2T pairs a causal mask lets through
@@ -152,11 +146,7 @@ class AttentionShape:
 
     # --- validation ----------------------------------------------------------------------------
     def validate(self) -> list[str]:
-        """Every problem with this shape as a sentence a learner can act on; [] when it is valid.
-
-        Only the shape itself is checked here; whether a run of it fits in memory depends on the
-        implementation and the device, and is decided by the device worker (`attnlab.admission`).
-        """
+        """Every problem as a sentence a learner can act on ([] if valid); memory: attnlab.admission."""
         problems: list[str] = []
         for name in INT_FIELDS:
             value = getattr(self, name)
@@ -183,8 +173,7 @@ class AttentionShape:
         return f"{s} {self.mask.describe()}" if self.mask else s
 
     def columns(self) -> dict:
-        """The shape as a result row's columns: the sizes, dtype, and one column per mask type (a flag's True or
-        False, else its URL text such as '256,0', or None)."""
+        """A result row's shape columns: sizes, dtype, one per mask type (a flag's bool, else URL text)."""
         texts = self.mask.to_query_params()
         return {**{k: getattr(self, k) for k in (*INT_FIELDS, "dtype")},
                 **{t.key: t.key in texts if t.count == 0 else texts.get(t.key) for t in masks.MASK_TYPES}}
@@ -206,11 +195,8 @@ class AttentionShape:
     def from_query_params(
         cls, params: Mapping[str, object], base: AttentionShape | None = None
     ) -> tuple[AttentionShape | None, list[str]]:
-        """Parse untrusted strings (a URL's query) into a valid shape, or return the messages.
-
-        Unknown keys are ignored; missing keys keep `base` (the defaults). Nothing is evaluated:
-        integers must match ``[0-9]{1,9}``, dtype must be a known name, causal a yes/no word.
-        """
+        """Parse untrusted strings (a URL's query) into a valid shape, or return the messages. Unknown keys
+        are ignored; missing keys keep `base`. Nothing is evaluated: integers must match ``[0-9]{1,9}``."""
         base = base or cls()
         values, problems = _parse(params)
         if problems:
@@ -221,8 +207,7 @@ class AttentionShape:
 
     @classmethod
     def salvage(cls, params: Mapping[str, object], base: AttentionShape | None = None) -> AttentionShape:
-        """What a bad link can still say: its values that are good on their own, the defaults for the rest
-        (the defaults alone if even those do not make a valid shape). What the sidebar shows after a bad link."""
+        """A bad link's good values over the defaults (the defaults alone if invalid): the sidebar's shape."""
         base = base or cls()
         values, problems = _parse(params)
         bad = {name for name in values for p in problems if p.startswith(f"{name} ")}

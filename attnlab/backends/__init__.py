@@ -1,9 +1,8 @@
 """Every attention backend the lab knows, in the order pages and tables list them.
 
-Adding a backend is one new module here and one line in `REGISTRY` (in the ladder's order, slowest first):
-it then appears in the CLI, every page's tables and the sweeps (the shipped H200 tables only once measured). Optional backends (TransformerEngine, FP8 on Hopper) stay
-listed where they cannot run; their requirements say why.
-"""
+A new backend is one module here and one line in `REGISTRY` (in the ladder's order, slowest first): it then
+appears in the CLI, every page's tables and the sweeps. Optional backends stay listed where they cannot run;
+their requirements say why."""
 
 from attnlab.backends import flash, fp8, naive, sdpa, te, tokamax
 from attnlab.backends.base import Backend
@@ -30,9 +29,8 @@ def get(name: str) -> Backend:
 
 
 def unmet(shape, names=None) -> dict[str, str | None]:
-    """For each backend of `names` (default: every one), None when it can run `shape` on this device, else
-    why not. Only the backends asked about are traced (tracing tokamax's Pallas kernels at a new shape
-    costs seconds of Python on a GPU machine)."""
+    """For each backend of `names` (default: all), None when it can run `shape` on this device, else why not.
+    Only those asked about are traced (tracing tokamax's Pallas kernels at a new shape costs seconds)."""
     from attnlab import device
 
     info = device.info()

@@ -1,23 +1,17 @@
 """FP8 attention through JAX's own cuDNN path, with scales computed from the data.
 
-`jax.nn.dot_product_attention` refuses FP8 inputs for cuDNN (a `KeyError` on the FP8 element
-type), but JAX's internal `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(...,
-use_fp8=True)` runs cuDNN's FP8 flash-attention kernel on Hopper (compute capability 9.0+).
+`jax.nn.dot_product_attention` refuses FP8 inputs for cuDNN (a `KeyError` on the FP8 element type), but JAX's
+internal `jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(..., use_fp8=True)` runs cuDNN's FP8
+flash-attention kernel on Hopper (compute capability 9.0+).
 
-FP8 E4M3 has 3 mantissa bits and a largest value of 448. Each tensor is stored as x·scale in FP8
-and multiplied by descale = 1/scale when used (per-tensor scaling, Micikevicius et al. 2022,
-"FP8 Formats for Deep Learning", arXiv:2209.05433):
+FP8 E4M3 has 3 mantissa bits and a largest value of 448. Each tensor is stored as x·scale in FP8 and
+multiplied by descale = 1/scale when used (per-tensor scaling, Micikevicius et al. 2022, arXiv:2209.05433):
 
     scale_x = 448 / amax(|x|)          so that the largest |x| lands on FP8's largest value
 
-Inside the kernel the softmax probabilities P and the output O are quantised too, with their own
-scales. A flash-attention kernel quantises P *before* normalising it: each tile holds
-exp(s - running max), whose largest value is exactly 1, so the safe scale for P is 448 whatever
-the amax the kernel reports for the normalised P (measured on the H200: calibrating scale_s from
-that amax overflows P and gives a 60% error). The output's amax is known only after a run, so
-`calibrated_output_scale` runs once with unit scales and reads it (delayed scaling, as
-TransformerEngine does across training steps).
-"""
+The kernel quantises the softmax P *before* normalising it: each tile holds exp(s - running max), at most 1,
+so P's safe scale is 448 whatever amax the kernel reports (a scale from that amax overflows P). The output's
+amax is known only after a run, so `calibrated_output_scale` runs once with unit scales (delayed scaling)."""
 
 from __future__ import annotations
 
@@ -77,10 +71,7 @@ def quantize_inputs(q, k, v, data_scales: bool = True) -> tuple[_Three, _Three]:
 
 
 def fp8_kernel(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, scale_o=1.0):
-    """cuDNN's FP8 kernel alone: FP8 in, FP8 out (O·scale_o), as inside an FP8 pipeline.
-
-    Returns (O·scale_o in E4M3, amax of P, amax of O).
-    """
+    """cuDNN's FP8 kernel alone, as inside an FP8 pipeline: (O·scale_o in E4M3, amax of P, amax of O)."""
     from jax._src.cudnn import fused_attention_stablehlo as fa  # private: no public FP8 API yet
 
     sq, sk, sv = scales
@@ -102,10 +93,7 @@ def fp8_attention_quantized(q8, k8, v8, scales, *, causal: bool, scale_s=1.0, sc
 
 
 def cudnn_fp8_attention(q, k, v, *, causal: bool, scale_s=1.0, scale_o=1.0, data_scales: bool = True):
-    """Quantise Q, K, V to FP8 (448/amax, or unit scales), run cuDNN's FP8 kernel, return q's dtype.
-
-    Returns (output, amax of P, amax of O).
-    """
+    """Q, K, V quantised (448/amax or unit scales) through cuDNN's FP8 kernel: (output, amax P, amax O)."""
     qkv8, scales = quantize_inputs(q, k, v, data_scales)
     return fp8_attention_quantized(*qkv8, scales, causal=causal, scale_s=scale_s, scale_o=scale_o, out_dtype=q.dtype)
 

@@ -1,10 +1,8 @@
 """Shapes known to abort a compiler: refused up front with a sentence, before a device worker meets them.
 
-A native abort (a failed check inside XLA, cuDNN or a Pallas lowering) ends the process it happens in;
-no Python `try` catches it. The device worker's process boundary is what contains one (the worker dies,
-the request fails with a sentence, the worker is started again). This list only spares the learner that
-round trip for the aborts already seen; ATTNLAB_REFUSE_KNOWN_ABORTS=0 turns it off (the fault tests).
-"""
+A native abort (a failed check inside XLA, cuDNN or a Pallas lowering) ends its process; no Python `try`
+catches it, and the device worker's process boundary contains it. This list spares the learner that round trip
+for the aborts already seen; ATTNLAB_REFUSE_KNOWN_ABORTS=0 turns it off (the fault tests)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """`jax.nn.dot_product_attention`: with no implementation named, with XLA, and with cuDNN.
 
-With `implementation=None`, JAX 0.4.35-0.11 takes the XLA path (its source has a TODO to pick
-cuDNN by itself; the compiled program shows no cuDNN call). The codelab therefore forces cuDNN.
-"""
+With `implementation=None`, JAX 0.4.35-0.11 takes the XLA path (its source has a TODO to pick cuDNN itself),
+so the codelab forces cuDNN."""
 
 import jax
 import jax.numpy as jnp
@@ -32,16 +31,14 @@ def sdpa(implementation):
     return fn
 
 
-# JAX 0.10/0.11's check, per GPU family (fused_attention_stablehlo.check_is_flash_attention); JAX up to 0.6 allowed
-# 256 on Hopper alone and only with cuDNN 9.5 or newer, and Blackwell Ultra (10.3) needs cuDNN 9.11 or newer
+# JAX 0.10/0.11's check, per GPU family (fused_attention_stablehlo.check_is_flash_attention)
 HEAD_DIM_RULE = ("≤ 128 on Ampere and Ada (compute capability 8.x); ≤ 256 on Hopper (9.0) and Blackwell (10.x, 12.x), "
                  "cuDNN 9.11+ on Blackwell Ultra (10.3); a multiple of 8")
 
 
 def cudnn_max_head_dim(device) -> tuple[int, str]:
-    """JAX's rule (jax._src.cudnn.fused_attention_stablehlo.check_is_flash_attention, JAX 0.10 and 0.11:
-    H_max = 256 on compute capability 9.0 and newer, else 128), for this GPU; without one, for the H200
-    whose measurements ship with the lab (compute capability 9.0), and said so."""
+    """JAX's rule (fused_attention_stablehlo.check_is_flash_attention, JAX 0.10/0.11: H_max 256 from compute
+    capability 9.0, else 128) for this GPU; with none, for the shipped H200's (and said so)."""
     if not device.is_cuda:
         return 256, "judged for an H200 (compute capability 9.0), whose measurements ship with the lab: no GPU here"
     return (256 if device.at_least((9, 0)) else 128), f"{device.device_kind}, compute capability {device.compute_capability_str}"
@@ -57,9 +54,7 @@ def cudnn_requirements(shape, device):
 
 
 def xla_requirements(name):
-    """XLA's path runs anywhere JAX does, but float16 on the CPU (XLA's CPU dot_general has no float16 product with
-    float32 accumulation, 'F16_F16_F32': it says so only when the program is lowered), and except at the shapes
-    known to abort its compiler."""
+    """Anywhere JAX runs, but not float16 on the CPU (no 'F16_F16_F32' dot_general) nor at known aborts."""
 
     def requirements(shape, device):
         cpu_dtype = [] if device.is_cuda else [dtype_in(shape, ("float32", "bfloat16"), " on the CPU backend")]

@@ -1,14 +1,12 @@
 """NVIDIA TransformerEngine (TE) for JAX, optional: its absence is a normal, explained state.
 
-TE's `transformer_engine.jax.flax.DotProductAttention` is a Flax Linen module with no parameters:
-inputs are [b, s, h, d] ('bshd_bshd_bshd'), `num_gqa_groups` is the number of KV heads, and its
-fused path compiles to one `te_fused_attn_forward_ffi` custom call into cuDNN. In TE's own `mask`
-argument True means *masked out*, the opposite of `jax.nn` (we use attn_mask_type instead).
+TE's `transformer_engine.jax.flax.DotProductAttention` is a Flax Linen module with no parameters: inputs are
+[b, s, h, d] ('bshd_bshd_bshd'), `num_gqa_groups` is the number of KV heads, and its fused path compiles to
+one `te_fused_attn_forward_ffi` custom call into cuDNN. TE's own `mask` means True = *masked out*, the
+opposite of `jax.nn` (so we use attn_mask_type).
 
-FP8 in TE acts through `te.autocast(enabled=True, recipe=...)` on its GEMM layers (DenseGeneral,
-LayerNormMLP, ...). `attention_block` below builds a QKV projection, attention and an output
-projection from TE's layers so the FP8 effect can be measured where it exists.
-"""
+FP8 in TE acts through `te.autocast(enabled=True, recipe=...)` on its GEMM layers (DenseGeneral, ...), so
+`attention_block` wraps attention in TE's projections to measure the FP8 effect where it exists."""
 
 from __future__ import annotations
 
@@ -65,9 +63,7 @@ def te_attention(q, k, v, shape: AttentionShape):
     return module.apply({}, q, k, v, deterministic=True)
 
 
-# --------------------------------------------------------------------------------------------
-# FP8 where it acts: TE's dense layers around attention
-# --------------------------------------------------------------------------------------------
+# -- FP8 where it acts: TE's dense layers around attention -----------------------------------------
 def recipes() -> dict:
     """The FP8 recipes compared: delayed scaling (the codelab's) and current scaling (amax of this step)."""
     from transformer_engine.common import recipe
@@ -109,8 +105,7 @@ def attention_block_flops(shape: AttentionShape) -> float:
 
 
 def block_runner(shape: AttentionShape, recipe_name: str | None, x, seed: int = 0):
-    """(compiled block, variables): call as compiled(variables, x). Initialised, calibrated and
-    compiled inside `te.autocast`, because TE reads the recipe while tracing."""
+    """(compiled block, variables), all built inside `te.autocast`, as TE reads the recipe while tracing."""
     import transformer_engine.jax as te
 
     block = attention_block(shape)

@@ -4,11 +4,9 @@ tokamax (github.com/openxla/tokamax, Apache-2.0) is a library of JAX/Pallas kern
 `tokamax.dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
 query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None, logits_soft_cap=None,
 precision=None, implementation=None, q_sharding=None)` follows `jax.nn.dot_product_attention`: query
-[*B, T, N, H], key and value [*B, S, K, H] with N a multiple of K (GQA is native: no repeat), masks
-True = may attend. `implementation` is 'mosaic', 'triton', 'cudnn', 'xla' or 'xla_chunked' (or a
-sequence of them, tried in order). Facts below are read from tokamax 0.0.17's source, which needs
-Python >= 3.12 and jax >= 0.11.1.
-"""
+[*B,T,N,H], key and value [*B,S,K,H] with N a multiple of K (GQA is native), masks True = may attend.
+`implementation` is 'mosaic', 'triton', 'cudnn', 'xla' or 'xla_chunked' (or a sequence, tried in order). Facts
+below are from tokamax 0.0.17's source (Python >= 3.12, jax >= 0.11.1)."""
 
 from __future__ import annotations
 
@@ -40,11 +38,8 @@ def import_error() -> str | None:
 
 def tokamax_attention(q, k, v, *, causal: bool, implementation: str, window: tuple[int, int] | None = None,
                       kv_lengths=None):
-    """(B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H) through tokamax.dot_product_attention.
-
-    Masks go as tokamax takes them: `is_causal`, `local_window_size=(left, right)` (query i sees keys
-    i-left .. i+right) and `key_value_seq_lengths` (B,) int32. K/V heads are passed as they are.
-    """
+    """(B, T, N, H), (B, S, K, H) x2 -> (B, T, N, H) via tokamax.dot_product_attention, with its `is_causal`,
+    `local_window_size=(left, right)` and `key_value_seq_lengths` (B,) int32."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {', '.join(IMPLEMENTATIONS)} (got {implementation!r})")
     error = import_error()
@@ -63,11 +58,9 @@ def requirements(implementation: str, device, dtype: str = "bfloat16",
     """What `implementation` needs, as (what, needed, here, met) rows, for a device with `is_cuda`,
     `compute_capability` ((major, minor) or None) and `backend`.
 
-    From tokamax 0.0.17: gpu_utils.has_mosaic_gpu_support / has_triton_support (platform 'gpu' and
-    compute capability >= 8.0; "SM80 support is experimental"); pallas_mosaic_gpu.py picks a kernel
-    for sm80, sm90 or sm100 and accepts float32, float16, bfloat16 (the sm80 kernel float16 and
-    bfloat16 only); xla_chunked is plain XLA and runs anywhere.
-    """
+    From tokamax 0.0.17: gpu_utils.has_mosaic_gpu_support / has_triton_support (platform 'gpu', compute
+    capability >= 8.0, "SM80 support is experimental"); pallas_mosaic_gpu.py has sm80, sm90 and sm100 kernels
+    for float32, float16, bfloat16 (sm80: float16, bfloat16 only); xla_chunked is plain XLA, anywhere."""
     error = import_error()
     rows = [("tokamax", "installed and importable", "yes" if error is None else error, error is None)]
     if implementation == "xla_chunked":
@@ -102,10 +95,7 @@ _KERNELS = {
 
 
 def inner_loop_source(implementation: str) -> str | None:
-    """The Python source of the kernel's K/V loop body from the installed tokamax; None without it.
-
-    'mosaic' is the Hopper (sm90) kernel's `kv_loop`, 'triton' the Triton kernel's `body`.
-    """
+    """The installed tokamax's K/V loop body ('mosaic': sm90 `kv_loop`, 'triton': `body`); None without."""
     if import_error() is not None or implementation not in _KERNELS:
         return None
     module_name, function = _KERNELS[implementation]
@@ -136,8 +126,8 @@ class Excerpt(TypedDict):
     marks: dict[int, str]
 
 
-# Each excerpt: the file in tokamax 0.0.17, its first line number, the text, and the online-softmax
-# lines marked by their line number in that file: max, exp, rescale (exp of old max - new max), sum, accumulate.
+# Each excerpt: the file in tokamax 0.0.17, its first line number, the text, and the online-softmax lines
+# marked by line number: max, exp, rescale (exp of old max - new max), sum, accumulate.
 EXCERPTS: dict[str, Excerpt] = {
     "triton": dict(
         path="tokamax/_src/ops/attention/pallas_triton.py",

@@ -3,12 +3,9 @@
     seconds ≥ calls · FLOPs(shape) / matmul rate         (a lower bound: the lab's limit refuses on it)
     seconds ≈ calls · FLOPs(shape) / naive attention's rate   (the estimate a page shows before a button)
 
-`rate` is this device's matmul rate, measured once per process on a square matmul in the shape's
-dtype: attention is two matmuls around a softmax and no attention kernel beats a plain matmul, so the
-guess is a lower bound. A run whose lower bound is over the lab's limit (`ATTNLAB_RUN_SECONDS`) is
-refused with this sentence before it starts: a native call cannot be stopped half way, and one decode
-step of a 262,144-token cache with 1,024 heads of 1,024 held a CPU for six minutes.
-"""
+`rate` is this device's matmul rate, measured once per process on a square matmul in the shape's dtype: no
+attention kernel beats a plain matmul, so the guess is a lower bound. A run whose lower bound is over the
+lab's limit (`ATTNLAB_RUN_SECONDS`) is refused before it starts: a native call cannot be stopped."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ WORTH_MEASURING = 1e10  # FLOPs: below this no device the lab runs on takes a se
 
 
 def _best_seconds(f, input_shape: tuple, dtype: str, device_bytes: int, calls: int) -> float:
-    """Seconds of the fastest of `calls` calls of jitted `f` on ones of `input_shape`, after a warm-up call: a
-    benchmark like any other, in a turn of its own."""
+    """Best seconds of `calls` jitted `f` calls on ones of `input_shape`, after a warm-up, in its own turn."""
     dt = jnp.dtype(dtype if dtype in ("float32", "bfloat16", "float16") else "float32")
     with DEVICE.use(device_bytes):
         x = jnp.ones(input_shape, dt)
@@ -49,9 +45,8 @@ def matmul_rate(dtype: str) -> float:
 
 @functools.cache
 def attention_rate(dtype: str) -> float:
-    """FLOP/s of the lab's naive attention here (best of three calls after a warm-up) at B1 T512 N8 H64 on a CPU,
-    B1 T2048 N16 H128 on a GPU: an estimate's rate, since attention's softmax keeps it far below a matmul's (on
-    this 2-core CPU a 2,000-token timing took 45 s where the matmul bound said under 20)."""
+    """FLOP/s of the lab's naive attention here (best of three after a warm-up) at B1 T512 N8 H64 on a CPU, B1
+    T2048 N16 H128 on a GPU: an estimate's rate, since the softmax keeps attention far below a matmul's."""
     from attnlab.math.attention import attention
 
     t, n, h = (2048, 16, 128) if jax.default_backend() == "gpu" else (512, 8, 64)
@@ -82,8 +77,7 @@ def too_slow(shape: AttentionShape, calls: int, limit_s: float, backward: bool =
 
 def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls: int, limit_s: float | None = None,
                   backward: bool = False) -> str | None:
-    """The sentence that refuses a button's whole plan (`cells[i]` runs at `shapes[i]`, `calls` calls each)
-    over `limit_s` (default: the lab's limit for one run), or None."""
+    """The sentence refusing a button's plan (`cells[i]` runs at `shapes[i]`) over `limit_s`, or None."""
     from attnlab.settings import settings
 
     limit_s = settings().run_seconds if limit_s is None else limit_s
@@ -97,9 +91,8 @@ def too_slow_plan(shapes: Sequence[AttentionShape], cells: Sequence[int], calls:
 
 
 def timing_seconds(shapes: Sequence[AttentionShape], implementations: int, backward: bool = False) -> float:
-    """About how long timing `implementations` implementations at each of `shapes` holds the device here (the run
-    layer's fewest calls each, timing.MIN_CALLS plus one checked against float64, at naive attention's rate; fused
-    ones are faster): what a page says before such a button, so a learner knows when it will take a while."""
+    """About how long timing `implementations` implementations at each of `shapes` holds the device here
+    (timing.MIN_CALLS + 1 calls each at naive attention's rate): what a page says before such a button."""
     from attnlab.measure import timing
 
     calls = timing.MIN_CALLS + 1

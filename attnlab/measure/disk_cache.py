@@ -2,16 +2,11 @@
 
     disk_cache.bound()        # at a device worker's start, then after every EVERY programs it compiles
 
-JAX can bound the folder itself (`jax_compilation_cache_max_size`), but then it takes one file lock for every
-read and every write, and on every write reads every entry's size and access time to choose what to evict.
-On the H200, a class's first seconds on one device worker (20 learners, 5 new shapes: `scripts/rehearse.py
---sample-to`) spent about a fifth of the compile threads' samples waiting for that lock (`filelock`'s
-`_poll_until_acquired`) against the rest compiling. Uncapped, JAX takes no lock. What this does instead, and
-JAX's cache does not: the bound is kept from the one process that writes the folder (a device worker owns
-its pod's cache volume), now and then rather than on every write: the entries least recently written or read
-go first until the folder holds at most `ATTNLAB_COMPILE_CACHE_GIB`. A reader that loses an entry to it
-compiles the program again (JAX treats an unreadable entry as a miss).
-"""
+JAX's own bound (`jax_compilation_cache_max_size`) takes a file lock on every read and write and scans every
+entry on each write; uncapped, JAX takes no lock. So the one process that writes the folder (a device worker
+owns its pod's cache volume) bounds it now and then: the entries least recently written or read go first until
+the folder holds at most `ATTNLAB_COMPILE_CACHE_GIB`. A reader that loses an entry compiles again (JAX treats
+an unreadable entry as a miss)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """What a run gives: a `Result` per implementation and shape, its `Status`, the lab's one vocabulary of
 columns (`COLUMNS`) and the one wording of a failure (`failure`; out of memory recognised by `out_of_memory`).
 
-A status is a `StrEnum`: it compares equal to its old string ("ok", "out of memory", ...), so a table, a CSV
-or a shipped JSON holds the same text it always did.
-"""
+A status is a `StrEnum` equal to its old string ("ok", "out of memory", ...): tables and shipped JSON keep
+their text."""
 
 from __future__ import annotations
 
@@ -120,9 +119,8 @@ def records(df: pd.DataFrame) -> list[dict]:
 
 
 def out_of_memory(e: BaseException) -> bool:
-    """Whether an exception says the device (or the host) ran out of memory: a MemoryError, or XLA's
-    RESOURCE_EXHAUSTED / "out of memory" (JAX raises those as a plain XlaRuntimeError, so its text is all
-    there is to read)."""
+    """Whether an exception says the device (or host) ran out of memory: a MemoryError, or XLA's
+    RESOURCE_EXHAUSTED / "out of memory" (JAX raises a plain XlaRuntimeError: its text is all there is)."""
     text = f"{type(e).__name__} {e}"
     return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 

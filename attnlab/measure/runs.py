@@ -2,16 +2,12 @@
 
     run(shape, ["naive", "sdpa_cudnn"], accuracy=True, timed=True)  ->  [Result, Result]
 
-This is the only place that makes inputs, asks this process's device for its turn, builds the
-float64 reference, words errors (out of memory, a busy GPU, a backend's refusal) and turns
-results into a table. Every page, the CLI and the studies go through it, so a result means the
-same thing wherever it is shown, and one vocabulary of columns (`COLUMNS`) names it (results.py: the
-Result, its Status, the columns and the wording of failures, all re-exported here).
+The only place that makes inputs, takes this process's turn on the device, builds the float64 reference, words
+errors and turns results into a table, so a result means the same on every page, the CLI and the studies
+(results.py: Result, Status, `COLUMNS` and the wording of failures, re-exported here).
 
-A run never raises for a bad cell: a shape that is invalid, a backend that cannot run here, a
-run over the memory budget, a GPU out of memory or a busy queue are each a `Result` whose
-`status` says which and whose `reason` says why in a sentence.
-"""
+A run never raises for a bad cell: an invalid shape, a backend that cannot run here, a run over the memory
+budget, a GPU out of memory or a busy queue is each a `Result` whose `status` says which and `reason` why."""
 
 from __future__ import annotations
 
@@ -52,16 +48,13 @@ from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
 
 # -- inputs and memory ---------------------------------------------------------------------------
-# Inputs up to this many elements (Q, K and V together: 64 MiB of float32 draws) are drawn by NumPy on
-# the host and copied over: no compile. Larger ones by one jitted program per shape, on the device.
+# Up to this many elements (Q, K, V together) are drawn by NumPy on the host (no compile); more on the device.
 HOST_DRAW_MAX = 1 << 24
 
 
 def make_inputs(shape: AttentionShape, seed: int = 0):
-    """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype, on the default device.
-
-    Call it while holding the device for `shape.input_bytes()` (`inputs()` does both). The same shape
-    and seed give the same arrays every time."""
+    """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype on the default device; one shape and
+    seed, the same arrays. Call it holding the device for `shape.input_bytes()` (`inputs()` does both)."""
     DEVICE.launch(f"inputs at {shape.describe()}")
     q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
     if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
@@ -98,9 +91,8 @@ def inputs(shape: AttentionShape, seed: int = 0, *, device_bytes: int = 0, host_
 
 
 def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool, backward: bool) -> tuple[int, int]:
-    """(device bytes, host bytes) a run of `names` at `shape` holds at its peak: the largest
-    implementation's estimate (they run one after another) plus the float32 draws of the inputs;
-    on the host, the float64 reference and the output slices copied back to check."""
+    """(device bytes, host bytes) a run of `names` at `shape` holds at its peak: the largest implementation's
+    estimate (they run in turn) plus the inputs' float32 draws; on the host, the float64 reference, slices."""
     dev = max((get(n).device_bytes(shape) for n in names), default=0) * (3 if backward else 1)
     dev += shape.input_bytes() * (4 // shape.itemsize)
     host = 0
@@ -115,11 +107,8 @@ def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool
 
 @contextlib.contextmanager
 def one_turn(shapes: Sequence[AttentionShape], names: Sequence[str], *, accuracy: bool = True):
-    """Hold the device once for runs of several shapes that follow each other (each `run` inside keeps the
-    turn): as much memory as the biggest of them that fits the budget needs (one that does not is refused by
-    its own run). In a class each turn waits behind the line's build phases, so a page that checks three
-    variants waits once, not three times. Compile first (`compiled.compile_many`): a compile inside a turn
-    makes everyone behind it wait."""
+    """Hold the device once for runs of several shapes (each `run` inside keeps the turn), for the biggest
+    that fits, so a page checking three variants waits once. Compile first (`compiled.compile_many`)."""
     needs = [memory_needed(s, names, accuracy=accuracy, backward=False) for s in shapes]
     fits = [(d, h) for d, h in needs if DEVICE.check(d, h) is None] or [(0, 0)]
     with DEVICE.use(max(d for d, _ in fits), max(h for _, h in fits)):
@@ -141,15 +130,10 @@ def run(
 ) -> list[Result]:
     """Run `names` (default: every backend) at `shape` with the parts asked for; one Result each.
 
-    accuracy: the output against the float64 reference; timed: the four timings; program: what the
-    compiler made (kernels, scratch bytes); tuned: None (default) compiles with XLA's autotuning what is timed,
-    as JAX does, and a program only checked or described without it; True autotunes even when not timed (a
-    memory study: the scratch of the program a timing runs, which autotuning changes, as `scripts/shape_costs.py
-    --tuning` shows); False times the program compiled without autotuning, and says so in `timing_note` (a
-    timing a hosted class's page takes on opening: a tuned compile holds every run on the device while it
-    tunes). Compiles come first, side by side and off the device; then one turn on the device checks every
-    output and times each implementation.
-    """
+    accuracy: the output against the float64 reference; timed: the four timings; program: what the compiler
+    made. tuned: None autotunes only what is timed, as JAX does; True autotunes anyway (a memory study of the
+    timed program); False times the untuned program, said in `timing_note` (a tuned compile holds the device).
+    Compiles come first, off the device; then one turn on the device checks and times them all."""
     names = list(names or REGISTRY)
     problems = shape.validate()
     if problems:
@@ -188,10 +172,8 @@ def _screen(shape, names, info, *, accuracy: bool, timed: bool, backward: bool) 
 
 
 def _compile_first(shape, names, accuracy: bool, compile_: bool, backward: bool, tuned) -> dict[str, Result]:
-    """Compile every program the turn will run before asking for the device (a compile holds no device memory,
-    and a turn held through it would make every run behind it wait), side by side (XLA compiles without Python's
-    lock); a backend that fails to compile is a Result. Only a timed program is autotuned (compiled.CHECK_OPTIONS
-    says why); it is compiled once, and checked and described too."""
+    """Compile every program the turn will run, side by side, before taking the device (a turn held through a
+    compile makes everyone behind it wait); a failed compile is a Result. Only timed ones are tuned."""
     jobs = [(n, shape, False, tuned) for n in names if accuracy and not backward]
     jobs += [(n, shape, True, tuned) for n in names if accuracy and backward and not compile_]
     jobs += [(n, shape, backward, tuned) for n in names if compile_]
@@ -203,8 +185,7 @@ def _compile_first(shape, names, accuracy: bool, compile_: bool, backward: bool,
 
 
 def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, timing_kw) -> dict:
-    """One turn on the device for every output, the reference and the timings; what the compiler made is read
-    after it (others' runs need not wait for that)."""
+    """One device turn for every output, the reference and the timings; programs are described after it."""
     allocates = accuracy or timed
     dev, host = memory_needed(shape, names, accuracy=accuracy, backward=backward) if allocates else (0, 0)
     results: dict[str, Result] = {}
@@ -213,9 +194,7 @@ def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, t
         with DEVICE.use(dev, host) if allocates else contextlib.nullcontext(0.0) as waited:
             results.update(_run_held(shape, names, accuracy, timed or program, tuned, backward, seed, waited,
                                      programs))
-            # the timings in the same turn: in a class every turn waits behind the line's build phases, and on
-            # the H200 a page that timed three implementations in four turns waited 15 s (median) for them;
-            # others behind this turn wait for its timings, each brief while they wait (_time)
+            # the timings in the same turn: each turn waits in line (each timing is brief while others wait)
             for n in names if timed else ():
                 if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
                     results[n] = _time(results[n], info, seed, timing_kw, tuned is not False)
@@ -262,11 +241,8 @@ UNTUNED = "compiled without XLA's autotuning: its matmul kernels may differ from
 
 
 def _time(result: Result, info, seed: int, timing_kw: dict, tuned: bool = True) -> Result:
-    """The four timings of an implementation already compiled, inside the run's turn on the device (the
-    turn is kept: `DEVICE.use` passes the holder through), briefly when others are waiting.
-
-    The inputs are drawn again (the same seed gives the same arrays); `timing.time_compiled` keeps the
-    turn it finds held."""
+    """The four timings of a compiled implementation inside the run's turn (`DEVICE.use` keeps the holder's
+    turn), brief when others are waiting; the inputs are drawn again (the same seed gives the same arrays)."""
     shape, n, backward = result.shape, result.implementation, result.backward
     dev, host = memory_needed(shape, [n], accuracy=False, backward=backward)
     try:

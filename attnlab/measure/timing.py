@@ -1,20 +1,15 @@
 """The one timing harness: what a call costs, measured four ways, each named for what it measures.
 
-    compile_ms     first call: tracing, lowering and XLA compilation (paid once per shape and
-                   process; a program already compiled by an earlier page or learner costs ~0)
-    wall_ms        median of perf_counter() around one call + block_until_ready(): the codelab's
-                   method. At small shapes this is mostly Python dispatch and synchronisation.
-    throughput_ms  many calls dispatched, one wait at the end, divided by the count: dispatch
-                   overlaps the device's work, as in a training loop.
-    device_ms      the GPU's own kernel time per call, read through CUPTI (NVIDIA's profiling
-                   interface) with `jax.experimental.mosaic.gpu.profiler.measure`, read first, right
-                   after the warm-up (as NVIDIA's benchmarks read it, before the others heat the GPU);
-                   None on CPU.
+    compile_ms     first call: tracing, lowering and XLA compilation (paid once per shape and process)
+    wall_ms        median of perf_counter() around one call + block_until_ready(): the codelab's method;
+                   at small shapes mostly Python dispatch and synchronisation.
+    throughput_ms  many calls dispatched, one wait at the end, divided by the count: dispatch overlaps the
+                   device's work, as in a training loop.
+    device_ms      the GPU's own kernel time per call through CUPTI (`jax.experimental.mosaic.gpu.profiler`),
+                   read first, right after the warm-up, as NVIDIA's benchmarks do; None on CPU.
 
-JAX dispatches asynchronously: a call returns as soon as the work is queued, so a timer must wait
-for the result (`block_until_ready`) or it measures only the queueing. Every measurement holds
-the device to itself (`admission.DEVICE`: one run at a time), so learners' timings never overlap.
-"""
+JAX dispatches asynchronously, so a timer must wait for the result (`block_until_ready`) or it measures only
+the queueing. Every measurement holds the device to itself (`admission.DEVICE`), so timings never overlap."""
 
 from __future__ import annotations
 
@@ -149,12 +144,9 @@ def time_compiled(
 
 @dataclasses.dataclass(frozen=True)
 class ClockStates:
-    """GPU kernel time per call in two states of the GPU, each with the SM clock it ran at.
-
-    burst: after the GPU has idled (cool, at its boost clock), a few calls.
-    sustained: after `sustain_s` of back-to-back calls, when power and heat have pulled the
-    clock down (on the H200, flash attention at ~600 W: 1980 MHz fell to 1680-1890).
-    """
+    """GPU kernel time per call in two states of the GPU, each with the SM clock it ran at. burst: after the
+    GPU has idled (at its boost clock); sustained: after `sustain_s` of back-to-back calls (power and heat
+    pull the clock down)."""
 
     burst_ms: float | None
     burst_clock_mhz: int | None
@@ -194,8 +186,7 @@ def clock_states(compiled, args: Sequence, *, idle_s: float = 1.0, sustain_s: fl
 
 
 def peak_tflops(dtype: str, info: device.DeviceInfo, fp8: bool = False) -> float | None:
-    """The datasheet peak that applies to this dtype on this device (None when unknown); `fp8`: the
-    kernel computes in FP8 whatever its inputs' dtype (cuDNN's FP8 attention), so the FP8 peak."""
+    """The datasheet peak for this dtype here (None if unknown); the FP8 peak for a kernel in FP8 (`fp8`)."""
     if info.peak is None:
         return None
     if fp8:

@@ -11,9 +11,8 @@
     child.py       the worker in a child process, started again when it dies (the app's default)
     ray_workers.py one worker per GPU as Ray actors (a hosted class; CPU tests with fake GPUs)
 
-Which one serves is ATTNLAB_DEVICE (attnlab/settings.py). The client is made on first use, once per process.
-`ready()` says whether the device service can be reached now (serve.py's /_attnlab/ready, a pod's readiness).
-"""
+Which one serves is ATTNLAB_DEVICE (attnlab/settings.py); the client is made once per process, on first use.
+`ready()` says whether the device service can be reached now (serve.py's /_attnlab/ready: readiness)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ WORKER_ENV: dict[str, str] = {}  # what the app's device worker runs with (serve
 
 
 def client() -> DeviceClient:
-    """This process's way to the device worker(s), made on first use as ATTNLAB_DEVICE says (the declared
-    boundary: attnlab/service/client.py)."""
+    """This process's DeviceClient (attnlab/service/client.py), made on first use as ATTNLAB_DEVICE says."""
     with _LOCK:
         if not _CLIENT:
             s = settings()
@@ -78,8 +76,7 @@ READY_KEEP_S = 2.0  # how long a check's answer is reused (probes of several kin
 
 
 class _Readiness:
-    """One check at a time, in a thread of its own: a caller waits for it at most READY_WAIT_S, and a check that
-    hangs (a Ray client waiting out its reconnect grace period) never holds more than its one thread."""
+    """One check at a time, in its own thread: callers wait at most READY_WAIT_S, never on a hung check."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

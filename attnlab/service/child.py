@@ -3,22 +3,17 @@
     client = ChildWorker(env={"JAX_PLATFORMS": "cuda"})   # `make run`; the app's pages use it
     client.call(request)  ->  Reply, or WorkerLost when the child died while serving it
 
-`python -m attnlab.service.child FD` is the child: a `DeviceWorker` serving requests that arrive on one
-socket (a socketpair made by the parent), each in a thread of its pool, replies sent back as they finish.
-A native abort inside XLA, cuDNN or a Pallas lowering (SIGABRT, SIGSEGV) ends only this process: the
-parent fails the requests it had in flight with `WorkerLost` (a sentence naming the signal), starts a new
-child at once, and the next request is served by it. A child that keeps dying within QUICK_S of its start
-is given up on, but a death while a learner's program was in flight (the markers of
-attnlab/yourturn/suspects.py, in a folder this supervisor gives each child) never counts toward that: the
-program is remembered and refused from then on, so no learner can stop the lab for the class.
+`python -m attnlab.service.child FD` is the child: a `DeviceWorker` serving requests from one socket (a
+socketpair made by the parent), each in a thread of its pool. A native abort (SIGABRT, SIGSEGV in XLA, cuDNN
+or a Pallas lowering) ends only the child: the parent fails its requests in flight with `WorkerLost` and
+starts a new child at once. A child that keeps dying within QUICK_S of its start is given up on, but a death
+while a learner's program ran (the markers of attnlab/yourturn/suspects.py) never counts: that program is
+refused from then on, so no learner can stop the lab for the class.
 
-Why not `concurrent.futures.ProcessPoolExecutor`: its worker runs one task at a time (a worker must
-compile several requests side by side), and one dead worker breaks the whole pool for good. Why not
-`multiprocessing.managers`: every calling thread opens a connection of its own, and Streamlit runs each
-page in a new thread, so a class would leave thousands of idle connections and server threads behind.
-What this does instead is one connection, many requests in flight on it (each tagged with a number),
-and a restart when the child dies; Ray (attnlab/service/ray_workers.py) does the same across machines.
-"""
+Not `ProcessPoolExecutor` (one task per worker; one dead worker breaks the pool) nor
+`multiprocessing.managers` (a connection per calling thread, and Streamlit runs each page in a new thread):
+one connection, many numbered requests in flight on it, and a restart when the child dies; Ray
+(attnlab/service/ray_workers.py) across machines."""
 
 from __future__ import annotations
 
@@ -202,8 +197,7 @@ class ChildWorker:
         return self.send("forget", timeout=30)
 
     def ready(self) -> str | None:
-        """None when the worker has answered once and not been given up on (one being started again after a crash
-        stays ready: the crash cost one request, not the server); else why not."""
+        """None once the worker answered and was not given up on (a crash costs one request); else why not."""
         if self.gave_up:
             return f"The device worker cannot run here: {self.gave_up}."
         if not (self._ready.is_set() or self.restarts):
@@ -214,9 +208,7 @@ class ChildWorker:
         return f"the device worker in a child process (pid {self.proc.pid})"
 
 
-# ------------------------------------------------------------------------------------------------
-# the child
-# ------------------------------------------------------------------------------------------------
+# -- the child -------------------------------------------------------------------------------------
 def main(fd: int, threads: int, name: str) -> None:
     from attnlab.service.worker import DeviceWorker, WorkerInfo
 

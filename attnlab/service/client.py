@@ -1,9 +1,8 @@
 """The one boundary between a server process and its device worker(s): what `service.client()` returns.
 
-Three homes implement it: `local.InProcess` (the CLI, unit tests), `child.ChildWorker` (make run: a child process,
-started again when it dies) and `ray_workers.RayWorkers` (a hosted class: one Ray actor per GPU). Pages and the CLI
-use only these methods; tests/test_service_boundary.py holds every home to them, parameter for parameter.
-"""
+Three homes implement it: `local.InProcess` (the CLI, unit tests), `child.ChildWorker` (make run: a child
+process, restarted when it dies) and `ray_workers.RayWorkers` (one Ray actor per GPU); pages and the CLI use
+only these methods, and tests/test_service_boundary.py holds every home to them."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from attnlab.service.worker import WorkerInfo
 @runtime_checkable
 class DeviceClient(Protocol):
     def call(self, request: Request) -> Reply:
-        """The request served by the worker that owns it (a Reply: its value or its error, never an exception,
-        except WorkerLost when no worker could serve it)."""
+        """The request served by its owner: a Reply (value or error); only WorkerLost when none could."""
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether the worker(s) answered within `timeout` seconds."""
@@ -29,8 +27,7 @@ class DeviceClient(Protocol):
         """Every worker's figures now, those that answer."""
 
     def drop(self, sessions: list[str]) -> int:
-        """These browser sessions have ended: requests in flight that only they wait for leave the device's line
-        (DeviceWorker.drop); how many were dropped."""
+        """Sessions that ended: requests in flight only they wait for leave the device's line; how many."""
 
     def forget(self) -> int:
         """Drop every kept result in the worker(s); how many were dropped."""

@@ -1,12 +1,10 @@
 """The entry points: every lab function a page may ask the device worker to run, and nothing else.
 
-A request names one of these by "module:function" (`Request.of(runs.run, ...)` does it for you); any
-other name is refused. The function is looked up by that name when the request is served (so a test
-that replaces `runs.run` in this process sees its replacement called). Adding a study to a page is one
-line here, its arguments in tests/test_device_rule.py's ARGS and its phrase in pages/waiting.py's WORK (tests ask
-for both). `keep` says which results are worth
-keeping for the next learner (a run refused because the GPU was busy is not: the next asks again).
-"""
+A request names one of these by "module:function" (`Request.of(runs.run, ...)` does it); any other name is
+refused. The function is looked up by name when served (a test that replaces `runs.run` sees its replacement).
+A new study is one line here, its arguments in tests/test_device_rule.py's ARGS and its phrase in
+pages/waiting.py's WORK (tests ask for both). `keep` says which results are kept for the next learner (not a
+run the busy GPU refused: the next asks again)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,7 @@ def sleep(seconds: float) -> float:
 
 
 def learner_abort(digest: str) -> None:
-    """Abort this process while a learner's program named `digest` is marked in flight (as XLA aborting on a
-    learner's program would): its supervisor must not count it toward giving up, and must remember it."""
+    """Abort with learner program `digest` in flight: its supervisor remembers it, not giving up for it."""
     from attnlab.yourturn import suspects
 
     with suspects.running(digest):
@@ -27,8 +26,7 @@ def learner_abort(digest: str) -> None:
 
 
 def learner_hang(digest: str, seconds: float, bound_s: float) -> float:
-    """Hold this process `seconds` while a learner's program is marked in flight with a bound of `bound_s`
-    (a run that does not end): past the bound the watchdog ends the worker."""
+    """A learner's program in flight for `seconds`, bound `bound_s`: past it the watchdog ends the worker."""
     from attnlab.yourturn import suspects
 
     with suspects.running(digest, bound_s):

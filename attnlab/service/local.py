@@ -1,5 +1,4 @@
-"""The device worker in this process: the CLI and unit tests call its code directly (no process
-boundary: a native abort here ends the process, which is why the app does not use it)."""
+"""The device worker in this process, for the CLI and unit tests (a native abort ends the process)."""
 
 from __future__ import annotations
 

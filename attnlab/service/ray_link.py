@@ -1,26 +1,14 @@
 """The UI process's connection to Ray (Link), and what a failure of it looks like, told apart from a device
 worker's death (ray_workers.py holds the workers and reconnects through a Link).
 
-A Ray client (ray://) never recovers on its own from its head's restart. Reproduced with a local head killed
-and started again on the same ports under a UI process (tests/test_service.py does it): the request in flight
-waited out the client's reconnect grace period and raised ConnectionError ("Failed during this or a previous
-request ... Attempted to reconnect a session that has already been cleaned up": grpc NOT_FOUND, the new head
-does not know the old session), the next one ConnectionError ("Request can't be sent because the Ray client
-has already been disconnected"), and every later one a bare Exception ("Ray Client is not connected"), for
-good; a call while the client was trying its reconnect raised grpc's ValueError ("Cannot invoke RPC on closed
-channel!"). So: a connection failure is ConnectionError, grpc's RpcError or its closed-channel ValueError, Ray's
+A Ray client (ray://) never recovers on its own from its head's restart (tests/test_service.py reproduces it).
+So a connection failure is ConnectionError, grpc's RpcError or its closed-channel ValueError, Ray's
 RaySystemError or RpcError, or any exception while Ray says it is not connected; an actor's death
 (RayActorError) is not one.
 
-A connection can also take about 41 s to fail: the head's Ray client server starts a session process for each
-client, and that process dies at birth now and then (a gRPC fork race in Ray's proxier: ray-project/ray#63202,
-open); ray.init then waits for "Initialization failure from server", and nothing on the client's side ends the wait
-sooner (ray.shutdown from another thread does not). In CPU tests of a head restarted under a UI (tests/test_service.py)
-it happened to about one connection in three, a first one or a reconnect; the next attempt connected in 2-4 s.
-Waiting for the head's `ray health-check --component ray_client_server` first did not avoid it. So a connection is
-dialled `hedged`: another attempt beside it when the first has not answered in HEDGE_S, the first to connect kept
-(a Ray client may hold several connections, each in a client context of its own: ray.init's allow_multiple).
-"""
+A connection can also hang about 41 s (ray-project/ray#63202: the head's session process for it dies at
+birth), and nothing on the client's side ends that wait. So a connection is dialled `hedged`: another attempt
+beside it after HEDGE_S without an answer, the first to connect kept."""
 
 from __future__ import annotations
 
@@ -37,15 +25,12 @@ from typing import TypeVar
 T = TypeVar("T")
 
 # how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
-# default, 30 s, is how long a page hung after the head died; a restarted head refuses the old session anyway)
+# default, 30 s, is how long a page hung after the head died)
 GRACE_S = "5"
-# how long Ray's client waits for a head to answer when it connects: its first wait, then the most (its defaults,
-# 5 and 30 s with 5 s more each of 3 tries, made a UI that met a head still starting wait about 50 s before it could
-# try again: in a rehearsal one UI replica was ready 80 s after it started, the other at 30 s). A head that answers
-# needs well under a second; one that does not is tried again on the next request anyway.
+# how long Ray's client waits for a head to answer when it connects, first and at most (its defaults kept a UI
+# that met a starting head waiting about 50 s; a head that answers needs well under a second)
 CONNECT_S = {"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "2"}
-# a connection not made within HEDGE_S is tried again beside it (one made took 2-4 s on this CPU, a stuck one 41 s),
-# with at most DIALS attempts at once
+# a connection not made within HEDGE_S is tried again beside it, with at most DIALS attempts at once
 HEDGE_S = 6.0
 DIALS = 3
 LOST = ("The connection to the GPU workers was lost (the Ray cluster's head restarted or cannot be reached); "
@@ -64,9 +49,8 @@ def now() -> str:
 
 
 class Link:
-    """One connection to Ray: "local" (a cluster of this process's own), "auto" (this node's), or "ray://host:port"
-    (a UI pod's: Ray's client, dialled `hedged`, each attempt a client context of its own, set per thread by
-    `using`)."""
+    """One connection to Ray: "local" (a cluster of its own), "auto" (this node's) or "ray://host:port" (a UI
+    pod's: Ray's client, dialled `hedged`, each attempt its own client context, set per thread by `using`)."""
 
     def __init__(self, address: str, fake_gpus: int = 0, worker_env: dict[str, str] | None = None):
         self.address, self.fake_gpus, self.worker_env = address, fake_gpus, worker_env or {}
@@ -142,8 +126,7 @@ class Link:
 
 
 def died(e: BaseException, learners: bool) -> str:
-    """The sentence for a request whose actor died serving it (`learners`: it ran a learner's program, which the
-    restarted actor remembers and refuses: the marker its dead process left, attnlab/yourturn/suspects.py)."""
+    """A request's sentence when its actor died (`learners`: in a learner's program, refused from now on)."""
     if learners:
         return ("The GPU worker stopped while it ran a learner's program. That program is remembered, and the lab "
                 "refuses it at once from now on; Ray is starting the worker again and nothing else was lost. If it "
@@ -189,10 +172,9 @@ def reachable(address: str, timeout: float = 2.0) -> str | None:
 
 
 def hedged(dial: Callable[[], T], close: Callable[[T], None], every_s: float = HEDGE_S, most: int = DIALS) -> T:
-    """dial() in a thread, and again beside it each `every_s` s while none has answered (`most` at once at most):
-    the first that succeeds is returned and any that succeed later are closed; when every one fails, the last
-    failure is raised. Why by hand: concurrent.futures' threads are joined at exit, and a stuck dial would hold a
-    stopping UI pod for its 41 s (these are daemon threads)."""
+    """dial() in a thread, and again beside it each `every_s` s while none has answered (`most` at once): the
+    first success is returned, later ones closed; when all fail, the last failure is raised. Daemon threads,
+    as a stuck dial must not hold a stopping UI pod (concurrent.futures joins its threads at exit)."""
     results: queue.Queue = queue.Queue()
 
     def attempt() -> None:

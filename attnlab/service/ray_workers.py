@@ -4,12 +4,10 @@
     client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it
 
 Each worker is a named, detached actor (`attnlab-device-0`, ...) asking for one GPU, restarted by Ray without
-limit and never retried. Every UI process finds the same actors by name and creates the missing ones (a class
-grows by adding GPU nodes). A request goes to the worker that owns its route (rendezvous hashing); a timing to its
-owner when idle, else to the least busy worker. A failed connection (the head restarted) fails the request with
-WorkerLost and is made again in the background (and by any request meanwhile), one reconnect at a time, each
-dialled hedged (ray_link.py). Why each: docs/design-notes.md, "On Ray".
-"""
+limit and never retried; every UI process finds them by name and creates the missing ones (a class grows by
+adding GPU nodes). A request goes to its route's owner (rendezvous hashing), a timing to the owner when idle,
+else the least busy. A failed connection fails the request with WorkerLost and is made again in the background
+(ray_link.py). Why each: docs/design-notes.md, "On Ray"."""
 
 from __future__ import annotations
 
@@ -34,9 +32,7 @@ WAIT_S = 10.0  # how long a request waits for another thread's reconnect before 
 
 
 def _heal(workers: weakref.ref) -> None:
-    """Reconnect every RETRY_S while the connection is broken: a head that is back is found within seconds of
-    answering, not when the next request or probe happens to come (a weak reference: a RayWorkers nobody holds is
-    not kept alive, nor healed)."""
+    """Reconnect every RETRY_S while broken, so a head that is back is found in seconds (held weakly)."""
     while (w := workers()) is not None and w.broken:
         with contextlib.suppress(WorkerLost):
             w._reconnect(w.generation)
@@ -136,8 +132,7 @@ class RayWorkers:
                 raise WorkerLost(LOST) from None
 
     def _break(self, why: str, what: str) -> None:
-        """The connection is broken (`what`, in the log, and `why`): reconnected in the background (`_heal`), and by
-        any request meanwhile."""
+        """Broken (`what`, `why` logged): reconnected in the background (`_heal`) and by any request."""
         self.broken = why
         print(f"attnlab {now()}: {what} ({why[:300]}); reconnecting in the background", file=sys.stderr, flush=True)
         with self._lock:
@@ -197,8 +192,8 @@ class RayWorkers:
             raise WorkerLost(died(e, learners)) from None
 
     def _choose(self, request: Request, reserve: bool = False) -> str:
-        """The owner of the request's route; for a timing, the owner if idle, else the least busy worker (what the
-        workers run and queue, plus what this process sent them unanswered). `reserve`: count it as sent there."""
+        """The owner of the request's route; a timing's owner if idle, else the least busy worker (running,
+        queued, and sent by this process unanswered). `reserve`: count it as sent there."""
         names = self.names
         mine = owner(request.route, names)
         infos = self._infos(names, timeout=2.0) if request.timed and len(names) > 1 else {}
@@ -252,8 +247,7 @@ class RayWorkers:
                 time.sleep(0.5)
 
     def ready(self) -> str | None:
-        """None when the cluster's head answers this process (workers still starting leave it ready: taking every UI
-        out of rotation would not bring one back); else a sentence."""
+        """None when the cluster's head answers (workers still starting leave it ready); else a sentence."""
         import ray
 
         try:

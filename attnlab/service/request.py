@@ -2,11 +2,9 @@
 
     Request("attnlab.measure.runs:run", (shape, ("naive",)), (("timed", True),))  ->  Reply(value=[Result])
 
-A request names an entry point (an attnlab function on the worker's list, attnlab/service/entries.py)
-and its arguments, all plain values (shapes are frozen dataclasses): its `key` says which requests are
-the same (they share one run and one kept result) and its `route` which worker owns it (every request
-at one shape meets the worker that has that shape's programs compiled).
-"""
+A request names an entry point (attnlab/service/entries.py) and its arguments, all plain values: its `key`
+says which requests are the same (one run, one kept result) and its `route` which worker owns it (the one with
+that shape's programs compiled)."""
 
 from __future__ import annotations
 
@@ -18,9 +16,7 @@ import numpy as np
 
 
 class WorkerLost(RuntimeError):
-    """The device worker died while it served this request (a native abort or a crash in XLA, cuDNN or
-    a Pallas lowering, or the process was killed); it is being started again. A page says so and
-    the learner presses the button again."""
+    """The device worker died serving this request (a native abort, a kill) and is restarting: press again."""
 
 
 def _stable(x: Any) -> Any:
@@ -59,8 +55,7 @@ class Request:
 
     @property
     def route(self) -> str:
-        """What decides the worker: the pin if there is one; else the first shape among the arguments (a shape's
-        programs are compiled in one worker), else the request itself."""
+        """Which worker: the pin, else the first shape argument (compiled in one worker), else `key`."""
         from attnlab.shapes import AttentionShape
 
         if self.pin:

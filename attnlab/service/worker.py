@@ -3,15 +3,10 @@
     worker = DeviceWorker("device-0")
     worker.call(Request.of(runs.run, shape, ("naive", "sdpa_cudnn"), timed=True))  ->  Reply
 
-A request names an entry point (attnlab/service/entries.py) and is served in the calling thread: the
-Ray actor, the child process and the in-process client each call `call` from threads of their own, so
-compiles of several requests run side by side while device work goes one run at a time through
-`admission.DEVICE` (this process's device). Identical requests in flight share one run; results are
-kept (the `RECENT` most recent, for `KEEP_S`) so a class's repeated shapes cost one run, and a worker
-started again simply computes them anew. What it does that a cache library would not: a request
-another thread is computing is waited for, not computed twice, and a result that says "try again"
-(a busy GPU) is returned but not kept.
-"""
+A request names an entry point (attnlab/service/entries.py) and is served in the calling thread, so compiles
+of several requests run side by side while device work goes one run at a time through `admission.DEVICE`.
+Identical requests in flight share one run, and results are kept (the `RECENT` most recent, for `KEEP_S`) so a
+class's repeated shapes cost one run; a result that says "try again" (a busy GPU) is returned but not kept."""
 
 from __future__ import annotations
 
@@ -114,9 +109,8 @@ class DeviceWorker:
 
     def _log(self, request: Request, how: str, t0: float, error: BaseException | None = None,
              spent: dict | None = None) -> None:
-        """One JSON line per request served, when ATTNLAB_REQUEST_LOG names a file (benchmarks: where a class's
-        time went): with where a computed request's seconds went on the device's line (`DEVICE.ledger`). Lines
-        are short and appended whole, so workers and threads can share one file."""
+        """One JSON line per request when ATTNLAB_REQUEST_LOG names a file (where a class's time went, with
+        `DEVICE.ledger`'s split); short lines appended whole, so processes share one file."""
         path = settings().request_log
         if not path:
             return
@@ -155,9 +149,8 @@ class DeviceWorker:
                           tuple(dict.fromkeys(keys(now.builds))), tuple(dict.fromkeys(keys(now.building))))
 
     def drop(self, sessions: list[str]) -> int:
-        """`sessions` (browser tabs) have ended: each request in flight that only they wait for leaves the device's
-        line (admission.Abandoned, a busy answer, not kept) instead of holding it for others; how many. A request
-        without a session (the CLI, a warm-up) is never dropped; one already running finishes its current turn."""
+        """`sessions` (browser tabs) ended: each request in flight only they wait for leaves the device's line
+        (admission.Abandoned); how many. Never a session-less one (CLI, warm-up); one running finishes."""
         gone = set(sessions)
         with self._lock:  # held, so a thread is marked only while it computes the request found here
             held = [self._threads[k] for k, waiting in self._sessions.items() if k in self._threads and waiting <= gone]

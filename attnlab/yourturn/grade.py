@@ -4,18 +4,14 @@
     time_solution("gqa", source, shape)   -> a run-layer Result of "yours" at the learner's shape
 
 The learner's code reaches this process only as compiled programs (attnlab/yourturn/sandbox.py traced it
-elsewhere). Each program is compiled here, its memory (`memory_analysis`) admitted against the device's
-budget like any run's, and run on the case's inputs; the output is compared with the float64 reference
-at the lab's tolerances (attnlab/math/checks.py). A wrong output is compared with each of the exercise's
-mistakes run on the same inputs: the ones it matches are named, each with a hint.
+elsewhere). Each is compiled here, its memory admitted against the device's budget like any run's, and run on
+the case's inputs; the output is compared with the float64 reference at the lab's tolerances
+(attnlab/math/checks.py), and a wrong one with each of the exercise's mistakes: those it matches are named.
 
-Bounded on the way (issue 44): the sandbox refuses a program past the exercise's bounds before anything
-compiles here; a program that crashed or hung a worker before is refused by its hash (suspects.py); the
-lab's cost model refuses one whose FLOPs would hold the device past ATTNLAB_RUN_SECONDS; a check's compile is
-untuned and quiet (it holds no place in the device's line); a run is watched, and a worker held past the
-bound is ended and restarted; a verdict carries no output, only numbers and a heatmap of at most
-HEATMAP_MAX² cells. `check` never raises: every failure is a verdict with a sentence.
-"""
+Bounded on the way (issue 44): the sandbox refuses a program past the exercise's bounds; a program that
+crashed or hung a worker is refused by its hash (suspects.py); the cost model refuses FLOPs past
+ATTNLAB_RUN_SECONDS; a check compiles untuned (no place in the device's line); a worker held past the bound is
+ended; a verdict carries only numbers and a heatmap of at most HEATMAP_MAX² cells. `check` never raises."""
 
 from __future__ import annotations
 
@@ -56,8 +52,7 @@ HEATMAP_MAX = 64  # the weights a verdict carries back to be drawn: at most this
 
 
 def check(name: str, source: str) -> Verdict:
-    """The learner's `source` for exercise `name`, checked at every case (entry point of the device worker).
-    Never raises: whatever goes wrong is a verdict with a sentence."""
+    """The learner's `source` for exercise `name` checked at every case; never raises (a verdict says why)."""
     try:
         return _check(name, source)
     except Exception as e:  # noqa: BLE001 (a sentence on the page, never a traceback)
@@ -162,8 +157,7 @@ def _recognise(ex: exercises.Exercise, wrong) -> list[exercises.Mistake]:
 
 
 def _lab_scratch(ex: exercises.Exercise) -> int | None:
-    """The lab's own solution's compiled scratch at the first case (what a program that copies nothing needs);
-    its program kept in PROGRAMS (a tuned compile: between runs)."""
+    """The lab's solution's scratch at the first case (a program that copies nothing), kept in PROGRAMS."""
     name = ("lab scratch", ex.name)
     kept = compiled_mod.PROGRAMS.named(name)
     if kept is None:

@@ -2,25 +2,16 @@
 
     blobs = export(source, "attention", [specs_of_case_1, ...], platform="cuda")   # -> [bytes, ...]
 
-The code has passed the allowlist (attnlab/yourturn/allowlist.py) before it gets here, and passes it again
-here. Then a fresh Python process (`python -m attnlab.yourturn.sandbox`) that sees no GPU (JAX on the CPU,
-no CUDA device visible) executes it with no builtins but the few allowed ones and the listed functions
-only, under limits set before the code runs: CPU seconds, address space, no file it may create or write
-(RLIMIT_FSIZE 0) and no new file descriptor (RLIMIT_NOFILE at what it holds: no file opened, no socket).
-It traces the learner's function at each case's shapes and exports it with `jax.export` (JAX's own
-serialisation of a traced program as StableHLO), for the platform of the device worker that asked. The
-parent kills it after a wall-clock limit. Given the exercise's limits (attnlab/yourturn/bounds.py), it also
-walks the traced program and refuses one past them (a result of more bytes than the exercise could need, one
-whose element count overflows int64, thousands of operations, far more FLOPs than a solution), and compiles
-it for its own CPU, so that a compile that aborts or does not end ends here. The device worker then
-deserialises the program, compiles it,
-admits its memory like any run's, and runs it: the learner's Python never runs in a process that holds
-a GPU or a learner's session.
+The code passes the allowlist (attnlab/yourturn/allowlist.py) before it gets here and again here. A fresh
+Python process (`python -m attnlab.yourturn.sandbox`) that sees no GPU runs it with only the allowed names,
+under limits set first: CPU seconds, address space, no file written (RLIMIT_FSIZE 0), no new descriptor
+(RLIMIT_NOFILE). It traces the function at each case, refuses a program past the exercise's limits
+(attnlab/yourturn/bounds.py), compiles it for its CPU (a compile that aborts or never ends ends here) and
+exports it with `jax.export`; the parent kills it after WALL_S. The learner's Python never runs in a process
+that holds a GPU or a learner's session.
 
-What is hand-written here and why: the process and its limits. `multiprocessing` would fork the device
-worker (a process with JAX's threads and a GPU context); a subprocess of a fresh interpreter, with the
-limits set by `resource` before the code runs, is the smallest thing that holds it.
-"""
+The process and its limits are hand-written: `multiprocessing` would fork the device worker (JAX's threads, a
+GPU context); a fresh interpreter limited by `resource` is the smallest thing that holds it."""
 
 from __future__ import annotations
 
@@ -31,12 +22,10 @@ import sys
 import time
 from types import SimpleNamespace
 
-WALL_S = 30.0  # tracing and exporting one learner's function at every case (a solution takes 1-2 s of CPU; at NICE
-# below a busy server it can wait for a CPU several times that long: the lab's own solution took over 15 s on 2 busy cores)
+WALL_S = 30.0  # to trace and export at every case (a solution: 1-2 s of CPU, far more on busy cores)
 CPU_S = 10
 ADDRESS_SPACE_EXTRA = 3 * 2**30  # bytes the process may grow by once JAX is loaded
-NICE = 10  # the process's CPU priority below the server's and the worker's (a class measured with a learner
-# pressing Check on the hostile corpus every 3 s, 6 learners on 2 shared cores: the others' p95 with it and without)
+NICE = 10  # the process's CPU priority below the server's and the worker's
 
 
 class Stopped(RuntimeError):
@@ -53,13 +42,10 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     """The serialised program of `entry` at each case: (input (shape, dtype) list, Python numbers) -> bytes.
     Raises Stopped with a sentence (a limit, or the code's own error while tracing).
 
-    `limits`: a `bounds.Limits` per case: the traced program past them is refused here, with a sentence, and
-    it is compiled for this CPU (under the same limits) before it is exported, so that a program whose compile
-    does not end, or aborts, ends this process only. `stats`: a list that receives each case's `bounds.Stats`.
-
-    `precision`: JAX's default matmul precision while tracing ("highest" for a check: on a GPU float32 products
-    otherwise run on TF32 tensor cores, whose rounding alone fails a correct function at the check's large logits
-    on the H200; None, JAX's default, for a timing, as the lab's own backends are timed)."""
+    `limits`: a `bounds.Limits` per case: a traced program past them is refused, and it is compiled for this
+    CPU before export, so a compile that never ends or aborts ends this process only. `stats`: receives each
+    case's `bounds.Stats`. `precision`: JAX's default matmul precision while tracing ("highest" for a check:
+    TF32's rounding alone fails a correct function at its large logits; None for a timing)."""
     from attnlab.yourturn import allowlist
 
     why = allowlist.refusal(source, entry)
@@ -122,9 +108,7 @@ def _cpu_s(pid: int) -> float | None:
     return t.user + t.system
 
 
-# ------------------------------------------------------------------------------------------------
-# the disposable process
-# ------------------------------------------------------------------------------------------------
+# -- the disposable process ------------------------------------------------------------------------
 class _TooLong(Exception):
     pass
 
@@ -133,10 +117,9 @@ TRACE_OVER_EQNS = 4  # operations JAX may record while tracing, over the walk's 
 
 
 def _count_operations():
-    """A counter of the operations JAX records while tracing (its trace's process_primitive, called once for each);
-    past `counter.most` tracing stops at once, where the walk after tracing would refuse the program only once it
-    was whole (a loop of 65,000 operations took 9 of the sandbox's 10 s of CPU before the walk saw it). None on a
-    JAX without that method: the walk still refuses, only later."""
+    """A counter of the operations JAX records while tracing (its trace's process_primitive): past
+    `counter.most` tracing stops at once, before the walk would see the whole program. None on a JAX without
+    that method (the walk still refuses, only later)."""
     try:
         from jax._src.interpreters import partial_eval as pe
 
@@ -164,8 +147,7 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (vm + ADDRESS_SPACE_EXTRA, vm + ADDRESS_SPACE_EXTRA))
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    # a new descriptor takes the lowest free number: with the limit at that number, none can be made (the
-    # descriptor listdir itself used is closed again by now: fstat says which are open)
+    # a new descriptor takes the lowest free number: with the limit at that number, none can be made
     listed = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
     lowest_free = next(n for n in range(listed[-1] + 2) if not _is_open(n))
     resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, lowest_free))
@@ -203,8 +185,7 @@ def main() -> None:
 
     from attnlab.yourturn import bounds
 
-    # trace, compile for this CPU and export a trivial program once, so that JAX's lowering machinery and its
-    # CPU client are loaded before the limits
+    # trace, compile and export a trivial program once: JAX's lowering and CPU client load before the limits
     trivial = jax.jit(lambda x: x + 1)
     trivial.trace(jax.ShapeDtypeStruct((1,), "float32")).lower().compile()
     jax.export.export(trivial, platforms=[platform])(jax.ShapeDtypeStruct((1,), "float32")).serialize()

@@ -5,18 +5,15 @@
     suspects.refusal(digest)  ->  None, or the sentence that refuses a program that crashed a worker before
     suspects.left_by(pid, how) ->  the programs a dead worker had in flight (its supervisor asks, then counts)
 
-While a learner's program is compiled or run, a small file names it (`<digest>.<pid>.<n>.run` in `folder()`).
-A worker that ends normally removes it; one that a native abort or the watchdog ends leaves it behind, and
-whoever sees the death first (the child's supervisor at once, or the next worker in the same place) turns it
-into `<digest>.bad`, with the words of how the worker died. A program that was alone in flight at a death is
-bad at once; one of several in flight is bad at its second such death (so a learner whose program merely ran
-beside the crashing one is not refused for it). Files, not memory: a worker that dies forgets its memory,
-and the next worker (a child process started again, a Ray actor restarted in its pod) reads the same folder.
+While a learner's program is compiled or run, a file names it (`<digest>.<pid>.<n>.run` in `folder()`). A
+worker that ends normally removes it; one a native abort or the watchdog ends leaves it, and whoever sees the
+death first (the child's supervisor, or the next worker in the same place) turns it into `<digest>.bad` with
+how the worker died. A program alone in flight at a death is bad at once; one of several at its second such
+death (a program that merely ran beside the crashing one is not refused). Files, not memory: the next worker
+(a restarted child or Ray actor) reads the same folder.
 
-The watchdog: a thread that ends the worker (SIGKILL, as a native abort would) when a learner's program has
-been in flight longer than `bound_s`: a device call cannot be stopped half way, and a worker held by one
-learner holds the class's device. Its marker stays, so the program is refused from then on.
-"""
+The watchdog ends the worker (SIGKILL) when a learner's program has been in flight longer than `bound_s`: a
+device call cannot be stopped half way, and a held worker holds the class's device. Its marker stays."""
 
 from __future__ import annotations
 
@@ -35,8 +32,7 @@ _WATCHING: list[threading.Thread] = []
 
 
 def folder(where: str | None = None) -> str:
-    """Where the markers live: `where`, else ATTNLAB_SUSPECTS_DIR (the child's supervisor sets one per app), else
-    one per user."""
+    """Markers' folder: `where`, else ATTNLAB_SUSPECTS_DIR (set per app by the supervisor), else per user."""
     path = where or os.environ.get("ATTNLAB_SUSPECTS_DIR") or os.path.join(tempfile.gettempdir(),
                                                                             f"attnlab-suspects-{os.getuid()}")
     os.makedirs(path, exist_ok=True)
@@ -75,8 +71,7 @@ def refusal(digest: str) -> str | None:
 
 def left_by(pid: int, how: str, where: str | None = None) -> tuple[list[str], str]:
     """The digests of the learner's programs the dead worker `pid` had in flight, now remembered as bad (or
-    suspect), and how it died in words (the watchdog's, when it ended the worker); ([], how) when it had none
-    (a death that no learner's program caused). `where`: the folder (default `folder()`)."""
+    suspect), and how it died in words (the watchdog's, when it ended it); ([], how) when it had none."""
     base = folder(where)
     found = [n for n in _markers(base) if n.split(".")[1] == str(pid)]
     for n in found:
