@@ -379,10 +379,12 @@ class Rehearsal:
         # whose service the fault broke: a UI replica's own learners (the others never left theirs); a device's, all
         affected = set(on_ui) if kind == "ui" else set(range(n))
         again: dict[int, float] = {}
+        first: dict[int, Visit] = {}  # each learner's first page served after the fault
         while time.monotonic() - t < limit and not affected <= set(again):
             for v in list(visits):
                 if v.start >= t and v.ok and not v.lost and v.page != "connect":
                     again.setdefault(v.session, v.end - t)
+                    first.setdefault(v.session, v)
             time.sleep(0.25)
         others = {s: x for s, x in again.items() if s not in affected}
         again = {s: x for s, x in again.items() if s in affected}
@@ -402,6 +404,10 @@ class Rehearsal:
                 "served_again_after_started_again_s": every - held if every is not None else None,
                 "device_pages_served_while_down": served_down,
                 "first_served_again_s": min(again.values(), default=None), "target_s": TARGETS[kind],
+                # the last few learners served again: when their page began and ended (s after the fault), which page
+                "last_served_again": [(s_, round(v.start - t, 1), round(v.end - t, 1), Path(v.page).stem)
+                                      for s_, v in sorted(first.items(), key=lambda kv: kv[1].end)[-5:]
+                                      if s_ in affected],
                 "sessions_lost_on_surviving_replicas": survivors_lost,
                 "readiness_failures_after": {k: v for k, v in ready_fail.items() if v},
                 "pages_that_said_lost": sum(v.lost for v in after if v.start >= t),
@@ -553,6 +559,9 @@ def summary(r: dict) -> str:
                      f"it was started again (target {f['target_s']} s), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
+        if f.get("last_served_again"):
+            lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s)"
+                                                          for s_, a, b, page in f["last_served_again"]))
         if f["fault"] == "head" and f.get("timeline"):
             lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))
     for name, p in r["pods"].items():
