@@ -6,7 +6,9 @@
 # `bash scripts/gpu_session.sh --install-only` installs them alone). The folder is named site-packages because
 # Streamlit outside one takes itself for a development checkout and refuses --server.port.
 # TransformerEngine's final.sh owns /tmp/site, Ray's install.sh /tmp/site-ray (../shared/*-on-h200/).
-# SKIP_TESTS=1: only the commands.
+# SKIP_TESTS=1: only the commands. GPU_TESTS="paths": only those tests (the whole suite took 437 s on an H100
+# before tests/test_gpu_gradients.py added 143 s: two calls, e.g. GPU_TESTS="tests/pages tests/test_gpu.py" and
+# GPU_TESTS="tests/test_gpu_gradients.py tests/test_gpu_hostile.py tests/test_gpu_service.py tests/test_gpu_yourturn.py tests/test_tokamax_backend.py").
 set -o pipefail
 WHL_SITE=/tmp/w/site-packages
 if [ -d .whl ] && [ ! -d $WHL_SITE ]; then
@@ -22,7 +24,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false ATTNLAB_WARM=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT_DIR/nvidia-smi.txt"
 start=$(date +%s)
 if [ -z "$SKIP_TESTS" ]; then
-  python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 tests 2>&1 | tee "$OUT_DIR/gpu-tests.log" | tail -25
+  python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT_DIR/gpu-tests.log" | tail -25
 fi
 echo "[$(( $(date +%s) - start )) s] GPU tests done"
 for cmd in "$@"; do
