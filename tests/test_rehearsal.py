@@ -179,3 +179,19 @@ def test_every_class_of_a_rehearsal_is_held_to_the_target_not_only_the_first():
               "pods": {}, "class": classes[0], "classes": classes}
     assert rehearse.check(report) == ["class 2: a page's p95 3.4 s on the GPU, shared shapes (target 3.0 s)"]
     assert rehearse.check({**report, "classes": classes[:1]}) == []
+
+
+def test_the_control_is_reported_but_held_to_no_target_while_a_fault_is():
+    """rehearse.check: the `shapes` control (no fault, only the new shapes) has no target, so 14 s there misses
+    nothing; the same 14 s after a device worker's kill misses its 10 s."""
+    import rehearse
+
+    def after(kind: str, s: float) -> dict:
+        return {"fault": kind, "target_s": rehearse.TARGETS.get(kind), "served_again_after_started_again_s": s,
+                "sessions_lost_on_surviving_replicas": [], "readiness_failures_after": {}}
+
+    report = {"gate": {"as_it_should": True}, "gpus": {}, "fake_gpus": True, "mode": "shared", "pods": {},
+              "class": {"errors": 0, "pages_served": 1, "pages_planned": 1, "p95_page_s": 1.0, "error_messages": []}}
+    assert rehearse.check({**report, "faults": [after(rehearse.CONTROL, 14.0)]}) == []
+    assert rehearse.check({**report, "faults": [after("worker", 14.0)]}) == [
+        "worker fault: every learner served again 14.0 s after it was started again (target 10.0 s)"]
