@@ -6,7 +6,8 @@
 # `bash scripts/gpu_session.sh --install-only` installs them alone). The folder is named site-packages because
 # Streamlit outside one takes itself for a development checkout and refuses --server.port.
 # TransformerEngine's final.sh owns /tmp/site, Ray's install.sh /tmp/site-ray (../shared/*-on-h200/).
-# SKIP_TESTS=1: only the commands. GPU_TESTS="paths": only those tests (the whole suite took 437 s on an H100
+# With .ray/image/records.json.gz carried (`python scripts/wheel_records.py fetch` here), the installed accelerator
+# stack is first compared, file for file, with the image lock's wheels. SKIP_TESTS=1: only the commands. GPU_TESTS="paths": only those tests (the whole suite took 437 s on an H100
 # before tests/test_gpu_gradients.py added 143 s: two calls, e.g. GPU_TESTS="tests/pages tests/test_gpu.py" and
 # GPU_TESTS="tests/test_gpu_gradients.py tests/test_gpu_hostile.py tests/test_gpu_service.py tests/test_gpu_yourturn.py tests/test_tokamax_backend.py").
 set -o pipefail
@@ -23,6 +24,10 @@ export PATH=/tmp/site-ray/bin:$PATH
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false ATTNLAB_WARM=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT_DIR/nvidia-smi.txt"
 start=$(date +%s)
+if [ -f .ray/image/records.json.gz ]; then  # the lock's wheels, file for file (scripts/wheel_records.py; carry .ray/image)
+  python3 scripts/wheel_records.py verify .ray/image/records.json.gz --json "$OUT_DIR/image-records.json" \
+    > "$OUT_DIR/image-records.txt" 2>&1; echo "image lock, file for file: $(tail -1 "$OUT_DIR/image-records.txt")"
+fi
 if [ -z "$SKIP_TESTS" ]; then
   python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=300 ${GPU_TESTS:-tests} 2>&1 | tee "$OUT_DIR/gpu-tests.log" | tail -25
 fi
