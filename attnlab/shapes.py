@@ -199,20 +199,27 @@ class AttentionShape:
         are ignored; missing keys keep `base`. Nothing is evaluated: integers must match ``[0-9]{1,9}``."""
         base = base or cls()
         values, problems = _parse(params)
-        if problems:
-            return None, problems
-        shape = dataclasses.replace(base, **values)
-        problems = shape.validate()
-        return (None, problems) if problems else (shape, [])
+        # the fields that parse, over `base`, checked together too: every problem of a link named at once
+        together = _good(base, values, problems).validate()
+        problems += [p for p in together if p not in problems]
+        return (None, problems) if problems else (dataclasses.replace(base, **values), [])
+
+    @classmethod
+    def kept(cls, params: Mapping[str, object], base: AttentionShape | None = None) -> AttentionShape:
+        """A link's values that are valid on their own, over `base` (the defaults): not yet checked together."""
+        return _good(base or cls(), *_parse(params))
 
     @classmethod
     def salvage(cls, params: Mapping[str, object], base: AttentionShape | None = None) -> AttentionShape:
         """A bad link's good values over the defaults (the defaults alone if invalid): the sidebar's shape."""
-        base = base or cls()
-        values, problems = _parse(params)
-        bad = {name for name in values for p in problems if p.startswith(f"{name} ")}
-        shape = dataclasses.replace(base, **{k: v for k, v in values.items() if k not in bad})
-        return base if shape.validate() else shape
+        shape = cls.kept(params, base)
+        return (base or cls()) if shape.validate() else shape
+
+
+def _good(base: AttentionShape, values: dict[str, Any], problems: list[str]) -> AttentionShape:
+    """`base` with the parsed values that no problem names (each checked on its own, not yet together)."""
+    bad = {name for name in values for p in problems if p.startswith(f"{name} ")}
+    return dataclasses.replace(base, **{k: v for k, v in values.items() if k not in bad})
 
 
 def _parse(params: Mapping[str, object]) -> tuple[dict[str, Any], list[str]]:

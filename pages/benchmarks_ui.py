@@ -24,7 +24,8 @@ HERE = {"compile": _text("compile", width="medium", help="the first call's trace
         "wall_spread_pct": _num("wall spread (% of median)", format="%.0f %%"),
         "timing_note": _text("timing note", width="medium")}
 FIDELITY = {"shape": _text("shape"), "implementation": _text("implementation"),
-            "harness_over_bare": _num("harness ÷ bare loop (×)", format="%.3f"),
+            "harness_over_bare": _num("harness ÷ bare loop, TFLOP/s (×)", format="%.3f",
+                                       help="the harness's TFLOP/s over the bare loop's (both throughput): above 1, the harness is faster"),
             "harness_tflops": _num("harness TFLOP/s (throughput)", format="%.1f"),
             "bare_tflops": _num("bare loop TFLOP/s", format="%.1f"),
             "harness_device_tflops": _num("harness TFLOP/s (device time)", format="%.1f"),
@@ -237,7 +238,10 @@ def long_context() -> None:
         st.markdown(f"**One kernel, {len(same)} figures**: cuDNN's forward pass at {clocks.ANCHOR} in every shipped "
                     "table, with how each was timed and the GPU's clock state")
         tables.text_table(same)
-        st.caption("Device time counts only the GPU's kernels; throughput time also counts the gaps between calls. "
+        st.caption("Device time counts only the GPU's kernels; throughput time also counts the gaps between calls. At "
+                   "this shape the gaps are microseconds against milliseconds of kernel, and the two are read in "
+                   "passes of their own (CUPTI's profiled calls first, then the timed loop), so either can come out "
+                   "higher: the clock of its pass decides. "
                    "The H200 lowers its clock under sustained load, and kernel time follows it: page 9 reads the "
                    "clock and times both states; the other tables were timed warm (after a 0.2 s warm-up, clock not "
                    "read), each in its own run, so their figures fall where that run's clock was.")

@@ -88,6 +88,10 @@ def traffic(shape: AttentionShape, found) -> None:
             if df is not None:
                 fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
                                       "compiled scratch (log)")  # lines on top of each other are named
+                st.caption("flash_jax's tile is min(512, T) × min(512, S): up to T = S = 512 one tile is the whole "
+                           "score matrix, so flash_jax holds what naive holds plus its loop's blocked copies of Q, K "
+                           "and V and its running output, and its scratch is the larger. Past 512 only the number of "
+                           "tiles grows, while naive's scores grow as T × S.")
                 sections.not_run(df)
     kernel_ui.ncu_block(found)
 

@@ -79,8 +79,9 @@ def none_is_xla(shape: AttentionShape, names=PROGRAMS) -> pd.DataFrame:
                 "not pick.")
     else:
         st.info(f"`implementation=\"cudnn\"` cannot compile here: {cudnn['reason']}. On an NVIDIA GPU it compiles "
-                "to one custom call (`__cudnn$fmha…`), and None still compiles to XLA's fusions: the shipped H200 "
-                "measurements below show both.")
+                "to one custom call (`__cudnn$fmha…`), while None still compiles to XLA's fusions: on the H200, None's "
+                "kernels were XLA's matmul fusions and softmax (page 7's shipped H200 table names them), and the "
+                "shipped measurements below set cuDNN's kernel beside XLA's (`implementation=\"xla\"`).")
     return df
 
 
@@ -115,8 +116,8 @@ def memory_chart(df: pd.DataFrame, y: str, title: str, y_title: str) -> None:
         return
     charts.draw(st, memory_lines, ok, y, title, y_title, width="stretch")
     for a, b, rel in memory.overlaps(ok, y):
-        pct = "less than 0.01 %" if rel < 1e-4 else f"{rel * 100:.2g} %"
-        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ by at most {pct} at any T; "
+        by = "by less than 0.01 %" if rel < 1e-4 else f"by at most {rel * 100:.2g} %"
+        st.caption(f"**{a}** and **{b}** lie on top of each other (they differ {by} at any T; "
                    "dashes and markers tell them apart).")
 
 

@@ -10,7 +10,7 @@ import streamlit as st
 CODELAB = [
     ("How attention works", "pages/p1_attention.py", "the four stages on a tiny example"),
     ("Setup: is the default backend a GPU?", "pages/p2_gpu_check.py", "*This machine*"),
-    ("Build Q, K, V test arrays", "pages/p3_qkv.py", "*Q, K and V on the device* (made as the page opens; a button at large shapes)"),
+    ("Build Q, K, V test arrays", "pages/p3_qkv.py", "*Where the arrays live* (made as the page opens; at large shapes, button **Make Q, K and V … on the device**)"),
     ("Naive attention", "pages/p4_naive_vs_fused.py",
      "*Same answer?* (run as the page opens; a button at large shapes); ✍️ write it yourself at the end"),
     ("JAX native SDPA (`implementation=None`)", "pages/p4_naive_vs_fused.py", "*What does `implementation=None` run?*"),
@@ -26,7 +26,7 @@ CODELAB = [
      "*Same output, fewer KV heads* (run as the page opens; a button at large shapes), then "
      "button **Time the … variants' forward pass**"),
     ("TransformerEngine attention", "pages/p9_te_fp8.py",
-     "*TE's DotProductAttention vs SDPA*, button **Run the TE sweep**"),
+     "*TE's DotProductAttention vs SDPA*, button **Run the TE sweep** (on a GPU with TE; elsewhere the H200's sweep)"),
     ("FP8 precision with TransformerEngine", "pages/p9_te_fp8.py", "*FP8, told truthfully*, tab *(a) autocast around attention*"),
 ]
 BEYOND = [  # not in the codelab: what the lab adds

@@ -209,7 +209,7 @@ def mask_sweep_block(found: LadderRun | None) -> None:
             tables.table(bad[["mask", "implementation", "status", "reason"]])
     else:
         st.info(NOT_MEASURED)
-    with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
+    with st.expander("Expected on an H200 (reference figures to compare with, not measured by this lab)"):
         masks = [m for m, _ in ladder.masks(ladder.ANCHOR)]
         st.dataframe(pd.DataFrame({n: ms for n, ms in ladder.EXPECTED_MASKS_MS.items()}, index=masks),
                      width="stretch", placeholder=tables.MISSING)
@@ -247,7 +247,7 @@ def ladder_block(found: LadderRun | None) -> None:
                 tables.text_table(part[part["status"] != "ok"][["label", "causal", "pass", "status", "reason"]])
                 sections.memory_note(part[part["status"] != "ok"])
         roofline_ui.block(found)
-    with st.expander("Expected on an H200 (anchor, not a measurement shipped with this file)"):
+    with st.expander("Expected on an H200 (reference figures to compare with, not measured by this lab)"):
         st.dataframe(pd.DataFrame([{"implementation": n, "TFLOP/s not causal": a, "TFLOP/s causal": b}
                                    for n, (a, b) in ladder.EXPECTED_H200.items()]), hide_index=True, placeholder=tables.MISSING)
         st.caption("At B4 T8192 N16 H128 bf16, as the lab's authors measured it. Plain-JAX flash: ~69 TFLOP/s at "

@@ -77,4 +77,4 @@ def memory_sections(shape, info) -> None:
         fused_ui.not_run(bwd)
         if (bwd["status"] == runs.OOM).any():
             st.caption("Out of memory on the H200: naive's backward holds the (B, N, T, S) weights kept from the "
-                       "forward pass and their gradient, several float32 T × S matrices at once (the H200's own words).")
+                       "forward pass and their gradient, several float32 T × S matrices at once (XLA's own message is in the table above).")

@@ -59,7 +59,8 @@ if sections.on_demand("p3_placement", f"Make Q, K and V ({tables.fmt_bytes(shape
                        f"{'equal to' if live == shape.input_bytes() else 'NOT equal to'} the table's sum.")
 if info.backend != "gpu":
     st.info("JAX is on its CPU backend here, so the arrays are in host memory. On a GPU the same code puts "
-            "them in the GPU's memory (HBM), and `devices()` shows `cuda:0`.")
+            "them in the GPU's memory (HBM): the table's devices() column then reads `cuda:0`, and "
+            "`print(q.devices())` prints the set `{CudaDevice(id=0)}`.")
 codeblock.code(
     "import jax\nimport jax.numpy as jnp\n\n"
     f"q = jax.random.normal(jax.random.key(0), {shape.q_shape()}, dtype=jnp.{shape.dtype})   # BTNH\n"

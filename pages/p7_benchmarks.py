@@ -24,14 +24,16 @@ dispatch = common.cached(timing_demo.dispatch_demo)
 
 if here.open:
     with here:
-        st.header(f"Every implementation at {shape.describe()}")
+        codelab = list(opening.p7_timed(common.runnable(shape, opening.P7_TIMED)))  # timed without asking
+        every = st.session_state.get("p7_every", False)  # the toggle below: the header says what the table holds
+        timed = common.runnable(shape) if every else codelab
+        which = "Every implementation" if every else "The codelab's implementations"
+        st.header(f"{which} at {shape.describe()}")
         st.caption("**What to look at:** wall against throughput (how much is Python's dispatch), the spread (how far "
                    "to trust a difference), and TFLOP/s. The notes under the table say what each oddity means.")
-        codelab = list(opening.p7_timed(common.runnable(shape, opening.P7_TIMED)))  # timed without asking
-        every = st.toggle("every implementation that runs here", key="p7_every",
-                          help="The codelab's three are timed as soon as the page opens (small shapes); the others on the "
-                               "button.")
-        timed = common.runnable(shape) if every else codelab
+        st.toggle("every implementation that runs here", key="p7_every",
+                  help="The codelab's (those of naive, sdpa_xla and sdpa_cudnn that run here) are timed as soon as the "
+                       "page opens (small shapes); the others on the button.")
         if sections.on_demand("p7_here", f"Time {len(timed)} implementations at this shape", (shape, tuple(timed)),
                               auto=sections.small(shape) and not every, timing=((shape,), len(timed))):
             with waiting.fresh():

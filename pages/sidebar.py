@@ -158,9 +158,11 @@ def bad_link(url: dict[str, str], problems: list[str]) -> None:
     for p in problems:
         st.error(f"From the link: {literal(p)}")
     shown = AttentionShape.salvage(url)
-    st.info(f"The sidebar shows **{shown.describe()}**: the link's values that are valid on their own and the "
-            "codelab's default for each one that is not. Nothing is computed until you use it, change a value "
-            "or press Reset.")
+    st.info(f"The sidebar shows **{shown.describe()}**: "
+            + ("the codelab's default shape, since the link's values that are valid on their own do not fit together. "
+               if AttentionShape.kept(url).validate() else
+               "the link's values that are valid on their own and the codelab's default for each one that is not. ")
+            + "Nothing is computed until you use it, change a value or press Reset.")
     st.button(f"Use {shown.describe()}", key="shape_use_shown", on_click=_widgets_changed)
 
 

@@ -38,9 +38,11 @@ def scale_chart(effect: pd.DataFrame, y: str, seq_len: int) -> alt.Chart:
     tooltip = encodings.tips("head_dim", "scaling", alt.Tooltip("max_weight:Q", format=".3f"),
                           alt.Tooltip("entropy:Q", format=".3f"))
     if y == "max_weight":
-        return alt.Chart(effect, title="largest weight per row (mean over rows)").mark_line(point=True).encode(
+        return alt.Chart(effect, title=alt.Title("largest weight per row", subtitle="mean over rows", anchor="start")
+                         ).mark_line(point=True).encode(
             x=x, y=alt.Y("max_weight:Q", title="max weight", scale=alt.Scale(domain=[0, 1])), color=color, tooltip=tooltip)
-    entropy = alt.Chart(effect, title=f"row entropy (nats); dashed: a uniform row, log {seq_len}").mark_line(
+    title = alt.Title("row entropy (nats)", subtitle=f"dashed: a uniform row, log {seq_len}", anchor="start")
+    entropy = alt.Chart(effect, title=title).mark_line(
         point=True).encode(x=x, y=alt.Y("entropy:Q", title="entropy"), color=color, tooltip=tooltip)
     uniform = alt.Chart(effect.drop_duplicates("uniform_entropy")).mark_rule(strokeDash=[4, 4]).encode(
         y="uniform_entropy:Q")

@@ -260,7 +260,7 @@ def test_a_sequence_sweep_on_the_benchmarks_page_draws_a_table_and_a_chart(tab, 
     open_page(page, base_url, "benchmarks", "7 · Benchmarks", "q_len=32&kv_len=32&batch=1&heads=1&kv_heads=1",
               timeout_ms=180_000)
     main = page.locator(MAIN)
-    main.get_by_role("heading", name=re.compile(r"^Every implementation at B1 T32 S32 N1 K1")).wait_for()
+    main.get_by_role("heading", name=re.compile(r"^The codelab.s implementations at B1 T32 S32 N1 K1")).wait_for()
     # at a shape this small the tab "At your shape" times the codelab's implementations on load, to the end: no
     # button left to press, no failure, and the table's download (drawn only once the timings are in)
     assert main.get_by_role("button", name=re.compile(r"^Time \d+ implementations at this shape")).count() == 0

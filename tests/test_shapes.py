@@ -127,3 +127,14 @@ def test_every_bad_field_of_a_link_is_named_at_once_and_salvage_keeps_the_good_o
     assert shape is None and [p.split()[0] for p in problems] == ["batch", "q_len", "kv_len", "head_dim"]
     assert AttentionShape.salvage(params).describe() == "B4 T128 S128 N16 K4 H64 float32"
     assert AttentionShape.salvage({"heads": "3"}) == AttentionShape()  # 3 heads and 8 kv_heads: the defaults
+
+
+def test_a_links_bad_field_and_a_pair_that_does_not_fit_are_named_together():
+    """q_len=0 is wrong on its own and kv_heads=3 against heads=8 only together: one look at the link names both."""
+    params = {"heads": "8", "kv_heads": "3", "q_len": "0"}
+    shape, problems = AttentionShape.from_query_params(params)
+    assert shape is None and len(problems) == 2
+    assert problems[0].startswith("q_len ") and "kv_heads" in problems[1] and "(3)" in problems[1]
+    assert AttentionShape.salvage(params) == AttentionShape()  # the pair cannot be kept: the defaults
+    assert AttentionShape.from_query_params({"q_len": "0"})[1] == ["q_len must be a positive whole number (got 0)."]
+    assert AttentionShape.kept(params).validate() and not AttentionShape.kept({"q_len": "0"}).validate()

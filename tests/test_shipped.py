@@ -51,7 +51,7 @@ def test_every_shipped_refusal_reads_one_budget_rule_with_the_gpus_memory():
     refused = [r for r in rows if r["status"] == "over the memory budget"]
     assert len(refused) >= 20
     rules = {r["reason"].split(", over ")[1] for r in refused}
-    assert rules == {"the lab's budget on this GPU, 83.88 GiB: 80 % of the 104.85 GiB JAX's allocator may use of "
+    assert rules == {"the lab's budget on the H200 of that run, 83.88 GiB: 80 % of the 104.85 GiB JAX's allocator may use of "
                      "the H200's 141 GB"}
     at = {(r["implementation"], r["pass"]): r["reason"].split(" of GPU")[0] for r in refused
           if r["shape"] == "B4 T16384 S16384 N16 K16 H128 bfloat16"}

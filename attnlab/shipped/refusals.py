@@ -31,7 +31,7 @@ def budget(environment: dict) -> tuple[int, str] | None:
     gpu = environment.get("device", "the GPU").replace("NVIDIA ", "")
     has = f" of the {gpu}'s {peak.memory_gb:g} GB" if peak and peak.memory_gb else f" of the {gpu}"
     cap = int(limit * BUDGET_SHARE)
-    return cap, (f"the lab's budget on this GPU, {format_bytes(cap)}: {BUDGET_SHARE * 100:.0f} % of the "
+    return cap, (f"the lab's budget on the {gpu} of that run, {format_bytes(cap)}: {BUDGET_SHARE * 100:.0f} % of the "
                  f"{format_bytes(limit)} JAX's allocator may use{has}")
 
 

@@ -125,6 +125,11 @@ class AutocastStudy:
     def same_kernels(self) -> bool:
         return list(self.bf16_kernels) == list(self.autocast_kernels)
 
+    @property
+    def device_timed(self) -> bool:
+        """The times are CUPTI's device times: kernel names come only from CUPTI, with the times."""
+        return bool(self.bf16_kernels and self.autocast_kernels)
+
     @classmethod
     def from_json(cls, d: Mapping) -> AutocastStudy:
         names = {f.name for f in dataclasses.fields(cls)}

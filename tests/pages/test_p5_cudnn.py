@@ -87,7 +87,7 @@ def test_the_shipped_row_explains_why_cudnn_wins_in_device_time_but_not_in_wall_
     # one kernel in words, not "1 kernel(s)"; each wall time named by its implementation
     assert "cuDNN's one kernel took" in said and "kernel(s)" not in said
     assert re.search(r"wall time \(cuDNN 0\.\d{3} ms, XLA 0\.\d{3} ms\)", said)
-    assert "TFLOP/s in this table is" in texts(at, "caption")
+    assert "device TFLOP/s is the same FLOPs over device time" in texts(at, "caption")
     # at another shape in the URL the sentence still names the table's shape, not the learner's (issue 42)
     other = texts(open_page(PAGE, {"q_len": "512", "kv_len": "512", "dtype": "bfloat16", "causal": "true"}), "info")
     assert "At the codelab's shape (B4 T128" in other and "not necessarily yours" in other

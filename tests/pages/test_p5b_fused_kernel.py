@@ -114,7 +114,7 @@ def test_absent_ladder_is_explained(no_ladder):
     at = open_page(PAGE, tab=LADDER)
     assert "Not measured yet: run `python -m attnlab ladder" in texts(at, "info")
     assert "Roofline" not in "".join(charts(at))
-    assert "Expected on an H200 (anchor" in " ".join(e.label for e in at.expander)
+    assert "Expected on an H200 (reference figures" in " ".join(e.label for e in at.expander)
     assert "the model above is all there is" in texts(open_page(PAGE, tab=TRAFFIC), "info")
 
 

@@ -274,7 +274,7 @@ def test_fidelity_columns_have_labels_with_units(with_shipped):
         if "harness_over_bare" in d.value.columns:
             config = json.loads(d.proto.columns)
             assert set(d.value.columns) <= set(config)
-            assert config["harness_over_bare"]["label"] == "harness ÷ bare loop (×)"
+            assert config["harness_over_bare"]["label"] == "harness ÷ bare loop, TFLOP/s (×)"
 
 
 def test_memory_refusals_and_out_of_memory_are_told_apart_under_the_shipped_tables():

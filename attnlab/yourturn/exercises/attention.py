@@ -97,7 +97,8 @@ def _qkv(B, T, S, N, K, H, dtype="float32"):
 
 ATTENTION = Exercise(
     name="attention", page="pages/p4_naive_vs_fused.py", title="attention from scratch",
-    task="Write scaled dot-product attention with `jnp` and `jax.nn` only: `q` is (B, T, N, H), `k` and `v` are "
+    task="Write scaled dot-product attention with `jnp` and `jax.nn` only (not `jax.nn.dot_product_attention`: "
+         "the point is to write what it computes): `q` is (B, T, N, H), `k` and `v` are "
          "(B, S, N, H); return (B, T, N, H). The lab checks it against float64 at a few shapes (T ≠ S among "
          "them), names a usual mistake when it sees one, and times a passing function at your shape.",
     entry="attention", skeleton=ATTENTION_SKELETON, solution=ATTENTION_SOLUTION,
