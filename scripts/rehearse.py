@@ -559,10 +559,11 @@ def summary(r: dict) -> str:
                      f"errors {sum(x['errors'] for x in r['classes'])}")
     for f in r["faults"]:
         settled = f.get("settled_before_s")
+        aim = "no target: the control" if f["target_s"] is None else f"target {f['target_s']} s"
         lines.append(f"fault {f['fault']:6s} ({f['what']}; class settled {'never' if settled is None else f'{settled:.0f} s'} "
                      f"before it): every learner served again after "
                      f"{_s(f['every_learner_served_again_s'])} s, {_s(f['served_again_after_started_again_s'])} s after "
-                     f"it was started again (target {_s(f['target_s'])} s), {f['learners_served_again']}/"
+                     f"it was started again ({aim}), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
         if f.get("last_served_again"):
@@ -570,6 +571,11 @@ def summary(r: dict) -> str:
                                                           for s_, a, b, page in f["last_served_again"]))
         if f["fault"] == "head" and f.get("timeline"):
             lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))
+    control = [f["every_learner_served_again_s"] for f in r["faults"] if f["fault"] == CONTROL]
+    killed = [f["every_learner_served_again_s"] for f in r["faults"] if f["fault"] == "worker"]
+    if control and killed and None not in control + killed:
+        lines.append(f"the device worker's restart, less the control's new shapes (medians): "
+                     f"{statistics.median(killed) - statistics.median(control):+.1f} s")
     for name, p in r["pods"].items():
         first = p.get("ready_after_s")
         lines.append(f"pod {name}: ready after {'never' if first is None else f'{first:.1f} s'}, restarts {p['restarts']}, "
