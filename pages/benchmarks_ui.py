@@ -50,6 +50,8 @@ def _shape_scale(df: pd.DataFrame) -> alt.Shape:
 def bars(df: pd.DataFrame, what: str = "") -> None:
     """Wall, throughput and TFLOP/s side by side, one colour per implementation (and a row per dtype if several)."""
     ok = df[df["status"] == runs.OK]
+    if ok.empty:  # nothing ran (a busy GPU, say): the table's rows say why; no empty charts
+        return
     y = "implementation" if ok["dtype"].nunique() == 1 else "run"
     ok = ok.assign(run=ok["implementation"] + " · " + ok["dtype"])
     cols = [c for c in ("wall_ms", "throughput_ms", "device_ms") if ok[c].notna().any()]
