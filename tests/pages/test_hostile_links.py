@@ -126,7 +126,6 @@ BUSY_ON_LOAD = {"pages/p3_qkv.py", "pages/p4_naive_vs_fused.py", "pages/p6_causa
 
 
 @pytest.mark.parametrize("page", PAGES)
-@pytest.mark.filterwarnings("error:I don't know how to infer vegalite type")  # a chart drawn over no rows
 def test_a_full_queue_is_a_message_on_every_page_tab_and_button(page, full_queue):
     def said_on(at):  # the page's words and its tables' rows (a busy run is a row with its reason)
         return texts(at) + " ".join(f.to_string() for f in frames(at))
