@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from attnlab.math import flash
+from attnlab.measure import runs
 from attnlab.shapes import AttentionShape
 from attnlab.studies import memory
 from pages import (
@@ -88,12 +89,22 @@ def traffic(shape: AttentionShape, found) -> None:
             if df is not None:
                 fused_ui.memory_chart(df, "temp_bytes", f"compiled scratch (temp) bytes, {shape.describe()}, T = S varied",
                                       "compiled scratch (log)")  # lines on top of each other are named
-                st.caption("flash_jax's tile is min(512, T) × min(512, S): up to T = S = 512 one tile is the whole "
-                           "score matrix, so flash_jax holds what naive holds plus its loop's blocked copies of Q, K "
-                           "and V and its running output, and its scratch is the larger. Past 512 only the number of "
-                           "tiles grows, while naive's scores grow as T × S.")
+                st.caption(tile_note(df))
                 sections.not_run(df)
     kernel_ui.ncu_block(found)
+
+
+def tile_note(df: pd.DataFrame) -> str:
+    """Why flash_jax's compiled scratch can be above naive's at short lengths, naming the lengths where it is."""
+    ok = df[df["status"] == runs.OK]
+    by = {n: dict(zip(g["q_len"], g["temp_bytes"], strict=True)) for n, g in ok.groupby("implementation")}
+    flash_, naive = by.get("flash_jax", {}), by.get("naive", {})
+    above = [t for t in sorted(flash_) if t in naive and flash_[t] > naive[t]]
+    return ("flash_jax's tile is min(512, T) × min(512, S): up to T = S = 512 one tile is the whole score matrix, so "
+            "flash_jax saves nothing there: it keeps a whole score matrix as naive does, plus its loop's own state (the "
+            "blocked inputs it walks, its running output)" +
+            (f", and here its scratch is the larger at T = {', '.join(f'{t:,}' for t in above)}" if above
+                         else "") + ". Past 512 only the number of tiles grows, while naive's scores grow as T × S.")
 
 
 def backward(shape: AttentionShape) -> None:

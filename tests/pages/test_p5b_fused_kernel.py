@@ -247,3 +247,14 @@ def test_the_last_compiled_memory_chart_is_gone_while_the_device_is_asked_again(
     assert not at.exception
     assert during and all("compiled scratch (temp) bytes" not in seen for seen in during)
     assert "compiled scratch (temp) bytes" in screen.text()  # and drawn again when it comes
+
+
+def test_the_tile_note_names_only_the_lengths_where_flash_compiled_more_scratch_than_naive():
+    import pandas as pd
+
+    from pages import flash_ui
+
+    df = pd.DataFrame({"implementation": ["naive", "flash_jax"] * 3, "q_len": [128, 128, 256, 256, 512, 512],
+                       "temp_bytes": [1, 2, 4, 4, 20, 16], "status": ["ok"] * 6})
+    assert "the larger at T = 128." in flash_ui.tile_note(df)
+    assert "the larger" not in flash_ui.tile_note(df[df["q_len"] > 128])
