@@ -12,7 +12,7 @@
 # IAP_CLIENT_ID / IAP_CLIENT_SECRET: your own OAuth client for IAP (learners outside your organisation, or a
 #   project without one). BUDGET=0: no budget alert (on by default). GPUS_OFF_AT: when the GPUs go back to 0
 #   each night (cron; default "0 22 * * *") in GPUS_OFF_TZ (a time zone name such as America/Chicago; default
-#   this machine's own zone, Etc/UTC where it has none, as in Cloud Shell).
+#   this machine's own zone; where it is UTC, as in Cloud Shell, the region's: region_tz).
 # Re-running is safe: each step picks up where things are; a new TAG recreates the Ray cluster's pods.
 # An hour's workshop instead (NOT FOR A CLASS): PROJECT_ID=... bash deploy/setup.sh --quick (see below).
 # Portable: bash 3.2 (macOS's own) or newer, GNU or BSD tools; Cloud Shell has everything it needs.
@@ -97,6 +97,32 @@ local_tz() {
   tz=$(readlink /etc/localtime 2>/dev/null || true)
   case "$tz" in */zoneinfo/?*) echo "${tz#*/zoneinfo/}" && return ;; esac
   echo Etc/UTC
+}
+
+# A time zone for a Google Cloud region (its city's), or nothing for a region not listed: where the machine running
+# setup.sh says UTC (Cloud Shell does), the class is more likely near its GPUs than on UTC, and 22:00 UTC is the
+# afternoon in the Americas
+region_tz() {
+  case "$1" in
+    us-central1 | us-south1) echo America/Chicago ;;
+    us-east1 | us-east4 | us-east5) echo America/New_York ;;
+    us-west1 | us-west2 | us-west4) echo America/Los_Angeles ;;
+    us-west3) echo America/Denver ;;
+    northamerica-northeast1 | northamerica-northeast2) echo America/Toronto ;;
+    southamerica-east1) echo America/Sao_Paulo ;;
+    europe-west1) echo Europe/Brussels ;;
+    europe-west2) echo Europe/London ;;
+    europe-west3) echo Europe/Berlin ;;
+    europe-west4) echo Europe/Amsterdam ;;
+    europe-west9) echo Europe/Paris ;;
+    europe-north1) echo Europe/Helsinki ;;
+    asia-east1) echo Asia/Taipei ;;
+    asia-northeast1) echo Asia/Tokyo ;;
+    asia-northeast3) echo Asia/Seoul ;;
+    asia-south1) echo Asia/Kolkata ;;
+    asia-southeast1) echo Asia/Singapore ;;
+    australia-southeast1) echo Australia/Sydney ;;
+  esac
 }
 
 # The IPv4 addresses a name resolves to, with what this machine has (macOS has no getent).
@@ -221,7 +247,8 @@ TAG=${TAG:-v1}
 DOOR=${DOOR:-iap}
 GPUS=${GPUS:-1}
 GPUS_OFF_AT=${GPUS_OFF_AT:-0 22 * * *}  # the nightly CronJob that sets the GPU workers to 0 ...
-GPUS_OFF_TZ=${GPUS_OFF_TZ:-$(local_tz)}  # ... at that time in this zone
+GPUS_OFF_TZ_SET=${GPUS_OFF_TZ:-}  # the instructor's own choice, kept even where it is UTC
+GPUS_OFF_TZ=${GPUS_OFF_TZ:-$(local_tz)}  # ... at that time in this zone (UTC: the region's, below)
 TF=(terraform -chdir=deploy/terraform)
 
 TFVARS=deploy/terraform/terraform.tfvars
@@ -235,6 +262,14 @@ step "0/5 Preflight: the APIs on, your roles, the GPU quota, the budget, the doo
 P=$(tfvar project_id)
 R=$(tfvar region)
 R=${R:-us-central1}
+case "$GPUS_OFF_TZ" in
+  UTC | Etc/UTC | Etc/GMT | GMT | Etc/Universal | Universal | Zulu | Etc/Zulu)
+    if [ -z "${GPUS_OFF_TZ_SET:-}" ] && [ -n "$(region_tz "$R")" ]; then
+      GPUS_OFF_TZ=$(region_tz "$R")
+      echo "NOTE: this machine is on UTC (Cloud Shell is); the nightly GPU stop runs at '$GPUS_OFF_AT' in $GPUS_OFF_TZ," \
+        "the zone of region $R. Set GPUS_OFF_TZ (e.g. America/Chicago, or Etc/UTC) to choose." >&2
+    fi ;;
+esac
 GPU=$(tfvar gpu)
 GPU=${GPU:-l4}
 # the codelab's order: services first, so Terraform's first calls (IAM, Resource Manager) do not race them,
@@ -385,7 +420,9 @@ if [ -n "$RUNNING" ] && [ "$RUNNING" != "$IMAGE_NAME:$TAG" ]; then
   kubectl -n attnlab delete raycluster attnlab --wait=true --timeout=10m
 fi
 kubectl apply -k deploy/k8s-local
-kubectl -n attnlab wait raycluster/attnlab --for=jsonpath='{.status.state}'=ready --timeout=30m || {
+# readyWorkerReplicas, not .status.state: KubeRay sets `ready` once and never takes it back, so after the nightly
+# scale-down (or on a re-run) the state is already `ready` while no GPU pod exists yet
+kubectl -n attnlab wait raycluster/attnlab --for=jsonpath='{.status.readyWorkerReplicas}'="$GPUS" --timeout=30m || {
   kubectl -n attnlab logs -l ray.io/group=gpu -c gpu-check --tail=30 || true
   exit 1
 }

@@ -1424,6 +1424,10 @@ def test_setup_waits_for_dns_without_getent(tmp_path, answer, waits):
 
 @pytest.mark.parametrize(("env", "zone"), [({"GPUS_OFF_TZ": "America/Chicago"}, "America/Chicago"),
                                            ({"TZ": "Europe/Berlin"}, "Europe/Berlin"),
+                                           # a machine on UTC (Cloud Shell): the region's zone (the tfvars' us-central1)
+                                           ({"TZ": "Etc/UTC"}, "America/Chicago"),
+                                           ({"TZ": "UTC"}, "America/Chicago"),
+                                           ({"GPUS_OFF_TZ": "Etc/UTC"}, "Etc/UTC"),  # asked for: kept
                                            ({}, None)])
 def test_the_nightly_scale_down_runs_in_the_instructors_time_zone(tmp_path, env, zone):
     zoneinfo = pytest.importorskip("zoneinfo")

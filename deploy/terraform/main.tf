@@ -312,7 +312,7 @@ resource "google_container_node_pool" "system" {
   }
 }
 
-# The UI pods (Streamlit, JAX on the CPU) and the Ray head: CPU nodes, a replica per 20 learners or so.
+# The UI pods (Streamlit, JAX on the CPU) and the Ray head: CPU nodes, a 1-CPU replica per 5 learners or so.
 resource "google_container_node_pool" "ui" {
   name       = "ui-pool"
   cluster    = google_container_cluster.attnlab.id

@@ -73,7 +73,7 @@ variable "monthly_budget_usd" {
 }
 
 variable "ui_nodes" {
-  description = "CPU nodes (e2-standard-8) for the UI pods and the Ray head: one serves about three UI replicas, 60 learners"
+  description = "CPU nodes (e2-standard-8) for the UI pods and the Ray head: one holds the head and six 1-CPU UI replicas, about 30 learners (deploy/README.md, section 5)"
   type        = number
   default     = 1
 }
