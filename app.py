@@ -100,16 +100,31 @@ def _warm(url: str, paths: list[str]) -> None:
     def visit(pause, log) -> None:  # the instructor's class shapes, every page opened here as a learner's tab would
         opening.visit_class_shapes(url, paths, pause=pause, log=log)
 
-    try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
-        opening.warm_up(call=service.call, log=lambda line: print(line, flush=True), visit=visit)
-    except Exception as e:  # only a warm-up: the pages compute what they need themselves
-        print(f"{warm.STOPPED}: {type(e).__name__}: {e}", flush=True)
+    def warm_up() -> None:
+        try:  # a shape at a time, each to the worker that owns it, only while no learner's page runs here
+            opening.warm_up(call=service.call, log=lambda line: print(line, flush=True), visit=visit)
+        except Exception as e:  # only a warm-up: the pages compute what they need themselves
+            print(f"{warm.STOPPED}: {type(e).__name__}: {e}", flush=True)
+
+    def workers() -> set[tuple[str, int]]:
+        try:
+            return {(w.name, w.pid) for w in service.workers()}
+        except Exception:  # Ray out of reach: no worker answers
+            return set()
+
+    # and again for each device worker this process has not warmed, after REWARM_QUIET_S with no page run here
+    opening.keep_warm(warm_up, workers, lambda: activity.wait_for_quiet(REWARM_QUIET_S),
+                      log=lambda line: print(line, flush=True))
+
+
+REWARM_QUIET_S = 60.0  # before warming a new device worker: a minute with no learner's page on this server
 
 
 @st.cache_resource(show_spinner=False)
 def warm_once(paths: tuple[str, ...]) -> threading.Thread:
     """Once per server process: the device worker compiles the codelab's shape for every backend, and the class's
-    shapes are opened on every page of `paths` (opening.warm_up)."""
+    shapes are opened on every page of `paths` (opening.warm_up); then again for each device worker that answers
+    later and was not warmed (opening.keep_warm)."""
     url = f"http://127.0.0.1:{st.get_option('server.port')}/{st.get_option('server.baseUrlPath').strip('/')}"
     t = threading.Thread(target=_warm, args=(url, list(paths)), name="attnlab-warm", daemon=True)
     t.start()

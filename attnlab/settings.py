@@ -25,7 +25,8 @@ them for a test.
                               (attnlab/measure/cost.py) is longer is refused before it starts
     ATTNLAB_CHECKS_PER_MINUTE Check presses one browser session may make in any 60 s
                               (attnlab/yourturn/pace.py; default 10; 0: no limit)
-    ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page
+    ATTNLAB_WARM              1 (default): compile the codelab's shape and the presets after the first page, and
+                              again for each device worker that answers later (pages/opening.py keep_warm)
     ATTNLAB_CLASS_SHAPES      the shapes the class will use, as the lab's links' queries separated by spaces
                               ("batch=1&heads=1&kv_heads=1 q_len=64&kv_len=64"): the warm-up opens every page
                               at each (pages/opening.py), so the class finds them computed; unset: none

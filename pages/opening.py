@@ -105,6 +105,24 @@ def warm_up(call=None, pause=activity.wait_for_quiet, log=print, visit=None) -> 
     return seconds
 
 
+def keep_warm(warm_up, workers, quiet, look_s: float = 30.0, stop=lambda: False, log=print) -> None:
+    """`warm_up()` now, then again whenever a device worker answers that this process has not warmed (`workers()`: the
+    set of (name, pid) answering now): the morning's new GPU workers after the nightly stop, a GPU added, one started
+    again after a crash. Each time after `quiet()` (app.py: a minute with no learner's page here), so a class is
+    never warmed into. A UI process otherwise warms once in its life, after its first page."""
+    warm_up()
+    warmed = workers()
+    while not stop():
+        time.sleep(look_s)
+        new = workers() - warmed
+        if new:
+            quiet()
+            log(f"attnlab: warming again: device worker(s) this server has not warmed: "
+                f"{', '.join(f'{name} (pid {pid})' for name, pid in sorted(new))}")
+            warm_up()
+            warmed |= new | workers()
+
+
 KNOWN_KEYS = {*INT_FIELDS, "dtype", *(t.key for t in masks.MASK_TYPES)}  # what AttentionShape reads from a link
 
 

@@ -63,3 +63,18 @@ def test_without_class_shapes_nothing_is_visited():
     lines = []
     assert opening.visit_class_shapes("http://127.0.0.1:1", ["", "qkv"], (), log=lines.append) < 1.0
     assert lines == []
+
+
+def test_a_device_worker_not_yet_warmed_is_warmed_after_the_quiet_and_a_known_one_is_not():
+    """opening.keep_warm: warmed at once; a worker set that only loses members or comes back the same (Ray out of
+    reach, then back) warms nothing; a new pid (the morning's GPU worker, one started again) warms once, after
+    `quiet()`, and is then known."""
+    answering = iter([{("device-0", 1)},  # after the first warm-up
+                      set(), {("device-0", 1)},  # Ray out of reach, then the same worker back
+                      {("device-0", 2)}, {("device-0", 2)},  # started again: new, then read again after its warm-up
+                      {("device-0", 2)}])
+    events, looks = [], iter(range(4))  # four looks
+    opening.keep_warm(lambda: events.append("warm"), lambda: next(answering), lambda: events.append("quiet"),
+                      look_s=0, stop=lambda: next(looks, None) is None, log=events.append)
+    assert events == ["warm", "quiet", "attnlab: warming again: device worker(s) this server has not warmed: "
+                                       "device-0 (pid 2)", "warm"]
