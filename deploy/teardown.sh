@@ -6,8 +6,9 @@
 #   bash deploy/teardown.sh            # reads project/zone/cluster from the Terraform state
 #   PROJECT_ID=p ZONE=z CLUSTER=c bash deploy/teardown.sh   # if you set things up by hand
 #
-# Order matters: the Ingress and the cache disk are cloud resources that GKE controllers create
-# and delete; deleting the cluster first would orphan the load balancer and the disk (both bill).
+# Order matters: the Ingress (and any persistent disk a claim made: the lab makes none today, an older version
+# did) are cloud resources that GKE controllers create and delete; deleting the cluster first would orphan the
+# load balancer and a disk (both bill).
 # Exit status: 0 when nothing that bills is left, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -21,12 +22,12 @@ CLUSTER=${CLUSTER:-$(tf_out cluster)}
 G=(--project="$PROJECT" --quiet)
 step() { printf '\n== %s\n' "$*"; }
 
-step "1/4 The app, its load balancer (forwarding rules, certificate) and its cache disk"
+step "1/4 The app, its load balancer (forwarding rules, certificate) and any disk a claim left"
 if gcloud container clusters describe "$CLUSTER" --location="$ZONE" "${G[@]}" >/dev/null 2>&1; then
   gcloud container clusters get-credentials "$CLUSTER" --location="$ZONE" --project="$PROJECT"
   kubectl -n attnlab delete ingress attnlab --ignore-not-found --wait=true --timeout=15m
   kubectl delete namespace attnlab --ignore-not-found --wait=true --timeout=15m
-  # The disk goes when its PersistentVolume does (reclaim policy Delete): wait for it.
+  # A claim's disk goes when its PersistentVolume does (reclaim policy Delete): wait for any (none today).
   for _ in $(seq 60); do
     pv=$(kubectl get pv -o jsonpath='{range .items[?(@.spec.claimRef.namespace=="attnlab")]}{.metadata.name}{"\n"}{end}')
     [ -z "$pv" ] && break

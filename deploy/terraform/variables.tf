@@ -67,9 +67,9 @@ variable "billing_account" {
 }
 
 variable "monthly_budget_usd" {
-  description = "Monthly budget; e-mails go to the billing admins at 50%, 90% and 100%."
+  description = "Monthly budget; e-mails go to the billing admins at 50%, 90% and 100%. The default is above what the cluster costs with its GPUs off (about $0.40 an hour, $300 a month: deploy/README.md, section 8), so the alert means GPU hours."
   type        = number
-  default     = 100
+  default     = 500
 }
 
 variable "ui_nodes" {
