@@ -205,8 +205,8 @@ def _show(ex: exercises.Exercise, v: grade.Verdict) -> None:
 def _time(name: str, code: str, shape: AttentionShape) -> None:
     s = timed.shape_for(name, shape)
     st.markdown(f"**Timed at your shape** (the sidebar's, as this exercise takes it: {s.describe()})")
-    beside = " and ".join({"naive": "naive", "sdpa_cudnn": "cuDNN"}[n] for n in common.runnable(s, ("naive", "sdpa_cudnn")))
-    if not sections.on_demand(f"yt_{name}_time", f"Time it beside {beside or 'the lab'}", (s, code), auto=False):
+    beside = "naive and cuDNN" if workers.device_info().backend == "gpu" else "naive"  # no trace before the press
+    if not sections.on_demand(f"yt_{name}_time", f"Time it beside {beside}", (s, code), auto=False):
         return
     sections.queue_notice()
     mine = sections.guarded(common.on_device, timed.time_solution, name, code, shape, what="Timing your function")
