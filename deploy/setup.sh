@@ -402,6 +402,37 @@ fi
 # the GPU's compute class: on-demand (or the reservation) first, then Spot (GKE without compute classes: skipped)
 kubectl apply -f deploy/k8s-cluster/computeclass.yaml ||
   echo "compute class not applied (an older GKE?): the GPU workers still land on either GPU pool" >&2
+# A re-run keeps what the instructor changed with kubectl since the last run (`kubectl apply` would put the
+# manifests' values back): the UI replicas (`scale`), the class's shapes (`set env`), the IAP audience narrowed
+# to the lab's backend service, and the OAuth client of an earlier IAP_CLIENT_ID. UI_REPLICAS=N and
+# CLASS_SHAPES='...' set the first two here instead (CLASS_SHAPES='' clears them).
+live_env() { kubectl -n attnlab get deployment attnlab -o jsonpath="{.spec.template.spec.containers[0].env[?(@.name==\"$1\")].value}" 2>/dev/null || true; }
+yaml_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }
+KEEP_UI=${UI_REPLICAS:-$(kubectl -n attnlab get deployment attnlab -o jsonpath='{.spec.replicas}' 2>/dev/null || true)}
+KEEP_SHAPES=${CLASS_SHAPES-$(live_env ATTNLAB_CLASS_SHAPES)}
+KEEP_AUD=""
+AUD_PREFIX=/projects/$PROJECT_NUMBER/global/backendServices/
+if [ "$DOOR" = iap ]; then
+  KEEP_AUD=$(live_env ATTNLAB_IAP_AUDIENCE)
+  case "$KEEP_AUD" in "$AUD_PREFIX"?*) ;; *) KEEP_AUD="" ;; esac  # only a narrowing of this project's audience
+fi
+{
+  echo "  - target: {kind: Deployment, name: attnlab}"
+  echo "    patch: |-"
+  echo "      {apiVersion: apps/v1, kind: Deployment, metadata: {name: attnlab}, spec: {${KEEP_UI:+replicas: $KEEP_UI, }template: {spec: {containers: [{name: attnlab, env: ["
+  AUD_ENV=""
+  [ -n "$KEEP_AUD" ] && AUD_ENV=", {name: ATTNLAB_IAP_AUDIENCE, value: $(yaml_str "$KEEP_AUD")}"
+  echo "        {name: ATTNLAB_CLASS_SHAPES, value: $(yaml_str "$KEEP_SHAPES")}$AUD_ENV]}]}}}}"
+} >> deploy/k8s-local/kustomization.yaml
+echo "UI replicas: ${KEEP_UI:-as in the manifest}; class shapes: '${KEEP_SHAPES}'${KEEP_AUD:+; IAP audience kept: $KEEP_AUD}"
+if [ "$DOOR" = iap ] && [ -z "${IAP_CLIENT_ID:-}" ] && [ -n "$(kubectl -n attnlab get secret attnlab-iap -o name 2>/dev/null || true)" ]; then
+  echo "OAuth client: the one stored by an earlier run (Secret attnlab-iap)"
+  cat >> deploy/k8s-local/kustomization.yaml <<YAML
+  - target: {kind: BackendConfig, name: attnlab}
+    patch: |-
+      - {op: add, path: /spec/iap/oauthclientCredentials, value: {secretName: attnlab-iap}}
+YAML
+fi
 # KubeRay changes no running pod when its RayCluster changes, unless spec.upgradeStrategy says Recreate (KubeRay
 # 1.6 and newer; an older operator's CRD refuses the field). A new image therefore makes the Ray cluster again
 # here, on any KubeRay, so that the wait below sees the new pods and not the old cluster's "ready".

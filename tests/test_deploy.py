@@ -967,6 +967,10 @@ case "$(basename "$0") $*" in
   *"output -raw image"*) echo us-central1-docker.pkg.dev/my-project/attnlab/attnlab ;;
   *"get crd rayclusters.ray.io"*) echo "${STUB_CRD_UPGRADE-object}" ;;
   *"get raycluster attnlab"*) echo "${STUB_RAY_IMAGE:-}" ;;
+  *"get deployment attnlab"*"{.spec.replicas}"*) echo "${STUB_LIVE_UI:-}" ;;
+  *"get deployment attnlab"*"ATTNLAB_CLASS_SHAPES"*) echo "${STUB_LIVE_SHAPES:-}" ;;
+  *"get deployment attnlab"*"ATTNLAB_IAP_AUDIENCE"*) echo "${STUB_LIVE_AUD:-}" ;;
+  *"get secret attnlab-iap -o name"*) [ -n "${STUB_IAP_SECRET:-}" ] && echo secret/attnlab-iap ;;
   *"forwarding-rules list"*) echo "${STUB_LEFT_RULE:-}" ;;
   *"getaddrinfo"*) echo "${STUB_DNS:-}" ;;
   *"clusters create"*)
@@ -1136,6 +1140,37 @@ def test_setups_overlay_renders_with_the_projects_iap_audience_the_compute_class
     else:
         assert "ATTNLAB_IAP_AUDIENCE" not in env and docs["BackendConfig"]["spec"]["iap"]["enabled"] is False
     assert "PROJECT_NUMBER" not in rendered.stdout
+
+
+LIVE_AUD = "/projects/123456789012/global/backendServices/4444555566667777"
+
+
+@pytest.mark.parametrize(("env", "replicas", "shapes", "audience", "oauth"), [
+    ({}, 4, "", "/projects/123456789012/global/backendServices/", False),  # a first run: the manifests' values
+    # a re-run keeps the instructor's kubectl scale / set env / narrowed audience / OAuth client
+    ({"STUB_LIVE_UI": "6", "STUB_LIVE_SHAPES": '? heads=8&kv_heads=2 q_len="2048"', "STUB_LIVE_AUD": LIVE_AUD,
+      "STUB_IAP_SECRET": "1"}, 6, '? heads=8&kv_heads=2 q_len="2048"', LIVE_AUD, True),
+    # another project's audience is not kept; UI_REPLICAS and CLASS_SHAPES='' win over the running cluster's
+    ({"STUB_LIVE_UI": "6", "STUB_LIVE_SHAPES": "?", "STUB_LIVE_AUD": "/projects/999/global/backendServices/1",
+      "UI_REPLICAS": "2", "CLASS_SHAPES": ""}, 2, "", "/projects/123456789012/global/backendServices/", False),
+])
+def test_a_rerun_of_setup_keeps_what_the_instructor_changed_with_kubectl(tmp_path, env, replicas, shapes,
+                                                                         audience, oauth):
+    out, _ = _setup_with_stubs(tmp_path, **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    docs = {d["kind"]: d for d in _rendered(tmp_path / "deploy" / "k8s-local")}
+    deployment = docs["Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert deployment["spec"]["replicas"] == replicas
+    assert _env(container)["ATTNLAB_CLASS_SHAPES"] == shapes and _env(container)["ATTNLAB_IAP_AUDIENCE"] == audience
+    assert sorted(e["name"] for e in container["env"]) == sorted(e["name"] for e in _env_list_of_the_manifest())
+    assert ("oauthclientCredentials" in docs["BackendConfig"]["spec"]["iap"]) is oauth
+    assert f"UI replicas: {replicas if env else 'as in the manifest'}" in out.stdout
+
+
+def _env_list_of_the_manifest() -> list[dict]:
+    (deployment,) = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "deployment.yaml").read_text()) if d]
+    return deployment["spec"]["template"]["spec"]["containers"][0]["env"]
 
 
 def test_quick_mode_needs_only_a_project_and_gpu_quota_and_prints_a_token_address(tmp_path):
