@@ -620,8 +620,18 @@ HEDGED = """
 import json, sys, threading, time
 from attnlab.service import ray_link
 ray_link.HEDGE_S = 0.05  # a dial beside the first at once: three connections at the same time
-dials, dial = [], ray_link.Link._dial
-ray_link.Link._dial = lambda self: dials.append(1) or dial(self)
+dials, done, dial = [], [], ray_link.Link._dial
+
+
+def counted(self):
+    dials.append(1)
+    try:
+        return dial(self)
+    finally:
+        done.append(1)
+
+
+ray_link.Link._dial = counted
 from attnlab import service
 from attnlab.service import faults
 from ray.util.client import num_connected_contexts
@@ -629,7 +639,8 @@ from ray.util.client import num_connected_contexts
 client = service.client()
 kept = num_connected_contexts()
 t0 = time.monotonic()
-while num_connected_contexts() > 1 and time.monotonic() - t0 < 60:  # the others closed as they connect
+# every dial ended (a slow one may connect after the first was kept), and the others closed as they connected
+while (len(done) < len(dials) or num_connected_contexts() > 1) and time.monotonic() - t0 < 60:
     time.sleep(0.2)
 out = []
 threads = [threading.Thread(target=lambda: out.append(service.call(faults.sleep, 0.001))) for _ in range(4)]
