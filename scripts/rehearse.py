@@ -267,8 +267,7 @@ class Rehearsal:
                                                  for _ in range(a.classes - 1)]
         device_pages = [(f, u) for f, u in pages if f in DEVICE_PAGES]
         assert len(device_pages) == len(DEVICE_PAGES), f"app.py lists {device_pages}, not every one of {DEVICE_PAGES}"
-        with self._sampled("faults"):
-            report["faults"] = self._faults(device_pages, shapes, firsts) if a.faults else []
+        report["faults"] = self._faults(device_pages, shapes, firsts) if a.faults else []
         deadline = time.monotonic() + 180
         while not all(k.ready for k in self.kubelets.values()) and time.monotonic() < deadline:
             time.sleep(0.5)  # the faults' pods back before the report
@@ -279,7 +278,7 @@ class Rehearsal:
     @contextlib.contextmanager
     def _sampled(self, phase: str):
         """With --sample-to DIR: py-spy records every device worker and UI container into DIR/<phase>/ while `phase`
-        runs, a worker started again after a fault as soon as it appears (`python scripts/samples.py DIR/<phase>`
+        runs (`class`, then `fault-<i>-<kind>` for each fault), a worker started again after a fault as soon as it appears (`python scripts/samples.py DIR/<phase>`
         sums it up)."""
         if not self.args.sample_to:
             yield
@@ -339,9 +338,10 @@ class Rehearsal:
         thread = self._learners(pages, shapes, firsts, visits, stop, once=False)
         out, since = [], time.monotonic()
         try:
-            for kind in self.args.faults:
+            for i, kind in enumerate(self.args.faults):
                 settled = self._settle(visits, since, len(pages))
-                out.append({**self._fault(kind, visits), "settled_before_s": settled})
+                with self._sampled(f"fault-{i}-{kind}"):  # one folder a fault: the control's beside the worker's
+                    out.append({**self._fault(kind, visits), "settled_before_s": settled})
                 since = time.monotonic()
         finally:
             stop.set()
