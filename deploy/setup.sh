@@ -246,6 +246,7 @@ fi
 TAG=${TAG:-v1}
 DOOR=${DOOR:-iap}
 GPUS=${GPUS:-1}
+case "${UI_REPLICAS:-}" in *[!0-9]*) echo "UI_REPLICAS must be a whole number, not '$UI_REPLICAS'" >&2; exit 2 ;; esac
 GPUS_OFF_AT=${GPUS_OFF_AT:-0 22 * * *}  # the nightly CronJob that sets the GPU workers to 0 ...
 GPUS_OFF_TZ_SET=${GPUS_OFF_TZ:-}  # the instructor's own choice, kept even where it is UTC
 GPUS_OFF_TZ=${GPUS_OFF_TZ:-$(local_tz)}  # ... at that time in this zone (UTC: the region's, below)

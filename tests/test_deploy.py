@@ -1168,6 +1168,12 @@ def test_a_rerun_of_setup_keeps_what_the_instructor_changed_with_kubectl(tmp_pat
     assert f"UI replicas: {replicas if env else 'as in the manifest'}" in out.stdout
 
 
+def test_setup_refuses_a_ui_replicas_that_is_not_a_number_before_anything_is_made(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, UI_REPLICAS="four")
+    assert out.returncode == 2 and "UI_REPLICAS must be a whole number" in out.stderr
+    assert not any(c.startswith("terraform") or "builds submit" in c for c in calls)
+
+
 def _env_list_of_the_manifest() -> list[dict]:
     (deployment,) = [d for d in yaml.safe_load_all((DEPLOY / "k8s" / "deployment.yaml").read_text()) if d]
     return deployment["spec"]["template"]["spec"]["containers"][0]["env"]
