@@ -385,7 +385,10 @@ class Rehearsal:
         affected = set(on_ui) if kind == "ui" else set(range(n))
         again: dict[int, float] = {}
         first: dict[int, Visit] = {}  # each learner's first page served after the fault
-        while time.monotonic() - t < limit and not affected <= set(again):
+        # after a UI replica's fault, wait for the other replica's learners too: a page of theirs begun after the
+        # kill shows that they went on (the killed replica's may come back first, while theirs are mid-page)
+        wanted = set(range(n)) if kind == "ui" else affected
+        while time.monotonic() - t < limit and not wanted <= set(again):
             for v in list(visits):
                 if v.start >= t and v.ok and not v.lost and v.page != "connect":
                     again.setdefault(v.session, v.end - t)
