@@ -417,14 +417,24 @@ if [ "$DOOR" = iap ]; then
   KEEP_AUD=$(live_env ATTNLAB_IAP_AUDIENCE)
   case "$KEEP_AUD" in "$AUD_PREFIX"?*) ;; *) KEEP_AUD="" ;; esac  # only a narrowing of this project's audience
 fi
-{
-  echo "  - target: {kind: Deployment, name: attnlab}"
-  echo "    patch: |-"
-  echo "      {apiVersion: apps/v1, kind: Deployment, metadata: {name: attnlab}, spec: {${KEEP_UI:+replicas: $KEEP_UI, }template: {spec: {containers: [{name: attnlab, env: ["
-  AUD_ENV=""
-  [ -n "$KEEP_AUD" ] && AUD_ENV=", {name: ATTNLAB_IAP_AUDIENCE, value: $(yaml_str "$KEEP_AUD")}"
-  echo "        {name: ATTNLAB_CLASS_SHAPES, value: $(yaml_str "$KEEP_SHAPES")}$AUD_ENV]}]}}}}"
-} >> deploy/k8s-local/kustomization.yaml
+AUD_ENV=""  # a strategic-merge patch: env entries merge by name, so the manifest's order and the rest stay
+[ -n "$KEEP_AUD" ] && AUD_ENV="
+                  - {name: ATTNLAB_IAP_AUDIENCE, value: $(yaml_str "$KEEP_AUD")}"
+cat >> deploy/k8s-local/kustomization.yaml <<YAML
+  - target: {kind: Deployment, name: attnlab}
+    patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: attnlab}
+      spec:
+        ${KEEP_UI:+replicas: $KEEP_UI}
+        template:
+          spec:
+            containers:
+              - name: attnlab
+                env:
+                  - {name: ATTNLAB_CLASS_SHAPES, value: $(yaml_str "$KEEP_SHAPES")}$AUD_ENV
+YAML
 echo "UI replicas: ${KEEP_UI:-as in the manifest}; class shapes: '${KEEP_SHAPES}'${KEEP_AUD:+; IAP audience kept: $KEEP_AUD}"
 if [ "$DOOR" = iap ] && [ -z "${IAP_CLIENT_ID:-}" ] && [ -n "$(kubectl -n attnlab get secret attnlab-iap -o name 2>/dev/null || true)" ]; then
   echo "OAuth client: the one stored by an earlier run (Secret attnlab-iap)"

@@ -278,8 +278,8 @@ class Rehearsal:
     @contextlib.contextmanager
     def _sampled(self, phase: str):
         """With --sample-to DIR: py-spy records every device worker and UI container into DIR/<phase>/ while `phase`
-        runs (`class`, then `fault-<i>-<kind>` for each fault), a worker started again after a fault as soon as it appears (`python scripts/samples.py DIR/<phase>`
-        sums it up)."""
+        runs (`class`, then `fault-<i>-<kind>` for each fault), a worker started again after a fault as soon as it
+        appears (`python scripts/samples.py DIR/<phase>` sums it up)."""
         if not self.args.sample_to:
             yield
             return
