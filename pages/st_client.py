@@ -40,6 +40,7 @@ class Seen:
     exceptions: list[str] = dataclasses.field(default_factory=list)
     error_boxes: list[str] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    infos: list[str] = dataclasses.field(default_factory=list)  # st.info boxes (a busy GPU says so in one)
     widgets: list[str] = dataclasses.field(default_factory=list)  # the ids of the widgets drawn (a key ends one)
     failure: str | None = None
 
@@ -117,6 +118,8 @@ class Tab:
             seen.error_boxes.append(el.alert.body)
         elif which == "alert" and el.alert.format == Alert.WARNING:
             seen.warnings.append(el.alert.body)
+        elif which == "alert" and el.alert.format == Alert.INFO:
+            seen.infos.append(el.alert.body)
 
     async def close(self) -> None:
         await self.ws.close()

@@ -91,6 +91,8 @@ class Visit:
     replica: str | None = None
     failure: str | None = None
     problems: list[str] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)  # the page's info boxes (a busy GPU's "try again" is one)
+    elements: int = 0
 
 
 async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeout: float, visits: list[Visit],
@@ -119,7 +121,8 @@ async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeo
         seen = await tab.visit(path, query, timeout)
         lost = any(m in w.lower() for w in seen.warnings for m in LOST)
         visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
-                            (cookie or "=").split("=", 1)[1].split("|")[0], seen.failure, seen.exceptions + seen.error_boxes))
+                            (cookie or "=").split("=", 1)[1].split("|")[0], seen.failure, seen.exceptions + seen.error_boxes,
+                            seen.infos, seen.elements))
         if seen.failure and "connection closed" in seen.failure:
             tab = None
     if tab is not None:
@@ -413,7 +416,8 @@ class Rehearsal:
                 "device_pages_served_while_down": served_down,
                 "first_served_again_s": min(again.values(), default=None), "target_s": TARGETS.get(kind),
                 # the last few learners served again: when their page began and ended (s after the fault), which page
-                "last_served_again": [(s_, round(v.start - t, 1), round(v.end - t, 1), Path(v.page).stem)
+                "last_served_again": [(s_, round(v.start - t, 1), round(v.end - t, 1), Path(v.page).stem, v.elements,
+                                       [i[:80] for i in v.infos])
                                       for s_, v in sorted(first.items(), key=lambda kv: kv[1].end)[-5:]
                                       if s_ in affected],
                 "sessions_lost_on_surviving_replicas": survivors_lost,
@@ -570,8 +574,9 @@ def summary(r: dict) -> str:
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
                      f"readiness failures {f['readiness_failures_after']}")
         if f.get("last_served_again"):
-            lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s)"
-                                                          for s_, a, b, page in f["last_served_again"]))
+            lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s"
+                                                          f"{'; ' + ' | '.join(more[-1]) if len(more) > 1 and more[-1] else ''})"
+                                                          for s_, a, b, page, *more in f["last_served_again"]))
         if f["fault"] == "head" and f.get("timeline"):
             lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))
     control = [f["every_learner_served_again_s"] for f in r["faults"] if f["fault"] == CONTROL]
