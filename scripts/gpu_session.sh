@@ -20,7 +20,7 @@ fi
 OUT_DIR=${1:-${OUT:-gpu-out}}; shift || true
 mkdir -p "$OUT_DIR"
 export PYTHONPATH=$WHL_SITE:/tmp/site:/tmp/site-ray:$PWD${PYTHONPATH:+:$PYTHONPATH}
-export PATH=/tmp/site-ray/bin:$PATH
+export PATH=/tmp/site-ray/bin:$PWD/.whl/bin:$PATH  # .whl/bin: py-spy (scripts/gpu_wheels.sh)
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false ATTNLAB_WARM=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT_DIR/nvidia-smi.txt"
 start=$(date +%s)

@@ -148,3 +148,5 @@ if skipped:
     print(f"skipped (WITH=... to add): {', '.join(sorted(skipped))}")
 print(f".whl/ holds {everything / 1e6:.2f} MB ({everything / 2**20:.2f} MiB) in {len(list(WHL.glob('*.whl')))} wheels")
 EOF
+# py-spy for `scripts/rehearse.py --sample-to` there (a static binary: it runs on that machine as it is)
+mkdir -p .whl/bin && cp "$(dirname "$PY")/py-spy" .whl/bin/ && echo "py-spy: .whl/bin/py-spy ($(du -h .whl/bin/py-spy | cut -f1))"

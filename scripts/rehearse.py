@@ -51,7 +51,7 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnlab.procs import Record, tree  # noqa: E402
+from attnlab.procs import Record, py_spy, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import class_shapes, page_paths, percentile, session_shapes  # noqa: E402
@@ -71,7 +71,21 @@ P95_ON_GPU = {"shared": 3.0, "own": 8.0}  # a page's p95 in the class, on a real
 # holds without the device): the faults' phase visits only these, so a page served again went through the device.
 # The head fault checks it: none of them may be served while Ray is down.
 DEVICE_PAGES = ("pages/p4_naive_vs_fused.py", "pages/p5_cudnn.py", "pages/p6_causal.py", "pages/p8_mha_gqa_mqa.py")
-LOST = ("was lost", "device worker", "cannot be reached", "connection to the gpu")
+
+
+def lost_words() -> tuple[str, ...]:
+    """How a page says that its device work was not done: the beginnings of the service's own sentences (a lost
+    request, a worker that died serving it or is restarting, no worker answering), lowercased. A page that shows
+    one was not served, whatever else it drew (before 2026-12-06 "no GPU worker answers" counted as served)."""
+    from attnlab.service import ray_link
+    from pages.workers import NO_WORKER
+
+    sentences = [ray_link.LOST, ray_link.died(RuntimeError(), False), ray_link.died(RuntimeError(), True),
+                 getattr(ray_link, "RESTARTING", ray_link.LOST), *NO_WORKER.values()]
+    return ("was lost", "device worker", "cannot be reached", *(s[:40].lower() for s in sentences))
+
+
+LOST = lost_words()
 
 
 def render(overlay: Path) -> list[dict]:
@@ -91,7 +105,7 @@ class Visit:
     replica: str | None = None
     failure: str | None = None
     problems: list[str] = field(default_factory=list)
-    infos: list[str] = field(default_factory=list)  # the page's info boxes (a busy GPU's "try again" is one)
+    infos: list[str] = field(default_factory=list)  # the page's info and warning boxes (a busy GPU's is one)
     elements: int = 0
 
 
@@ -122,7 +136,7 @@ async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeo
         lost = any(m in w.lower() for w in seen.warnings for m in LOST)
         visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
                             (cookie or "=").split("=", 1)[1].split("|")[0], seen.failure, seen.exceptions + seen.error_boxes,
-                            seen.infos, seen.elements))
+                            seen.infos + seen.warnings, seen.elements))
         if seen.failure and "connection closed" in seen.failure:
             tab = None
     if tab is not None:
@@ -505,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the pods' folders")
     ap.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
     args = ap.parse_args(argv)
+    if args.sample_to and py_spy() is None:  # else every record fails quietly and the folders stay empty
+        ap.error("--sample-to needs py-spy (pip install py-spy; on the GPU machine, .whl/bin from scripts/gpu_wheels.sh)")
     r = Rehearsal(args)
     try:
         report = r.run()
@@ -575,7 +591,7 @@ def summary(r: dict) -> str:
                      f"readiness failures {f['readiness_failures_after']}")
         if f.get("last_served_again"):
             lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s"
-                                                          f"{'; ' + ' | '.join(more[-1]) if len(more) > 1 and more[-1] else ''})"
+                                                          f"{'; ' + ' | '.join(more[-1][-2:]) if len(more) > 1 and more[-1] else ''})"
                                                           for s_, a, b, page, *more in f["last_served_again"]))
         if f["fault"] == "head" and f.get("timeline"):
             lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))

@@ -187,3 +187,31 @@ def test_the_four_line_naive_attention_page_4_shows_matches_the_float64_referenc
     want = attention.attention(q, k, v, xp=np)  # float64, NumPy
     got = np.asarray(attention.naive_attention(*(jnp.asarray(x, jnp.float32) for x in (q, k, v))))
     assert np.abs(got - want).max() < 1e-5
+
+
+def test_a_new_device_worker_imports_every_optional_backend_once_no_request_is_in_flight():
+    """warm.worker_start (in the background as a worker starts, and each time Ray restarts it) asks every backend
+    module that has an import check, so a later page does not wait for TE's or tokamax's import; but only after
+    QUIET_S with no request in flight, so a restarted worker's first requests do not share the GIL with them."""
+    import importlib
+    import pkgutil
+    import threading
+
+    import attnlab.backends as pkg
+    from attnlab.studies import warm
+
+    checks = [m.import_error for m in (importlib.import_module(f"attnlab.backends.{i.name}")
+                                       for i in pkgutil.iter_modules(pkg.__path__)) if hasattr(m, "import_error")]
+    assert len(checks) >= 2  # tokamax and TransformerEngine
+    for check in checks:
+        check.cache_clear()
+    busy = threading.Event()
+    busy.set()
+    thread = threading.Thread(target=warm.worker_start, args=(busy.is_set,), daemon=True)
+    thread.start()
+    thread.join(1.5)
+    assert thread.is_alive() and all(c.cache_info().currsize == 0 for c in checks)  # requests in flight: not yet
+    busy.clear()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert all(c.cache_info().currsize == 1 for c in checks), [c.__module__ for c in checks]

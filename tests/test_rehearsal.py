@@ -195,3 +195,20 @@ def test_the_control_is_reported_but_held_to_no_target_while_a_fault_is():
     assert rehearse.check({**report, "faults": [after(rehearse.CONTROL, 14.0)]}) == []
     assert rehearse.check({**report, "faults": [after("worker", 14.0)]}) == [
         "worker fault: every learner served again 14.0 s after it was started again (target 10.0 s)"]
+
+
+def test_a_page_that_says_its_device_work_was_not_done_is_never_counted_as_served():
+    """The rehearsal's faults count a learner served again at the first device page without a lost-work sentence:
+    every sentence the service and the pages show for work not done is one (from the code, not copied), and a
+    page's ordinary notes are not."""
+    import rehearse
+
+    from attnlab.service import ray_link
+    from pages.workers import NO_WORKER
+
+    said = [ray_link.LOST, ray_link.RESTARTING, ray_link.died(RuntimeError(), False), ray_link.died(RuntimeError(), True),
+            *NO_WORKER.values(), f"Running the implementations was lost: {ray_link.RESTARTING}"]
+    assert all(any(m in s.lower() for m in rehearse.LOST) for s in said)
+    ordinary = ["1 run on the device, 2 waiting (as of the last 30 s): this one takes its turn.",
+                "naive or SDPA did not run: the reasons are below.", "**CPU backend** (cpu). GPU-only paths say so"]
+    assert not any(m in s.lower() for s in ordinary for m in rehearse.LOST)

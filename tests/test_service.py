@@ -414,6 +414,48 @@ def test_a_ray_worker_that_aborts_is_restarted_and_serves_the_next_request(ray_c
     assert after[victim] != before[victim] and len(after) == 2
 
 
+@pytest.mark.parametrize("words, resent", [("IOError: The actor is restarting.", True),
+                                           ("RpcError: RPC error: Socket closed rpc_code: 14", False)])
+def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one_it_met_dying_does_not(
+        ray_cluster, monkeypatch, words, resent):
+    """Ray's two answers after a worker's process died (seen with Ray 2.60, issue 40's device fault): a call made
+    while Ray restarts the actor is refused, "The actor is restarting" (never run): it waits for the new process
+    and is sent again, and so does a page's look at the workers (no "no worker answers"). A call that met the
+    dying process ("RpcError") may have been what killed it: a sentence, never sent again."""
+    import ray
+
+    from attnlab.service.ray_workers import RayWorkers
+
+    client = RayWorkers("local", workers=1, worker_env=CPU)
+    assert client.wait_ready(180)
+    (name, actor), = client._actors.items()
+    refused = ray.exceptions.ActorUnavailableError(f"The actor is temporarily unavailable: {words}", None)
+    sent: list[str] = []
+
+    def method(which):
+        def remote(*args):
+            sent.append(which)
+            return refused if sent.count(which) <= 3 else getattr(actor, which).remote(*args)
+        return type("Method", (), {"remote": staticmethod(remote)})
+
+    real_get = ray.get
+
+    def get(ref, timeout=None):
+        if ref is refused:
+            raise refused
+        return real_get(ref, timeout=timeout)
+
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setitem(client._actors, name, type("Restarting", (), {"call": method("call"), "info": method("info")}))
+    if resent:
+        assert client.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok and sent.count("call") == 4
+        assert [i.name for i in client.infos()] == [name] and sent.count("info") == 4
+    else:
+        with pytest.raises(WorkerLost, match="Ray is starting it again"):
+            client.call(Request.of(runs.run, TINY, ("naive",)))
+        assert client.infos() == [] and sent == ["call", "info"]
+
+
 def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_remembered(ray_cluster):
     """More learner-caused aborts in a row than the child's supervisor allows quick deaths: each is a sentence, the
     actor is restarted each time (Ray's restarts unbounded), and the restarted actor refuses the program."""

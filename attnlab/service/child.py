@@ -247,7 +247,7 @@ def main(fd: int, threads: int, name: str) -> None:
 
     device.info()  # JAX and its device, before the first request
     reply(-1, "ready")
-    threading.Thread(target=warm.worker_start, name="attnlab-worker-start", daemon=True).start()
+    threading.Thread(target=warm.worker_start, args=(worker.busy,), name="attnlab-worker-start", daemon=True).start()
     while True:
         try:
             number, op, payload = conn.recv()

@@ -15,8 +15,9 @@ class DeviceActor:
         from attnlab.studies import warm
 
         self.worker = DeviceWorker(name)
-        # JAX's device and tokamax's import in the background: a restarted worker answers its next request in seconds
-        threading.Thread(target=warm.worker_start, name="attnlab-worker-start", daemon=True).start()
+        # JAX's device, then the optional imports once no request is in flight (warm.worker_start says why)
+        threading.Thread(target=warm.worker_start, args=(self.worker.busy,), name="attnlab-worker-start",
+                         daemon=True).start()
 
     def call(self, request: Request) -> Reply:
         return self.worker.call(request)

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from attnlab.service.request import WorkerLost
+
 T = TypeVar("T")
 
 # how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
@@ -135,6 +137,32 @@ def died(e: BaseException, learners: bool) -> str:
     return ("The GPU worker serving this request stopped (a crash in native code: XLA, cuDNN or a kernel compiler, "
             f"or its machine went away). Ray is starting it again: press the button again in a few seconds. "
             f"({type(e).__name__})")
+
+
+# how long a request, or a page's look at the workers, waits for a worker that Ray is restarting (after a crash
+# in native code, or a killed process: a new process takes seconds, JAX's GPU client included)
+RESTART_WAIT_S = 60.0
+RESTARTING = ("The GPU worker is restarting (Ray is starting it again after it stopped) and did not answer within "
+              f"{RESTART_WAIT_S:.0f} s: try again shortly.")
+
+
+def refusal(e: BaseException, learners: bool) -> WorkerLost:
+    """What a request raises when its actor failed it (`e`): Restarting where Ray refused it while it restarts the
+    actor (never run), else WorkerLost with died()'s sentence (it died serving it, or the call met its death)."""
+    return Restarting(RESTARTING) if restarting(e) else WorkerLost(died(e, learners))
+
+
+class Restarting(WorkerLost):
+    """Ray refused the call: its actor is restarting (the call never ran; RayWorkers.call sends it again)."""
+
+
+def restarting(e: BaseException) -> bool:
+    """Whether `e` is Ray refusing a call because its actor is restarting: the call never ran, so sending it again
+    once the actor is back is safe (a call in flight when the actor died says "RpcError" instead: not this)."""
+    import ray
+
+    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
+    return unavailable is not None and isinstance(e, unavailable) and "actor is restarting" in str(e)
 
 
 def connection_failure(e: BaseException) -> bool:

@@ -1,7 +1,8 @@
 """A class on Ray: one device worker per GPU, each a Ray actor that Ray restarts when it dies.
 
     client = RayWorkers("auto")          # or "ray://attnlab-head:10001" from a UI pod, or "local"
-    client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it
+    client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it (one Ray refuses while it
+                             restarts the actor waits for it: ray_link.restarting)
 
 Each worker is a named, detached actor (`attnlab-device-0`, ...) asking for one GPU, restarted by Ray without
 limit and never retried; every UI process finds them by name and creates the missing ones (a class grows by
@@ -19,8 +20,9 @@ import time
 import weakref
 from typing import Any
 
+from attnlab.service import ray_link
 from attnlab.service.ray_actor import actor_class
-from attnlab.service.ray_link import LEARNERS, LOST, NAMESPACE, Link, connection_failure, died, now, reachable
+from attnlab.service.ray_link import LEARNERS, LOST, NAMESPACE, Link, connection_failure, now, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
 __all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
@@ -29,6 +31,7 @@ PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
 RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
+POLL_S = 0.5  # how often a worker Ray is restarting is asked again
 
 
 def _heal(workers: weakref.ref) -> None:
@@ -189,7 +192,7 @@ class RayWorkers:
         try:
             return ray.get(ref, timeout=timeout)
         except (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError)) as e:
-            raise WorkerLost(died(e, learners)) from None
+            raise ray_link.refusal(e, learners) from None
 
     def _choose(self, request: Request, reserve: bool = False) -> str:
         """The owner of the request's route; a timing's owner if idle, else the least busy worker (running,
@@ -208,26 +211,42 @@ class RayWorkers:
         return mine
 
     def call(self, request: Request) -> Reply:
-        with self._connection():
-            name = self._choose(request, reserve=True)
-            try:
-                return self._get(self._actors[name].call.remote(request), learners=request.fn in LEARNERS)
-            finally:
-                with self._lock:
-                    self._sent[name] -= 1
+        """The reply; a request refused because its worker is restarting waits for it (RESTART_WAIT_S at most)."""
+        deadline = time.monotonic() + ray_link.RESTART_WAIT_S
+        while True:
+            with self._connection():
+                name = self._choose(request, reserve=True)
+                try:
+                    return self._get(self._actors[name].call.remote(request), learners=request.fn in LEARNERS)
+                except ray_link.Restarting:
+                    if time.monotonic() > deadline:
+                        raise
+                finally:
+                    with self._lock:
+                        self._sent[name] -= 1
+            time.sleep(POLL_S)
 
-    def _infos(self, names: list[str], timeout: float) -> dict:
+    def _infos(self, names: list[str], timeout: float, restart_s: float = 0.0) -> dict:
+        """Each worker's figures, None for one that did not answer; one that Ray is restarting is waited for
+        `restart_s` at most (a page's look at the device after a worker's crash shows it back, not "no worker")."""
         import ray
 
-        refs = {n: self._actors[n].info.remote() for n in names}
-        out = {}
-        for n, ref in refs.items():
-            try:
-                out[n] = ray.get(ref, timeout=timeout)
-            except Exception as e:  # a worker starting, restarting or gone: no figures for it now
-                if connection_failure(e):
-                    raise  # not the worker's: the connection's (_connection says so)
-                out[n] = None
+        out: dict = {}
+        deadline, ask = time.monotonic() + restart_s, list(names)
+        while ask:
+            refs = {n: self._actors[n].info.remote() for n in ask}
+            ask = []
+            for n, ref in refs.items():
+                try:
+                    out[n] = ray.get(ref, timeout=timeout)
+                except Exception as e:  # a worker starting, restarting or gone: no figures for it now
+                    if connection_failure(e):
+                        raise  # not the worker's: the connection's (_connection says so)
+                    out[n] = None
+                    if ray_link.restarting(e) and time.monotonic() < deadline:
+                        ask.append(n)
+            if ask:
+                time.sleep(POLL_S)
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
@@ -259,7 +278,7 @@ class RayWorkers:
 
     def infos(self) -> list:
         with self._connection():
-            return [i for i in self._infos(self.names, timeout=5.0).values() if i is not None]
+            return [i for i in self._infos(self.names, timeout=5.0, restart_s=ray_link.RESTART_WAIT_S).values() if i is not None]
 
     def forget(self) -> int:
         return self._each("forget")

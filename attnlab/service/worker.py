@@ -63,6 +63,10 @@ class DeviceWorker:
         self._threads: dict[str, int] = {}  # a request in flight -> the thread computing it
         self.served = self.kept_hits = 0
 
+    def busy(self) -> bool:
+        """Whether a request is being served (compiling, waiting or running)."""
+        return bool(self._in_flight)
+
     def call(self, request: Request) -> Reply:
         t0 = time.perf_counter()
         key = request.key
