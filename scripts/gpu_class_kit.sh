@@ -16,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RAY_VERSION=${RAY_VERSION:-2.60.0}
 K=.ray/class
+rm -rf "$K/wheels" /tmp/ray-class-dl  # afresh: a re-run that resolves a newer wheel left the old beside it (two google-auth: pip refused both)
 mkdir -p "$K/wheels" "$K/haproxy/lib" /tmp/ray-class-dl
 grep -qx '/.ray/' .git/info/exclude 2>/dev/null || echo '/.ray/' >> "$(git rev-parse --git-path info/exclude)"
 

@@ -36,5 +36,9 @@ for cmd in "$@"; do
   echo "=== $cmd"; bash -c "$cmd" 2>&1 | tee -a "$OUT_DIR/extra.log" | tail -40
   echo "[$(( $(date +%s) - start )) s] done: $cmd"
 done
+# each folder under OUT_DIR as one .tgz: the device returns only a few files a call (a py-spy folder per fault did not come back)
+for d in "$OUT_DIR"/*/; do
+  [ -d "$d" ] && tar czf "${d%/}.tgz" -C "$OUT_DIR" "$(basename "$d")" && rm -rf "$d" && echo "packed ${d%/}.tgz"
+done
 [ -f "$OUT_DIR/gpu-tests.log" ] && grep -E "passed|failed" "$OUT_DIR/gpu-tests.log" | tail -1
 true
