@@ -102,8 +102,14 @@ def lines() -> list:
     return service.workers()
 
 
+RESTARTING = ("The device worker is being started again (it stopped: a crash in native code, or its machine went "
+              "away). Yours is sent to it as soon as it answers, usually within seconds.")
+
+
 def place_now(key: str) -> str:
     try:
+        if service.client().restarting():  # before lines(): the workers' figures wait for the restart too
+            return RESTARTING
         return place(key, lines())
     except Exception:  # noqa: BLE001 - no worker answers: the request itself will say so
         return ""

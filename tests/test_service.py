@@ -424,6 +424,7 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
     dying process ("RpcError") may have been what killed it: a sentence, never sent again."""
     import ray
 
+    from attnlab.service import ray_link
     from attnlab.service.ray_workers import RayWorkers
 
     client = RayWorkers("local", workers=1, worker_env=CPU)
@@ -432,9 +433,13 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
     refused = ray.exceptions.ActorUnavailableError(f"The actor is temporarily unavailable: {words}", None)
     sent: list[str] = []
 
+    said: list[bool] = []  # what client.restarting() says as each call is sent again (the pages' spinner asks it)
+
     def method(which):
         def remote(*args):
             sent.append(which)
+            if sent.count(which) > 1:
+                said.append(client.restarting())
             return refused if sent.count(which) <= 3 else getattr(actor, which).remote(*args)
         return type("Method", (), {"remote": staticmethod(remote)})
 
@@ -446,14 +451,16 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
         return real_get(ref, timeout=timeout)
 
     monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(ray_link, "_REFUSED", [-1e9])  # no refusal seen before this test's
     monkeypatch.setitem(client._actors, name, type("Restarting", (), {"call": method("call"), "info": method("info")}))
     if resent:
         assert client.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok and sent.count("call") == 4
         assert [i.name for i in client.infos()] == [name] and sent.count("info") == 4
+        assert said and all(said)
     else:
         with pytest.raises(WorkerLost, match="Ray is starting it again"):
             client.call(Request.of(runs.run, TINY, ("naive",)))
-        assert client.infos() == [] and sent == ["call", "info"]
+        assert client.infos() == [] and sent == ["call", "info"] and not client.restarting()
 
 
 def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_remembered(ray_cluster):

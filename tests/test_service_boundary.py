@@ -19,7 +19,7 @@ def test_each_home_of_the_device_worker_implements_the_declared_boundary(module,
     import importlib
 
     home = getattr(importlib.import_module(module), name)
-    assert set(METHODS) == {"call", "wait_ready", "ready", "infos", "drop", "forget", "describe", "close"}
+    assert set(METHODS) == {"call", "wait_ready", "ready", "infos", "drop", "forget", "restarting", "describe", "close"}
     for method in METHODS:
         assert callable(getattr(home, method, None)), f"{name} lacks {method}"
         want = list(inspect.signature(getattr(DeviceClient, method)).parameters)

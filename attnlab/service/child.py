@@ -204,6 +204,9 @@ class ChildWorker:
             return "The device worker is starting (JAX and its device)."
         return None
 
+    def restarting(self) -> bool:
+        return bool(self.restarts) and not self._ready.is_set() and not self.gave_up
+
     def describe(self) -> str:
         return f"the device worker in a child process (pid {self.proc.pid})"
 

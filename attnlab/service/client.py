@@ -32,6 +32,9 @@ class DeviceClient(Protocol):
     def forget(self) -> int:
         """Drop every kept result in the worker(s); how many were dropped."""
 
+    def restarting(self) -> bool:
+        """Whether a device worker is being started again now (after it stopped): requests wait for it meanwhile."""
+
     def describe(self) -> str:
         """Where the worker(s) run, in words."""
 

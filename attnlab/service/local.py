@@ -28,6 +28,9 @@ class InProcess:
     def forget(self) -> int:
         return self.worker.forget()
 
+    def restarting(self) -> bool:
+        return False  # it never stops without this process
+
     def describe(self) -> str:
         return "the device worker in this process"
 

@@ -142,6 +142,7 @@ def died(e: BaseException, learners: bool) -> str:
 # how long a request, or a page's look at the workers, waits for a worker that Ray is restarting (after a crash
 # in native code, or a killed process: a new process takes seconds, JAX's GPU client included)
 RESTART_WAIT_S = 60.0
+POLL_S = 0.5  # how often a worker Ray is restarting is asked again
 RESTARTING = ("The GPU worker is restarting (Ray is starting it again after it stopped) and did not answer within "
               f"{RESTART_WAIT_S:.0f} s: try again shortly.")
 
@@ -156,13 +157,24 @@ class Restarting(WorkerLost):
     """Ray refused the call: its actor is restarting (the call never ran; RayWorkers.call sends it again)."""
 
 
+_REFUSED = [-1e9]  # when a call was last refused as restarting, in this process (restarting_now)
+
+
 def restarting(e: BaseException) -> bool:
     """Whether `e` is Ray refusing a call because its actor is restarting: the call never ran, so sending it again
     once the actor is back is safe (a call in flight when the actor died says "RpcError" instead: not this)."""
     import ray
 
     unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
-    return unavailable is not None and isinstance(e, unavailable) and "actor is restarting" in str(e)
+    refused = unavailable is not None and isinstance(e, unavailable) and "actor is restarting" in str(e)
+    if refused:
+        _REFUSED[0] = time.monotonic()
+    return refused
+
+
+def restarting_now() -> bool:
+    """Whether this process met a worker being restarted in the last 2 s (its waiting calls ask every 0.5 s)."""
+    return time.monotonic() - _REFUSED[0] < 2.0
 
 
 def connection_failure(e: BaseException) -> bool:

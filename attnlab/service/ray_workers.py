@@ -1,8 +1,7 @@
 """A class on Ray: one device worker per GPU, each a Ray actor that Ray restarts when it dies.
 
     client = RayWorkers("auto")          # or "ray://attnlab-head:10001" from a UI pod, or "local"
-    client.call(request)  ->  Reply, or WorkerLost when the actor died while serving it (one Ray refuses while it
-                             restarts the actor waits for it: ray_link.restarting)
+    client.call(request)  ->  Reply, or WorkerLost when the actor died serving it (one refused while Ray restarts it waits)
 
 Each worker is a named, detached actor (`attnlab-device-0`, ...) asking for one GPU, restarted by Ray without
 limit and never retried; every UI process finds them by name and creates the missing ones (a class grows by
@@ -31,7 +30,6 @@ PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
 RETRY_S = 2.0  # the shortest time between two attempts to reconnect
 WAIT_S = 10.0  # how long a request waits for another thread's reconnect before it gives up
-POLL_S = 0.5  # how often a worker Ray is restarting is asked again
 
 
 def _heal(workers: weakref.ref) -> None:
@@ -186,7 +184,7 @@ class RayWorkers:
         return list(self._actors)
 
     def _get(self, ref, timeout: float | None = None, learners: bool = False):
-        """The reply; WorkerLost with died()'s sentence when the actor died serving it."""
+        """The reply; WorkerLost (ray_link.refusal) when the actor died serving it or is restarting."""
         import ray
 
         try:
@@ -224,11 +222,10 @@ class RayWorkers:
                 finally:
                     with self._lock:
                         self._sent[name] -= 1
-            time.sleep(POLL_S)
+            time.sleep(ray_link.POLL_S)
 
     def _infos(self, names: list[str], timeout: float, restart_s: float = 0.0) -> dict:
-        """Each worker's figures, None for one that did not answer; one that Ray is restarting is waited for
-        `restart_s` at most (a page's look at the device after a worker's crash shows it back, not "no worker")."""
+        """Each worker's figures (None: no answer); one Ray is restarting is waited for, `restart_s` at most."""
         import ray
 
         out: dict = {}
@@ -246,7 +243,7 @@ class RayWorkers:
                     if ray_link.restarting(e) and time.monotonic() < deadline:
                         ask.append(n)
             if ask:
-                time.sleep(POLL_S)
+                time.sleep(ray_link.POLL_S)
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
@@ -292,6 +289,9 @@ class RayWorkers:
 
         with self._connection():
             return sum(ray.get([getattr(a, method).remote(*args) for a in self._actors.values()]))
+
+    def restarting(self) -> bool:
+        return ray_link.restarting_now()
 
     def describe(self) -> str:
         return f"{len(self._actors)} device worker(s) on Ray ({self.address})"

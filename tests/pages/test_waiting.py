@@ -151,3 +151,18 @@ def test_a_timing_button_the_cost_model_puts_over_20_s_says_so_before_it_is_pres
     assert "The lab's cost model puts this at about" in texts(at, "caption")
     small = open_page(page, {"batch": "1", "q_len": "256", "kv_len": "256"})
     assert "This will hold the device" not in texts(small, "warning")
+
+
+def test_while_a_worker_is_started_again_a_waiting_request_says_so_and_asks_no_figures(monkeypatch):
+    """A request sent while Ray restarts its worker waits for it (attnlab/service/ray_workers.py); meanwhile the
+    spinner's line says the worker is being started again, not a place in a line that the restart makes stale, and
+    does not ask for the workers' figures (they would wait for the restart too)."""
+    from attnlab import service
+
+    restarting = [True]
+    asked = []
+    monkeypatch.setattr(service, "client", lambda: type("Client", (), {"restarting": lambda self: restarting[0]})())
+    monkeypatch.setattr(waiting, "lines", lambda: asked.append(1) or [])
+    assert waiting.place_now("k") == waiting.RESTARTING and asked == []
+    restarting[0] = False
+    assert waiting.place_now("k").startswith("Yours is not in the device's line yet") and asked == [1]
