@@ -132,6 +132,19 @@ def test_a_native_abort_costs_one_request_and_the_next_is_served_by_a_new_worker
     assert reply.value[0].ok and child.proc.pid != before and child.restarts >= 1
 
 
+def test_requests_that_abort_the_worker_again_and_again_never_make_the_supervisor_give_up(child):
+    """QUICK_DEATHS deaths within seconds of each start, each while serving a request (a crash link's page asks
+    twice), are the requests' doing: each is a sentence, and the worker is started again every time (CI at 6ac885d:
+    the two crash links cost three deaths in 20 s and the child was given up on, as if it could not start)."""
+    from attnlab.service import faults
+    from attnlab.service.child import QUICK_DEATHS
+
+    for _ in range(QUICK_DEATHS + 1):
+        with pytest.raises(WorkerLost, match=r"was killed by signal 6 \(SIGABRT\)"):
+            child.call(Request.of(faults.abort))
+    assert not child.gave_up and child.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok
+
+
 def test_every_request_in_flight_when_the_worker_is_killed_fails_with_a_sentence(child):
     from attnlab.service import faults
 

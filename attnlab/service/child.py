@@ -33,7 +33,9 @@ from multiprocessing.connection import Connection
 from attnlab.service.request import Reply, Request, WorkerLost
 
 START_TIMEOUT_S = 180.0
-QUICK_DEATHS = 3  # a child that dies this many times within QUICK_S of its start is not started again
+# a child that dies this many times within QUICK_S of its start, serving no request, is not started again; a death
+# while it served one is that request's (the crash links with the known-abort refusal off cost 2-4 in seconds)
+QUICK_DEATHS = 3
 QUICK_S = 20.0
 
 
@@ -126,7 +128,7 @@ class ChildWorker:
         with self._lock:  # from here no request is sent to the dead child; the new one takes them when ready
             pending, self._pending, self.conn = self._pending, {}, None
             self._ready.clear()
-            if not learners:
+            if not learners and not pending:
                 self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - self.started < QUICK_S else 1
             quick = self._quick_deaths >= QUICK_DEATHS
             if quick:
