@@ -50,19 +50,27 @@ WORK = {
 
 
 def describe(request: Request) -> str:
-    """One phrase for what the request makes the device worker do."""
+    """One phrase for what the request makes the device worker do (a run: its parts, as `runs.run` reads them)."""
     if request.fn != "attnlab.measure.runs:run":
         return WORK.get(request.fn) or f"running {request.fn.split(':')[-1].replace('_', ' ')}"
     kw = dict(request.kwargs)
     shape = next((a for a in request.args if isinstance(a, AttentionShape)), kw.get("shape"))
     names = next((a for a in request.args if isinstance(a, (tuple, list))), kw.get("names")) or ()
-    what = ("timing" if kw.get("timed") else "running and checking against float64") + (
-        f" {len(names)} implementation{'s' * (len(names) != 1)}" if names else "")
+    them = (names[0] if len(names) == 1 else f"{len(names)} implementations") if names else "the implementations"
+    one = len(names) == 1
+    if kw.get("timed"):
+        what = f"timing {them}"
+    elif kw.get("accuracy", True):
+        what = f"running {them} and checking {'it' if one else 'each'} against float64"
+    else:  # program only: compiled, nothing allocated or run
+        what = f"compiling {them} (nothing is run)"
     if kw.get("backward"):
         what += " (forward and backward)"
     return what + (f" at {shape.describe()}" if shape else "")
 
 
+# what the request asks, true whatever it waits for (a line, a compile, a restart: the caption under it says which)
+SPINNER = "Your request to the device worker: "
 SHOW_S = 0.5  # a request answered within this shows nothing (Streamlit's spinner waits as long)
 EVERY_S = 2.0  # how often the line is looked at again while a request waits
 
@@ -129,7 +137,7 @@ def wait(request: Request, compute):
             done.set_exception(e)
 
     add_script_run_ctx(threading.Thread(target=work, name="attnlab-page-request", daemon=True)).start()
-    with st.spinner(f"The device worker is {describe(request)} …", show_time=True):
+    with st.spinner(f"{SPINNER}{describe(request)} …", show_time=True):
         if not concurrent.futures.wait([done], SHOW_S).done:
             where = st.empty()
             try:

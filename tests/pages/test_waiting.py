@@ -23,8 +23,13 @@ def test_a_run_says_what_it_does_at_which_shape():
     said = waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive", "sdpa_xla", "sdpa_cudnn"),
                                        accuracy=False, timed=True, backward=True))
     assert said == f"timing 3 implementations (forward and backward) at {shape.describe()}"
-    assert waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive",))).startswith(
-        "running and checking against float64 1 implementation at")
+    assert waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive",))) == (
+        f"running naive and checking it against float64 at {shape.describe()}")
+    assert waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive", "sdpa_xla"))) == (
+        f"running 2 implementations and checking each against float64 at {shape.describe()}")
+    # a program asked alone (pages/fused_ui.programs) is compiled, not run: the spinner must not say it runs
+    assert waiting.describe(Request.of("attnlab.measure.runs:run", shape, ("naive", "sdpa_xla"), accuracy=False,
+                                       program=True)) == f"compiling 2 implementations (nothing is run) at {shape.describe()}"
 
 
 def test_a_request_says_where_it_stands_in_the_device_workers_lines():
@@ -92,7 +97,7 @@ def test_a_request_that_waits_shows_a_spinner_naming_its_work_and_its_place_look
     monkeypatch.setattr(common, "_on_device", on_device)
     at = AppTest.from_function(_slow_page, default_timeout=30).run()
     assert not at.exception and [m.value for m in at.markdown] == ["answer 1", "answer 2"]
-    said = "The device worker is checking your answer against float64 at every case …"
+    said = "Your request to the device worker: checking your answer against float64 at every case …"
     assert shown == [(said, True), (said, True)]
     slow = Request.of("attnlab.yourturn.grade:check", 1).key
     assert 2 <= len(placed) <= 4 and set(placed) == {slow}  # looked at again as it waited; the quick one never
