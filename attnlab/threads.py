@@ -3,14 +3,20 @@
 The UI server runs each learner's page in a thread, the device worker each request. A thread that lets go
 of the GIL for a short call into C waits a busy thread's switch interval (5 ms) to get it back: the convoy.
 pandas ≥ 3 keeps strings in pyarrow, whose kernels let go of the GIL, so each small DataFrame operation paid
-that. `serve_many_threads()`, set at the start of the UI server (serve.py) and every device worker
-(service.worker.DeviceWorker), keeps strings as Python objects, changing no value a page shows; the switch
-interval stays at Python's default (shorter made the class slower). Measurements: docs/design-notes.md.
+that. `serve_many_threads()`, set at the start of the UI server (serve.py) and in every device worker before its first
+table (`serve_many_threads_once_imported`, service.worker.DeviceWorker), keeps strings as Python objects, changing
+no value a page shows; the switch interval stays at Python's default (shorter made the class slower).
+Measurements: docs/design-notes.md. A device worker imports no pandas to start (0.4 s of the 1.4 s its imports
+took here, on the path of a restarted worker's first page): the run layer makes no table, and an entry point
+that makes one imports pandas with its module, after which the worker sets this before calling it.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
+
+_SET = [False]  # whether serve_many_threads() ran in this process
 
 
 def serve_many_threads() -> None:
@@ -23,6 +29,14 @@ def serve_many_threads() -> None:
             pd.set_option("future.infer_string", False)
         except (KeyError, pd.errors.OptionError):  # a pandas without the option: nothing to set
             pass
+    _SET[0] = True
+
+
+def serve_many_threads_once_imported() -> None:
+    """`serve_many_threads()` once pandas is imported (a device worker, before each entry point it calls); else
+    nothing, and no import of pandas."""
+    if not _SET[0] and "pandas" in sys.modules:
+        serve_many_threads()
 
 
 def serving_many_threads() -> bool:

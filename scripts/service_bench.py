@@ -12,6 +12,11 @@ Each kind runs in a fresh Python process of its own (a cold start, as `make run`
                 median and 95th percentile over --calls requests, one at a time, 5 s after the first run
                 (a child worker imports tokamax in the background after it answers; that import holds the
                 GIL for seconds on a GPU machine)
+  restart_s     with --restarts R: from SIGKILLing the idle worker to the answer of a request at a shape new to
+                the process (two implementations checked against float64, as page 4 asks), sent at once; a request
+                that met the dying process and came back WorkerLost is sent again (counted: lost). Median of R.
+  control_s     the same request at another new shape, nothing killed: restart_s less control_s is what the
+                restart itself costs (issue 40's device fault, without a class's compiles around it)
 The embedded default is whichever starts faster here (README, issue "One process owns each GPU").
 """
 
@@ -32,7 +37,8 @@ t0 = time.perf_counter()
 from attnlab.measure import runs
 from attnlab.service.request import Request
 from attnlab.shapes import AttentionShape
-kind, calls = sys.argv[1], int(sys.argv[2])
+from attnlab.service.request import WorkerLost
+kind, calls, restarts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 imported = time.perf_counter() - t0
 t0 = time.perf_counter()
 if kind == "child":
@@ -57,10 +63,36 @@ for _ in range(calls):
     times.append(time.perf_counter() - t0)
     assert reply.cached
 times.sort()
+
+
+def answered(shape):  # seconds until a page-4 request at `shape` is answered; how many times it came back lost
+    t0, lost = time.perf_counter(), 0
+    while True:
+        try:
+            reply = client.call(Request.of(runs.run, shape, ("naive", "sdpa_xla")))
+            assert reply.error is None and all(r.ok for r in reply.value), reply
+            return time.perf_counter() - t0, lost
+        except WorkerLost:
+            lost += 1
+
+
+restart, control, lost = [], [], 0
+for i in range(restarts):
+    control.append(answered(AttentionShape(batch=20 + 2 * i, q_len=64, kv_len=64))[0])
+    time.sleep(3)
+    pid = client.infos()[0].pid
+    os.kill(pid, 9)
+    s, n = answered(AttentionShape(batch=21 + 2 * i, q_len=64, kv_len=64))
+    restart.append(s)
+    lost += n
+    time.sleep(8)  # the new worker's quiet-time imports (warm.worker_start) done before the next control
 print(json.dumps({"kind": kind, "device": info.device.device_kind, "backend": info.device.backend,
                   "imports_s": imported, "start_s": start, "first_run_s": first,
                   "round_trip_median_ms": statistics.median(times) * 1e3,
-                  "round_trip_p95_ms": times[max(0, int(0.95 * len(times)) - 1)] * 1e3, "calls": calls}))
+                  "round_trip_p95_ms": times[max(0, int(0.95 * len(times)) - 1)] * 1e3, "calls": calls,
+                  "restart_s": statistics.median(restart) if restart else None,
+                  "control_s": statistics.median(control) if control else None, "restarts": restarts,
+                  "restart_all_s": restart, "control_all_s": control, "lost": lost}))
 client.close()
 os._exit(0)
 """
@@ -70,11 +102,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kinds", nargs="+", default=["child", "ray"], choices=["child", "ray"])
     ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--restarts", type=int, default=0, help="kill the worker this many times (restart_s, control_s)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     rows = []
     for kind in a.kinds:
-        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls)], cwd=ROOT, capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls), str(a.restarts)], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))})
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), None)
         if line is None:
@@ -85,6 +118,10 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['kind']:6} {r['backend']:>10} {r['imports_s']:7.2f}s {r['start_s']:6.2f}s {r['first_run_s']:9.2f}s "
               f"{r['round_trip_median_ms']:15.2f} ms {r['round_trip_p95_ms']:5.2f} ms")
+    for r in rows:
+        if r.get("restart_s") is not None:
+            print(f"{r['kind']:6} restart {r['restart_s']:.2f} s, control {r['control_s']:.2f} s: the restart costs "
+                  f"{r['restart_s'] - r['control_s']:.2f} s (median of {r['restarts']}; requests lost {r['lost']})")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0 if len(rows) == len(a.kinds) else 1

@@ -31,8 +31,22 @@ def test_the_ui_server_sets_it_before_streamlit_starts():
     assert in_a_fresh_python(code) == "True"
 
 
-def test_a_device_worker_sets_it_in_whichever_process_it_lives():
-    # the child process and the Ray actor both serve through a DeviceWorker
-    code = ("from attnlab import threads; from attnlab.service.worker import DeviceWorker;"
-            "before = threads.serving_many_threads(); DeviceWorker('t'); print(before, threads.serving_many_threads())")
-    assert in_a_fresh_python(code) == "False True"
+def test_a_device_worker_starts_and_serves_a_run_without_pandas_and_makes_every_table_under_it():
+    # the child process and the Ray actor both serve through a DeviceWorker: neither its start nor a page's run
+    # imports pandas or the studies (a restarted worker's first page waits for its imports), and an entry point
+    # that makes a table gets object strings
+    code = ("import sys; from attnlab.service.worker import DeviceWorker; from attnlab.service.request import Request;"
+            "from attnlab.shapes import AttentionShape; from attnlab.measure import runs; w = DeviceWorker('t');"
+            "small = AttentionShape(batch=1, q_len=8, kv_len=8);"
+            "ran = w.call(Request.of(runs.run, small, ('naive',))).value[0].ok;"
+            "light = not {'pandas', 'attnlab.studies.memory'} & set(sys.modules);"
+            "r = w.call(Request.of('attnlab.studies.layout:placement', small));"
+            "print(ran, light, r.error, r.value['array'].dtype)")
+    assert in_a_fresh_python(code) == "True True None object"
+
+
+def test_a_new_device_workers_quiet_moment_imports_pandas_under_it_and_every_entry_points_module():
+    code = ("import sys; from attnlab import threads; from attnlab.studies import warm; warm.QUIET_S = 0.0;"
+            "before = 'pandas' in sys.modules; warm.worker_start(lambda: False);"
+            "print(before, threads.serving_many_threads(), 'attnlab.studies.memory' in sys.modules)")
+    assert in_a_fresh_python(code) == "False True True"  # and every entry point's module, for the next requests

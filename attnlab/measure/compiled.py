@@ -14,11 +14,11 @@ import re
 import threading
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pandas as pd
 
 from attnlab.admission import DEVICE
 from attnlab.backends import get, known_aborts
@@ -26,6 +26,9 @@ from attnlab.backends.base import abstract_inputs, lower
 from attnlab.measure import disk_cache
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
+
+if TYPE_CHECKING:  # pandas only where a table is made: a device worker's start needs none (threads.py says why)
+    import pandas as pd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +262,8 @@ def which_kernel(info: CompiledInfo) -> str:
 
 def growth(df: pd.DataFrame, y: str = "temp_bytes", x: str = "q_len") -> pd.DataFrame:
     """Per implementation: y at the shortest and longest x, their ratio, the log-log slope (2 for O(T²))."""
+    import pandas as pd
+
     rows: list[dict] = []
     if not len(df) or y not in df:
         return pd.DataFrame(rows)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from attnlab import kernels
 from attnlab.admission import DeviceBusy, OverBudget
@@ -20,6 +20,9 @@ from attnlab.backends.base import error_text
 from attnlab.math import checks
 from attnlab.measure import compiled, timing
 from attnlab.shapes import AttentionShape
+
+if TYPE_CHECKING:  # pandas only where a table is made: a device worker's start needs none (threads.py says why)
+    import pandas as pd
 
 
 class Status(enum.StrEnum):
@@ -107,6 +110,8 @@ COLUMNS = list(Result(AttentionShape(), "naive", OK).row())
 
 def to_frame(results: Iterable[Result], extra: Iterable[dict] | None = None) -> pd.DataFrame:
     """Results as a DataFrame with every column of `COLUMNS`, in that order (extra keys per row after)."""
+    import pandas as pd
+
     rows = [r.row() for r in results]
     if extra is not None:
         rows = [{**r, **e} for r, e in zip(rows, extra, strict=True)]

@@ -70,11 +70,13 @@ FAULTS = tuple((f"attnlab.service.faults:{name}", lambda value: False)
 
 
 @functools.cache
-def _entries() -> dict[str, Entry]:
+def _entries() -> dict[str, Callable[[Any], bool] | None]:
+    """Each entry point's `keep`, by name; its module is imported only when it is first asked for (a restarted
+    worker's first page imports the run layer, not every study and pandas: 0.2-0.4 s on its path here)."""
     from attnlab.settings import settings
 
     listed = LISTED + (FAULTS if settings().fault_injection else ())  # faults: tests only, a native abort on request
-    return {name: Entry(_resolve(name), keep=keep or (lambda value: True)) for name, keep in listed}
+    return dict(listed)
 
 
 def _resolve(name: str) -> Callable:
@@ -92,10 +94,10 @@ def name_of(fn: Callable) -> str:
 def get(name: str) -> Entry:
     """The entry of that name, its function looked up now."""
     try:
-        entry = _entries()[name]
+        keep = _entries()[name]
     except KeyError:
         raise KeyError(f"{name!r} is not an entry point of the device worker (attnlab/service/entries.py)") from None
-    return dataclasses.replace(entry, fn=_resolve(name))
+    return Entry(_resolve(name), keep=keep or (lambda value: True))
 
 
 def names() -> list[str]:

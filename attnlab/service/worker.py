@@ -52,7 +52,6 @@ class WorkerInfo:
 
 class DeviceWorker:
     def __init__(self, name: str = "device-0"):
-        threads.serve_many_threads()  # its requests are threads of this process (attnlab.threads says why)
         threading.Thread(target=disk_cache.bound, name="attnlab-cache-bound", daemon=True).start()
         self.name = name
         self.started = time.monotonic()
@@ -131,6 +130,7 @@ class DeviceWorker:
             entry = entries.get(request.fn)
         except KeyError as e:
             return Reply(error=e, kept=False)
+        threads.serve_many_threads_once_imported()  # its requests are threads of this process (attnlab.threads says why)
         try:
             with DEVICE.serving():  # every launch inside needs a turn (DEVICE.launch)
                 value = entry.fn(*request.args, **dict(request.kwargs))

@@ -37,18 +37,24 @@ QUIET_S = 1.0  # no request in flight for this long: the worker may take the GIL
 
 def worker_start(busy=lambda: False) -> None:
     """A new device worker's one-time costs, in the background: JAX's device at once; then, once `busy()` (requests
-    in flight) has been false for QUIET_S, the imports of tokamax and TransformerEngine where they are installed.
-    On an H100 those are 0.4, 2.1 and 2.9 s (`scripts/first_uses.py`), and an import holds Python's GIL: the pages
-    a class opens first after Ray restarts a worker (4, 5, 6, 8) need neither, so the imports wait for a quiet
-    moment instead of slowing every request in the first seconds; a request that needs one first imports it."""
+    in flight) has been false for QUIET_S, the imports of pandas (with attnlab.threads' setting), every entry
+    point's module, tokamax and TransformerEngine where they are installed. On an H100 the device, tokamax and TE are 0.4, 2.1 and 2.9 s
+    (`scripts/first_uses.py`), pandas 0.4 s here, and an import holds Python's GIL: the pages a class opens first
+    after Ray restarts a worker (4, 5, 6, 8) need none of them, so the imports wait for a quiet moment instead of
+    slowing every request in the first seconds; a request that needs one first imports it."""
     device.info()
     quiet = time.monotonic()
     while time.monotonic() - quiet < QUIET_S:
         time.sleep(0.1)
         if busy():
             quiet = time.monotonic()
+    from attnlab import threads
     from attnlab.backends import te, tokamax
+    from attnlab.service import entries
 
+    threads.serve_many_threads()
+    for name in entries.names():  # every entry point's module (a request imports only its own)
+        entries.get(name)
     tokamax.import_error()
     te.import_error()
 
