@@ -5,9 +5,10 @@ process, step by step, beside what a warm process pays for a shape it has never 
     python scripts/first_uses.py [--json out.json]
 
 Steps, in order, each timed alone: the imports a worker makes; JAX's device (`device.info`, the client);
-tokamax's import and TransformerEngine's (the two a restarted worker's first checks wait for); then for every
-backend that can run the shape, a page's request (checked against float64 and timed, as page 4 asks) at shape A,
-new to the process, then at shape B, new too, in the now warm process. A − B is that backend's first use in
+pandas and every entry point's module, tokamax's import and TransformerEngine's (the imports a new worker's
+quiet moment makes, `warm.worker_start`; a request that needs one first pays it); then for every backend
+that can run the shape, a page's request (checked against float64 and timed, as page 4 asks) at shape A, new to
+the process, then at shape B, new too, in the now warm process. A − B is that backend's first use in
 a process: what a restarted worker pays beyond compiling the learners' new shapes (issue 40's device fault,
 measured as the worker fault less the control in scripts/rehearse.py). A benchmark: it prints and judges nothing.
 """
@@ -50,6 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     from attnlab.shapes import AttentionShape
 
     info = timed(steps, "JAX's device (device.info)", device.info)
+
+    def quiet_imports():
+        from attnlab import threads
+        from attnlab.service import entries
+
+        threads.serve_many_threads()
+        for name in entries.names():
+            entries.get(name)
+
+    timed(steps, "pandas and every entry point's module (the quiet moment's first imports)", quiet_imports)
     timed(steps, "tokamax's import", tokamax.import_error)
     timed(steps, "TransformerEngine's import", te.import_error)
     a, b = (AttentionShape(batch=n, dtype=args.dtype) for n in (5, 6))
@@ -64,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for n, ((sa, st_a), (sb, st_b)) in firsts.items():
         print(f"{n:16s} {sa:14.2f} {sb:10.2f} {sa - sb:8.2f}  {st_a}/{st_b}")
     first = sum(sa - sb for (sa, _), (sb, _) in firsts.values())
-    print(f"one-time steps before the backends: {sum(s['s'] for s in steps[:4]):.2f} s; the backends' first uses "
+    print(f"one-time steps before the backends: {sum(s['s'] for s in steps[:5]):.2f} s; the backends' first uses "
           f"(sum of A - B): {first:.2f} s; process alive {time.perf_counter() - T0:.1f} s; device {info.device_kind}")
     if args.json:
         args.json.write_text(json.dumps({"device": info.device_kind, "steps": steps,
