@@ -35,9 +35,8 @@ ONE = r"""
 import json, os, statistics, sys, time
 t0 = time.perf_counter()
 from attnlab.measure import runs
-from attnlab.service.request import Request
+from attnlab.service.request import Request, WorkerLost
 from attnlab.shapes import AttentionShape
-from attnlab.service.request import WorkerLost
 kind, calls, restarts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 imported = time.perf_counter() - t0
 t0 = time.perf_counter()
@@ -74,6 +73,8 @@ def answered(shape):  # seconds until a page-4 request at `shape` is answered; h
             return time.perf_counter() - t0, lost
         except WorkerLost:
             lost += 1
+            if time.perf_counter() - t0 > 120:  # a worker that never comes back: the bench fails, it does not spin
+                raise
 
 
 restart, control, lost = [], [], 0
