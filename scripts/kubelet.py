@@ -195,7 +195,10 @@ class Kubelet:
                 q.send_signal(signal.SIGKILL)
             except psutil.Error:
                 pass
-        psutil.wait_procs(list(victims.values()), timeout=5)
+        try:
+            psutil.wait_procs(list(victims.values()), timeout=5)
+        except OSError:  # psutil's pidfd_open on a pid already reaped (seen on the H200 machine)
+            pass
         return len(victims)
 
     def stop(self) -> None:

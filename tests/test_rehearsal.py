@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,26 @@ def test_a_page_that_says_its_device_work_was_not_done_is_never_counted_as_serve
     ordinary = ["1 run on the device, 2 waiting (as of the last 30 s): this one takes its turn.",
                 "naive or SDPA did not run: the reasons are below.", "**CPU backend** (cpu). GPU-only paths say so"]
     assert not any(m in s.lower() for s in ordinary for m in rehearse.LOST)
+
+
+def test_a_kill_survives_psutil_losing_the_race_to_reap_the_container(tmp_path, monkeypatch):
+    """On the H200 machine a rehearsal died in `Kubelet.kill`: the pod's own loop had reaped the container while
+    psutil.wait_procs opened a pidfd for it (FileNotFoundError, not psutil's NoSuchProcess)."""
+    import kubelet
+
+    def reaped(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(kubelet.psutil, "wait_procs", reaped)
+    pod = cluster_pods.Pod("p", ["sleep", "60"], dict(os.environ), [], [], {}, tmp_path)
+    k = kubelet.Kubelet(pod, tmp_path).start()
+    try:
+        for _ in range(100):
+            if k.proc is not None:
+                break
+            time.sleep(0.05)
+        proc = k.proc
+        assert k.kill() == proc.pid
+        assert proc.wait(timeout=5) == -9  # SIGKILLed, and the kill returned
+    finally:
+        k.stop()
