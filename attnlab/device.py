@@ -6,6 +6,7 @@ same kernels); the name only looks up the published peak rates, which are per pr
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import importlib.metadata
@@ -169,9 +170,52 @@ def memory(dev=None) -> tuple[int | None, int | None]:
     return total, (total - used if total else None)
 
 
+NVML_CLOCK_SM = 1  # nvmlClockType_t's NVML_CLOCK_SM
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml() -> tuple | None:
+    """(library, this process's GPU's handle, its maximum SM clock in MHz) from NVIDIA's management library, the
+    driver's libnvidia-ml.so.1, through ctypes; None where it does not load (a CPU, another vendor) or answer.
+
+    Hand-written because NVIDIA's own binding (nvidia-ml-py) is not in the image's lock, while the driver's
+    library is in every GPU container; a read takes microseconds where `nvidia-smi` takes tens of milliseconds,
+    so a timing's warm-up can watch the clock rise (timing.warm_up)."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if lib.nvmlInit_v2() != 0:
+            return None
+        first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+        handle = ctypes.c_void_p()
+        if first.isdigit():
+            rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(int(first)), ctypes.byref(handle))
+        else:  # a UUID, as Kubernetes' device plugin may set it
+            rc = lib.nvmlDeviceGetHandleByUUID(first.encode(), ctypes.byref(handle))
+        top = ctypes.c_uint()
+        if rc != 0 or lib.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(top)) != 0:
+            return None
+        return lib, handle, top.value
+    except (OSError, AttributeError):
+        return None
+
+
+def nvml_sm_clock() -> tuple[int, int] | None:
+    """(SM clock now, its maximum) in MHz through NVML (`_nvml`), or None."""
+    got = _nvml()
+    if got is None:
+        return None
+    lib, handle, top = got
+    now = ctypes.c_uint()
+    if lib.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(now)) != 0:
+        return None
+    return now.value, top
+
+
 def sm_clock_mhz() -> tuple[int, int] | None:
-    """(SM clock now, its maximum) in MHz from nvidia-smi, or None; a GPU under sustained load lowers its
-    clock and kernel time follows it, so a measurement is complete only with the clock it ran at."""
+    """(SM clock now, its maximum) in MHz from NVML, else nvidia-smi, or None; a GPU under sustained load lowers
+    its clock and kernel time follows it, so a measurement is complete only with the clock it ran at."""
+    if (clock := nvml_sm_clock()) is not None:
+        return clock
     index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     try:
         out = subprocess.run(["nvidia-smi", "-i", index, "--query-gpu=clocks.sm,clocks.max.sm",

@@ -30,6 +30,9 @@ them for a test.
     ATTNLAB_CLASS_SHAPES      the shapes the class will use, as the lab's links' queries separated by spaces
                               ("batch=1&heads=1&kv_heads=1 q_len=64&kv_len=64"): the warm-up opens every page
                               at each (pages/opening.py), so the class finds them computed; unset: none
+    ATTNLAB_WARM_BY_CLOCK     1: a GPU timing's warm-up ends once the SM clock reads 90 % of its maximum (NVML),
+                              3 calls at least and 0.2 s at most; default 0: 0.2 s of calls always
+                              (attnlab/measure/timing.py: warm_up)
     ATTNLAB_METRICS           1: serve Streamlit's /_stcore/metrics (closed by default)
     ATTNLAB_ALLOW_CLEAR_CACHE 1: let a browser's "clear cache" empty the server's caches (refused by default)
     ATTNLAB_TIMING_LOG        a file: every measurement appends its start and end (a load test checks overlap)
@@ -106,6 +109,7 @@ class Settings:
     checks_per_minute: int = 10
     warm: bool = True
     class_shapes: tuple[str, ...] = ()
+    warm_by_clock: bool = False
     metrics: bool = False
     allow_clear_cache: bool = False
     timing_log: str | None = None
@@ -152,6 +156,7 @@ class Settings:
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
             class_shapes=tuple(env.get("ATTNLAB_CLASS_SHAPES", "").split()),
+            warm_by_clock=_flag(env, "ATTNLAB_WARM_BY_CLOCK", False),
             metrics=_flag(env, "ATTNLAB_METRICS", False),
             allow_clear_cache=_flag(env, "ATTNLAB_ALLOW_CLEAR_CACHE", False),
             timing_log=env.get("ATTNLAB_TIMING_LOG") or None,

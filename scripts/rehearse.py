@@ -88,6 +88,15 @@ def lost_words() -> tuple[str, ...]:
 LOST = lost_words()
 
 
+def set_env(text: str) -> tuple[str, str, str]:
+    """'workers:NAME=VALUE' -> ('workers', 'NAME', 'VALUE'); the pods are 'head', 'workers' or 'ui'."""
+    pods, _, assignment = text.partition(":")
+    name, eq, value = assignment.partition("=")
+    if pods not in ("head", "workers", "ui") or not eq or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: want head|workers|ui:NAME=VALUE")
+    return pods, name, value
+
+
 def render(overlay: Path) -> list[dict]:
     kubectl = shutil.which("kubectl") or str(Path(sys.executable).with_name("kubectl"))
     out = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True, text=True, timeout=120, check=True)
@@ -157,6 +166,10 @@ class Rehearsal:
                                               cookie_secret=secrets.token_hex(32))
         for pod in self.cluster.ui:  # the instructor named the class's shapes (kubectl set env ... ATTNLAB_CLASS_SHAPES=)
             pod.env.update({"ATTNLAB_CLASS_SHAPES": class_shapes(args.class_shapes)} if args.class_shapes else {})
+        for group, name, value in args.set_env:  # an A/B in one call: kubectl set env on the head, workers or UIs
+            pods = {"head": [self.cluster.head], "workers": self.cluster.workers, "ui": self.cluster.ui}[group]
+            for pod in pods:
+                pod.env[name] = value
         self.lb: Proxy | None = None
         self.kubelets: dict[str, Kubelet] = {}
         self.epoch = [0]  # faults so far: the learners' shapes change with it
@@ -266,7 +279,8 @@ class Rehearsal:
     def run(self) -> dict:
         a = self.args
         report: dict = {"ui_replicas": len(self.cluster.ui), "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners,
-                        "mode": a.mode, "class_shapes": self.cluster.ui[0].env.get("ATTNLAB_CLASS_SHAPES", "")}
+                        "mode": a.mode, "class_shapes": self.cluster.ui[0].env.get("ATTNLAB_CLASS_SHAPES", ""),
+                        "set_env": [f"{g}:{n}={v}" for g, n, v in a.set_env]}
         report["gate"] = self.gate()
         report["ready_after_s"] = self.up()
         report["gpus"] = self.ray_gpus()
@@ -485,7 +499,7 @@ def check(report: dict) -> list[str]:
     return bad
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ui", type=int, help="UI replicas (default: the Deployment's `replicas`)")
     ap.add_argument("--workers", type=int, default=2, help="device workers (GPU pods; fake GPUs without one)")
@@ -507,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
                          "env` would): 'shared' (the flag alone) the shapes of --mode shared's class, or the value itself; "
                          "default: the manifest's (none)")
     ap.add_argument("--overlay", type=Path, default=ROOT / "deploy" / "k8s-campus")
+    ap.add_argument("--set-env", type=set_env, action="append", default=[], metavar="PODS:NAME=VALUE",
+                    help="as `kubectl set env` would, on 'head', 'workers' or 'ui' (repeatable), e.g. "
+                         "workers:ATTNLAB_WARM_BY_CLOCK=1: a setting's A/B without editing the manifests")
     ap.add_argument("--warm-wait-s", type=float, default=240.0,
                     help="at most this long, wait for the server's warm-up to finish before the class (0: no wait; "
                          "the timings then include it)")
@@ -518,6 +535,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-to", type=Path, help="py-spy records the device workers and UI pods here (scripts/samples.py)")
     ap.add_argument("--keep", action="store_true", help="keep the pods' folders")
     ap.add_argument("--check", action="store_true", help="exit 1 unless every target is met")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.sample_to and py_spy() is None:  # else every record fails quietly and the folders stay empty
         ap.error("--sample-to needs py-spy (pip install py-spy; on the GPU machine, .whl/bin from scripts/gpu_wheels.sh)")

@@ -1,5 +1,8 @@
 """GPU tests: run on the GPU machine (`python -m attnlab gpucheck`), skipped cleanly elsewhere."""
 
+import os
+import subprocess
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -204,6 +207,26 @@ def test_clock_states_reads_kernel_time_and_the_sm_clock_in_both_states():
     t = timing.clock_states(exe, runs.make_inputs(shape), idle_s=0.5, sustain_s=0.5)
     assert t.burst_ms > 0 and t.sustained_ms > 0, t
     assert 0 < t.burst_clock_mhz <= t.max_clock_mhz and 0 < t.sustained_clock_mhz <= t.max_clock_mhz, t
+
+
+def test_nvml_reads_the_sm_clock_and_a_timing_records_it_after_either_warm_up():
+    """NVML through ctypes (device._nvml) agrees with nvidia-smi on the maximum, and a timing says the clock its
+    warm-up ended at, by the time rule and by the clock rule (ATTNLAB_WARM_BY_CLOCK)."""
+    from attnlab.settings import override
+
+    now, top = device.nvml_sm_clock()
+    assert 0 < now <= top
+    smi = subprocess.run(["nvidia-smi", "-i", (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0],
+                          "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    assert int(smi.stdout.strip().splitlines()[0]) == top
+    shape = AttentionShape(batch=1, q_len=128, kv_len=128, heads=8, kv_heads=8, head_dim=64, dtype="bfloat16")
+    exe, _, _ = compiled.compile_backend("sdpa_cudnn", shape)
+    args = runs.make_inputs(shape)
+    by_time = timing.time_compiled(exe, args, budget_s=0.1)
+    assert by_time.warmup_ms >= 1e3 * timing.WARM_S and 0 < by_time.clock_mhz <= top, by_time
+    with override(warm_by_clock=True):
+        by_clock = timing.time_compiled(exe, args, budget_s=0.1)
+    assert by_clock.warmup_ms <= 1e3 * timing.WARM_S + 50 and 0 < by_clock.clock_mhz <= top, by_clock
 
 
 def test_fp8_kernel_returns_the_output_in_fp8_times_its_scale():

@@ -239,3 +239,21 @@ def test_a_kill_survives_psutil_losing_the_race_to_reap_the_container(tmp_path, 
         assert proc.wait(timeout=5) == -9  # SIGKILLed, and the kill returned
     finally:
         k.stop()
+
+
+def test_set_env_sets_a_variable_on_the_named_pods_only_as_kubectl_set_env_would(tmp_path):
+    import rehearse
+    import yaml
+
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(_docs()))
+    args = rehearse.parser().parse_args(["--rendered", str(rendered), "--ui", "2", "--workers", "2",
+                                         "--set-env", "workers:ATTNLAB_WARM_BY_CLOCK=1", "--set-env", "head:RAY_x="])
+    r = rehearse.Rehearsal(args)
+    shutil.rmtree(r.root)  # nothing was started: only its folder was made
+    assert [w.env["ATTNLAB_WARM_BY_CLOCK"] for w in r.cluster.workers] == ["1", "1"]
+    assert r.cluster.head.env["RAY_x"] == "" and "RAY_x" not in r.cluster.workers[0].env
+    assert all("ATTNLAB_WARM_BY_CLOCK" not in p.env for p in [r.cluster.head, *r.cluster.ui])
+    for bad in ("gpu:A=1", "workers:A", "workers:=1"):
+        with pytest.raises(SystemExit):
+            rehearse.parser().parse_args(["--set-env", bad])

@@ -37,6 +37,63 @@ def test_clock_states_on_cpu_says_there_is_no_device_time_and_reads_no_clock():
         assert device.sm_clock_mhz() is None
 
 
+class _Calls:
+    """A compiled call that counts its calls and takes `ms` each."""
+
+    def __init__(self, ms: float):
+        self.n, self.ms = 0, ms
+
+    def __call__(self):
+        import time
+
+        self.n += 1
+        time.sleep(self.ms / 1e3)
+        return jax.numpy.zeros(())
+
+
+def test_the_warm_up_by_time_holds_its_seconds_whatever_the_clock(monkeypatch):
+    monkeypatch.setattr(device, "nvml_sm_clock", lambda: (1980, 1980))  # already at its most
+    f = _Calls(ms=1)
+    ms, clock = timing.warm_up(f, (), calls=3, seconds=0.1)
+    assert ms >= 100 and f.n > 3 and clock == 1980
+
+
+def test_the_warm_up_by_clock_ends_once_the_clock_is_up_and_its_calls_are_done(monkeypatch):
+    reads = iter([345, 600, 1200, 1900])  # an idle GPU's clock rising, one read per call past the third
+    monkeypatch.setattr(device, "nvml_sm_clock", lambda: (next(reads, 1900), 1980))
+    f = _Calls(ms=1)
+    ms, clock = timing.warm_up(f, (), calls=3, seconds=5.0, by_clock=True)
+    assert f.n == 6 and clock == 1900 and ms < 1000  # 3 calls, then one per read under 90 % of 1980 MHz
+
+
+def test_the_warm_up_by_clock_is_the_time_rule_where_no_clock_can_be_read(monkeypatch):
+    monkeypatch.setattr(device, "nvml_sm_clock", lambda: None)  # a CPU, or no NVML
+    f = _Calls(ms=1)
+    ms, clock = timing.warm_up(f, (), calls=3, seconds=0.1, by_clock=True)
+    assert ms >= 100 and clock is None
+    throttled = _Calls(ms=1)  # a hot GPU whose clock never reaches 90 %: the seconds bound it
+    monkeypatch.setattr(device, "nvml_sm_clock", lambda: (1600, 1980))
+    ms, clock = timing.warm_up(throttled, (), calls=3, seconds=0.1, by_clock=True)
+    assert 100 <= ms < 1000 and clock == 1600
+
+
+def test_the_warm_up_rule_is_a_setting_and_the_time_rule_its_default():
+    from attnlab.settings import Settings
+
+    assert Settings.from_env({}).warm_by_clock is False
+    assert Settings.from_env({"ATTNLAB_WARM_BY_CLOCK": "1"}).warm_by_clock is True
+
+
+def test_on_this_cpu_nvml_reads_no_clock_and_a_timing_says_so():
+    if jax.default_backend() == "gpu":
+        pytest.skip("a GPU's clock is read in test_gpu.py")
+    assert device.nvml_sm_clock() is None
+    shape = AttentionShape(batch=1, q_len=16, kv_len=16, heads=2, kv_heads=2, head_dim=8)
+    exe, ms, _ = compiled.compile_backend("naive", shape)
+    t = timing.time_compiled(exe, runs.make_inputs(shape), compile_ms=ms, budget_s=0.1)
+    assert t.clock_mhz is None and t.warmup_ms >= 0
+
+
 def test_overlapping_lines_are_those_within_the_tolerance_at_every_shared_x():
     import math
 

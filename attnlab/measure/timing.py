@@ -24,6 +24,7 @@ import jax
 
 from attnlab import device
 from attnlab.admission import DEVICE, log_span
+from attnlab.settings import settings
 
 
 def launch_note() -> str:
@@ -53,6 +54,8 @@ class Timing:
     device_note: str  # how device_ms was read, or why it could not be
     repeats: int
     queue_wait_s: float = 0.0
+    warmup_ms: float = float("nan")  # how long the warm-up's calls took
+    clock_mhz: int | None = None  # the GPU's SM clock as the warm-up ended (NVML), where it can be read
 
 
 def kernel_times(compiled, args, iterations: int = DEVICE_CALLS) -> tuple[float | None, tuple, str]:
@@ -75,6 +78,32 @@ def kernel_times(compiled, args, iterations: int = DEVICE_CALLS) -> tuple[float 
     return statistics.median(totals), kernels, f"CUPTI, median of {iterations} calls"
 
 
+WARM_S = 0.2  # after a compile the GPU has idled and its clocks have dropped: ~0.2 s of work brings them back
+WARM_CLOCK = 0.9  # with ATTNLAB_WARM_BY_CLOCK, the warm-up also ends once the SM clock reads this share of its most
+
+
+def warm_up(compiled, args: Sequence, calls: int, seconds: float, by_clock: bool = False) -> tuple[float, int | None]:
+    """Call `compiled` at least `calls` times and for `seconds`, or (`by_clock`) until the SM clock reads WARM_CLOCK
+    of its maximum once the `calls` are done, `seconds` at most; (ms it took, the SM clock at its end or None).
+
+    The time rule is what a timing does by default: every GPU timing holds the device WARM_S at least, so a class's
+    sixty timings hold it 12 s before they measure anything. The clock rule ends as soon as the clock it waits for
+    is there (device.nvml_sm_clock, microseconds a read); where NVML cannot be read it is the time rule."""
+    t0 = time.perf_counter()
+    t_end, i = t0 + seconds, 0
+    while True:
+        if i >= calls:
+            if time.perf_counter() >= t_end:
+                break
+            clock = device.nvml_sm_clock() if by_clock else None
+            if clock is not None and clock[0] >= WARM_CLOCK * clock[1]:
+                break
+        jax.block_until_ready(compiled(*args))
+        i += 1
+    clock = device.nvml_sm_clock()
+    return (time.perf_counter() - t0) * 1e3, clock[0] if clock else None
+
+
 MIN_CALLS = 10  # the fewest calls time_compiled makes: 3 warm-up, 1 to fit the repeats, 3 timed, 3 rounds of 1
 
 
@@ -93,14 +122,10 @@ def time_compiled(
     that already holds it, as the run layer does while it draws the inputs, keeps it: no second wait)."""
     with DEVICE.use() as waited:
         measured_from = time.perf_counter()
-        # warm up by count and by time: after a compile the GPU has idled and its clocks have
-        # dropped; ~0.2 s of work brings them back before anything is recorded
+        # warm up by count and by time (or by the clock it waits for) before anything is recorded
         if warmup_s is None:
-            warmup_s = 0.2 if jax.default_backend() == "gpu" else 0.0
-        t_end, i = time.perf_counter() + warmup_s, 0
-        while i < warmup or time.perf_counter() < t_end:
-            jax.block_until_ready(compiled(*args))
-            i += 1
+            warmup_s = WARM_S if jax.default_backend() == "gpu" else 0.0
+        warmup_ms, clock = warm_up(compiled, args, warmup, warmup_s, settings().warm_by_clock)
         # fit the repeats to the budget: a 1 s CPU call is timed 3 times, a 10 µs GPU call 30
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))
@@ -139,6 +164,8 @@ def time_compiled(
         device_note=note,
         repeats=n,
         queue_wait_s=waited,
+        warmup_ms=warmup_ms,
+        clock_mhz=clock,
     )
 
 
