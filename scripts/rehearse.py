@@ -80,8 +80,12 @@ def lost_words() -> tuple[str, ...]:
     from attnlab.service import ray_link
     from pages.workers import NO_WORKER
 
+    try:
+        from attnlab.service.ray_restart import RESTARTING
+    except ImportError:  # a worktree of the product from before ray_restart.py (a before/after pair in one call)
+        RESTARTING = getattr(ray_link, "RESTARTING", ray_link.LOST)
     sentences = [ray_link.LOST, ray_link.died(RuntimeError(), False), ray_link.died(RuntimeError(), True),
-                 getattr(ray_link, "RESTARTING", ray_link.LOST), *NO_WORKER.values()]
+                 RESTARTING, *NO_WORKER.values()]
     return ("was lost", "device worker", "cannot be reached", *(s[:40].lower() for s in sentences))
 
 

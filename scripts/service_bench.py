@@ -17,6 +17,7 @@ Each kind runs in a fresh Python process of its own (a cold start, as `make run`
                 that met the dying process and came back WorkerLost is sent again (counted: lost). Median of R.
   control_s     the same request at another new shape, nothing killed: restart_s less control_s is what the
                 restart itself costs (issue 40's device fault, without a class's compiles around it)
+  --start-delay S  every worker process starts S s later: a restart as slow as a GPU worker's, on a CPU
 The embedded default is whichever starts faster here (README, issue "One process owns each GPU").
 """
 
@@ -27,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,16 +39,18 @@ t0 = time.perf_counter()
 from attnlab.measure import runs
 from attnlab.service.request import Request, WorkerLost
 from attnlab.shapes import AttentionShape
-kind, calls, restarts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kind, calls, restarts, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 imported = time.perf_counter() - t0
 t0 = time.perf_counter()
+env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
+if slow:  # a worker process whose start takes longer (sitecustomize sleeps), as a GPU worker's does
+    env["PYTHONPATH"] = os.pathsep.join([slow, os.environ["PYTHONPATH"]])
 if kind == "child":
     from attnlab.service.child import ChildWorker
-    client = ChildWorker(env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
+    client = ChildWorker(env=env)
 else:
     from attnlab.service.ray_workers import RayWorkers
-    client = RayWorkers("local", workers=1, fake_gpus=int(os.environ.get("FAKE_GPUS", "0")),
-                        worker_env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
+    client = RayWorkers("local", workers=1, fake_gpus=int(os.environ.get("FAKE_GPUS", "0")), worker_env=env)
 assert client.wait_ready(180)
 info = client.infos()[0]
 start = time.perf_counter() - t0
@@ -104,11 +108,17 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", nargs="+", default=["child", "ray"], choices=["child", "ray"])
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--restarts", type=int, default=0, help="kill the worker this many times (restart_s, control_s)")
+    ap.add_argument("--start-delay", type=float, default=0.0,
+                    help="each worker process starts this many seconds later (a sitecustomize that sleeps): a "
+                         "restart as slow as a GPU worker's (imports, JAX's GPU client) on this machine")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    rows = []
+    rows, slow = [], ""
+    if a.start_delay:
+        slow = tempfile.mkdtemp(prefix="attnlab-slow-start-")
+        Path(slow, "sitecustomize.py").write_text(f"import time\ntime.sleep({a.start_delay})\n")
     for kind in a.kinds:
-        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls), str(a.restarts)], cwd=ROOT, capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls), str(a.restarts), slow], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))})
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), None)
         if line is None:

@@ -208,10 +208,11 @@ def test_a_page_that_says_its_device_work_was_not_done_is_never_counted_as_serve
     import rehearse
 
     from attnlab.service import ray_link
+    from attnlab.service.ray_restart import RESTARTING
     from pages.workers import NO_WORKER
 
-    said = [ray_link.LOST, ray_link.RESTARTING, ray_link.died(RuntimeError(), False), ray_link.died(RuntimeError(), True),
-            *NO_WORKER.values(), f"Running the implementations was lost: {ray_link.RESTARTING}"]
+    said = [ray_link.LOST, RESTARTING, ray_link.died(RuntimeError(), False), ray_link.died(RuntimeError(), True),
+            *NO_WORKER.values(), f"Running the implementations was lost: {RESTARTING}"]
     assert all(any(m in s.lower() for m in rehearse.LOST) for s in said)
     ordinary = ["1 run on the device, 2 waiting (as of the last 30 s): this one takes its turn.",
                 "naive or SDPA did not run: the reasons are below.", "**CPU backend** (cpu). GPU-only paths say so"]

@@ -434,10 +434,11 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
     """Ray's two answers after a worker's process died (seen with Ray 2.60, issue 40's device fault): a call made
     while Ray restarts the actor is refused, "The actor is restarting" (never run): it waits for the new process
     and is sent again, and so does a page's look at the workers (no "no worker answers"). A call that met the
-    dying process ("RpcError") may have been what killed it: a sentence, never sent again."""
+    dying process ("RpcError") may have been what killed it: a sentence, never sent again; the worker is then
+    probed until the new process answers, so the calls after it are not sent into Ray's refusals."""
     import ray
 
-    from attnlab.service import ray_link
+    from attnlab.service import ray_restart
     from attnlab.service.ray_workers import RayWorkers
 
     client = RayWorkers("local", workers=1, worker_env=CPU)
@@ -456,24 +457,38 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
             return refused if sent.count(which) <= 3 else getattr(actor, which).remote(*args)
         return type("Method", (), {"remote": staticmethod(remote)})
 
-    real_get = ray.get
+    real_get, real_wait = ray.get, ray.wait
 
     def get(ref, timeout=None):
         if ref is refused:
             raise refused
         return real_get(ref, timeout=timeout)
 
+    def wait(refs, num_returns=1, timeout=None):  # a refusal is ready at once
+        if any(r is refused for r in refs):
+            return [refused], [r for r in refs if r is not refused]
+        return real_wait(refs, num_returns=num_returns, timeout=timeout)
+
     monkeypatch.setattr(ray, "get", get)
-    monkeypatch.setattr(ray_link, "_REFUSED", [-1e9])  # no refusal seen before this test's
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray_restart, "_REFUSED", [-1e9])  # no refusal seen before this test's
     monkeypatch.setitem(client._actors, name, type("Restarting", (), {"call": method("call"), "info": method("info")}))
     if resent:
+        # each refused call waits for a probe (`info`) to be answered, then is sent again: the first probe answered
+        # is the fourth (three refused), and each later refusal of the call needs one more
         assert client.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok and sent.count("call") == 4
-        assert [i.name for i in client.infos()] == [name] and sent.count("info") == 4
+        assert sent[:5] == ["call", "info", "info", "info", "info"] and sent.count("info") == 6
+        assert [i.name for i in client.infos()] == [name] and sent.count("info") == 7
         assert said and all(said)
     else:
-        with pytest.raises(WorkerLost, match="Ray is starting it again"):
-            client.call(Request.of(runs.run, TINY, ("naive",)))
-        assert client.infos() == [] and sent == ["call", "info"] and not client.restarting()
+        for _ in range(2):
+            with pytest.raises(WorkerLost, match="Ray is starting it again"):
+                client.call(Request.of(runs.run, TINY, ("naive",)))
+        # never sent again; the worker is probed in the background until it answers (three probes refused, the
+        # fourth answered), and the next call waited for that before it was sent
+        assert sent[:6] == ["call", "info", "info", "info", "info", "call"] and not client.restarting()
+        ray_restart.REVIVAL.join(name, time.monotonic() + 30)
+        assert [i.name for i in client.infos()] == [name]
 
 
 def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_remembered(ray_cluster):

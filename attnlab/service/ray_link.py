@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from attnlab.service.request import WorkerLost
-
 T = TypeVar("T")
 
 # how long Ray's client retries a broken connection before it says so (RAY_CLIENT_RECONNECT_GRACE_PERIOD; its
@@ -137,44 +135,6 @@ def died(e: BaseException, learners: bool) -> str:
     return ("The GPU worker serving this request stopped (a crash in native code: XLA, cuDNN or a kernel compiler, "
             f"or its machine went away). Ray is starting it again: press the button again in a few seconds. "
             f"({type(e).__name__})")
-
-
-# how long a request, or a page's look at the workers, waits for a worker that Ray is restarting (after a crash
-# in native code, or a killed process: a new process takes seconds, JAX's GPU client included)
-RESTART_WAIT_S = 60.0
-POLL_S = 0.5  # how often a worker Ray is restarting is asked again
-RESTARTING = ("The GPU worker is restarting (Ray is starting it again after it stopped) and did not answer within "
-              f"{RESTART_WAIT_S:.0f} s: try again shortly.")
-
-
-def refusal(e: BaseException, learners: bool) -> WorkerLost:
-    """What a request raises when its actor failed it (`e`): Restarting where Ray refused it while it restarts the
-    actor (never run), else WorkerLost with died()'s sentence (it died serving it, or the call met its death)."""
-    return Restarting(RESTARTING) if restarting(e) else WorkerLost(died(e, learners))
-
-
-class Restarting(WorkerLost):
-    """Ray refused the call: its actor is restarting (the call never ran; RayWorkers.call sends it again)."""
-
-
-_REFUSED = [-1e9]  # when a call was last refused as restarting, in this process (restarting_now)
-
-
-def restarting(e: BaseException) -> bool:
-    """Whether `e` is Ray refusing a call because its actor is restarting: the call never ran, so sending it again
-    once the actor is back is safe (a call in flight when the actor died says "RpcError" instead: not this)."""
-    import ray
-
-    unavailable = getattr(ray.exceptions, "ActorUnavailableError", None)
-    refused = unavailable is not None and isinstance(e, unavailable) and "actor is restarting" in str(e)
-    if refused:
-        _REFUSED[0] = time.monotonic()
-    return refused
-
-
-def restarting_now() -> bool:
-    """Whether this process met a worker being restarted in the last 2 s (its waiting calls ask every 0.5 s)."""
-    return time.monotonic() - _REFUSED[0] < 2.0
 
 
 def connection_failure(e: BaseException) -> bool:

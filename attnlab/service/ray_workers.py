@@ -19,7 +19,7 @@ import time
 import weakref
 from typing import Any
 
-from attnlab.service import ray_link
+from attnlab.service import ray_restart
 from attnlab.service.ray_actor import actor_class
 from attnlab.service.ray_link import LEARNERS, LOST, NAMESPACE, Link, connection_failure, now, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
@@ -157,11 +157,8 @@ class RayWorkers:
             if len(self._actors) == n and not force:
                 return
             cls = actor_class()
-            actors = {}
-            for i in range(n):
-                name = f"{PREFIX}{i}"
-                actors[name] = self._actors.get(name) or self._create(cls, name)
-            self._actors = actors
+            names = [f"{PREFIX}{i}" for i in range(n)]
+            self._actors = {name: self._actors.get(name) or self._create(cls, name) for name in names}
 
     def _create(self, cls, name: str):
         """The named worker, made if missing (or found by name where another UI process made it first)."""
@@ -184,13 +181,13 @@ class RayWorkers:
         return list(self._actors)
 
     def _get(self, ref, timeout: float | None = None, learners: bool = False):
-        """The reply; WorkerLost (ray_link.refusal) when the actor died serving it or is restarting."""
+        """The reply; WorkerLost (ray_restart.refusal) when the actor died serving it or is restarting."""
         import ray
 
         try:
             return ray.get(ref, timeout=timeout)
         except (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError)) as e:
-            raise ray_link.refusal(e, learners) from None
+            raise ray_restart.refusal(e, learners) from None
 
     def _choose(self, request: Request, reserve: bool = False) -> str:
         """The owner of the request's route; a timing's owner if idle, else the least busy worker (running,
@@ -210,19 +207,23 @@ class RayWorkers:
 
     def call(self, request: Request) -> Reply:
         """The reply; a request refused because its worker is restarting waits for it (RESTART_WAIT_S at most)."""
-        deadline = time.monotonic() + ray_link.RESTART_WAIT_S
+        deadline = time.monotonic() + ray_restart.RESTART_WAIT_S
         while True:
             with self._connection():
                 name = self._choose(request, reserve=True)
                 try:
+                    ray_restart.REVIVAL.join(name, deadline)  # a restart another call met: sent once it answers
                     return self._get(self._actors[name].call.remote(request), learners=request.fn in LEARNERS)
-                except ray_link.Restarting:
+                except ray_restart.Restarting:
                     if time.monotonic() > deadline:
                         raise
+                except WorkerLost:  # it met the process's death: the calls after it wait for the new one
+                    ray_restart.REVIVAL.watch(name, self._actors[name], self.link, deadline)
+                    raise
                 finally:
                     with self._lock:
                         self._sent[name] -= 1
-            time.sleep(ray_link.POLL_S)
+                ray_restart.REVIVAL.wait(name, self._actors[name], deadline)
 
     def _infos(self, names: list[str], timeout: float, restart_s: float = 0.0) -> dict:
         """Each worker's figures (None: no answer); one Ray is restarting is waited for, `restart_s` at most."""
@@ -240,10 +241,9 @@ class RayWorkers:
                     if connection_failure(e):
                         raise  # not the worker's: the connection's (_connection says so)
                     out[n] = None
-                    if ray_link.restarting(e) and time.monotonic() < deadline:
+                    if ray_restart.restarting(e) and time.monotonic() < deadline:
                         ask.append(n)
-            if ask:
-                time.sleep(ray_link.POLL_S)
+            ray_restart.REVIVAL.wait_all({n: self._actors[n] for n in ask}, deadline)
         return out
 
     def wait_ready(self, timeout: float = 180.0) -> bool:
@@ -275,7 +275,7 @@ class RayWorkers:
 
     def infos(self) -> list:
         with self._connection():
-            return [i for i in self._infos(self.names, timeout=5.0, restart_s=ray_link.RESTART_WAIT_S).values() if i is not None]
+            return [i for i in self._infos(self.names, timeout=5.0, restart_s=ray_restart.RESTART_WAIT_S).values() if i is not None]
 
     def forget(self) -> int:
         return self._each("forget")
@@ -291,7 +291,7 @@ class RayWorkers:
             return sum(ray.get([getattr(a, method).remote(*args) for a in self._actors.values()]))
 
     def restarting(self) -> bool:
-        return ray_link.restarting_now()
+        return ray_restart.restarting_now()
 
     def describe(self) -> str:
         return f"{len(self._actors)} device worker(s) on Ray ({self.address})"
