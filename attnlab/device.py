@@ -212,10 +212,8 @@ def nvml_sm_clock() -> tuple[int, int] | None:
 
 
 def sm_clock_mhz() -> tuple[int, int] | None:
-    """(SM clock now, its maximum) in MHz from NVML, else nvidia-smi, or None; a GPU under sustained load lowers
-    its clock and kernel time follows it, so a measurement is complete only with the clock it ran at."""
-    if (clock := nvml_sm_clock()) is not None:
-        return clock
+    """(SM clock now, its maximum) in MHz from nvidia-smi, or None; a GPU under sustained load lowers its
+    clock and kernel time follows it, so a measurement is complete only with the clock it ran at."""
     index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     try:
         out = subprocess.run(["nvidia-smi", "-i", index, "--query-gpu=clocks.sm,clocks.max.sm",

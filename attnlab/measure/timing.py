@@ -55,7 +55,7 @@ class Timing:
     repeats: int
     queue_wait_s: float = 0.0
     warmup_ms: float = float("nan")  # how long the warm-up's calls took
-    clock_mhz: int | None = None  # the GPU's SM clock as the warm-up ended (NVML), where it can be read
+    clock_mhz: int | None = None  # the GPU's SM clock as the warm-up by the clock ended (NVML), where it can be read
 
 
 def kernel_times(compiled, args, iterations: int = DEVICE_CALLS) -> tuple[float | None, tuple, str]:
@@ -100,7 +100,7 @@ def warm_up(compiled, args: Sequence, calls: int, seconds: float, by_clock: bool
                 break
         jax.block_until_ready(compiled(*args))
         i += 1
-    clock = device.nvml_sm_clock()
+    clock = device.nvml_sm_clock() if by_clock else None  # NVML stays unread by default until a GPU has run it
     return (time.perf_counter() - t0) * 1e3, clock[0] if clock else None
 
 
