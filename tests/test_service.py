@@ -10,9 +10,12 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +28,8 @@ from attnlab.service.local import InProcess
 from attnlab.service.request import Reply, Request, WorkerLost
 from attnlab.service.worker import DeviceWorker
 from attnlab.shapes import AttentionShape
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY = AttentionShape(batch=1, q_len=16, kv_len=16, heads=2, kv_heads=2, head_dim=8)
 CPU = {"JAX_PLATFORMS": "cpu", "ATTNLAB_FAULT_INJECTION": "1", "ATTNLAB_WARM": "0"}
@@ -383,6 +388,35 @@ def test_a_local_cluster_is_its_own_even_where_a_stale_ray_pointer_is_left(ray_c
     assert open(pointer).read() == STALE
     assert ray_cluster.is_initialized() and ray_cluster.get_runtime_context().gcs_address != STALE
     assert ray_cluster.cluster_resources().get("GPU") == 4  # the fake GPUs it was started with
+
+
+LOCAL_FROM_A_THREAD = r"""
+import sys, threading, time
+from attnlab.measure import runs
+from attnlab.service.ray_workers import RayWorkers
+from attnlab.service.request import Request
+from attnlab.shapes import AttentionShape
+made = []
+page = threading.Thread(target=lambda: made.append(RayWorkers("local", workers=1, worker_env={"JAX_PLATFORMS": "cpu"})))
+page.start(); page.join()  # as a Streamlit server does: the first page's script thread makes the client, then ends
+time.sleep(2)
+print("served", made[0].call(Request.of(runs.run, AttentionShape(batch=1, q_len=16, kv_len=16, heads=2, kv_heads=2,
+                                                                head_dim=8), ("naive",))).value[0].ok, flush=True)
+"""
+
+
+def test_a_local_ray_started_from_a_pages_thread_outlives_that_thread():
+    """Ray's processes die with the thread that started them (PR_SET_PDEATHSIG): a served app on
+    ATTNLAB_RAY_ADDRESS=local started them in its first page's thread and lost its GCS when that run ended."""
+    pytest.importorskip("ray")
+    home = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's socket paths live below it
+    env = {**os.environ, "RAY_TMPDIR": home, "PYTHONPATH": str(ROOT)}
+    try:
+        out = subprocess.run([sys.executable, "-c", LOCAL_FROM_A_THREAD], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert "served True" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
 
 
 @pytest.mark.parametrize("n", [2, 4])

@@ -73,10 +73,11 @@ class Link:
             if self.address == "local":
                 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
                 path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")]))  # Ray itself too
-                ray.init(address="local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-                         # Ray says `logging_level: int`, yet takes a level's name (its own default is "info")
-                         logging_level="warning", num_gpus=self.fake_gpus or None,  # type: ignore[arg-type]
-                         runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}})
+                lasting(lambda: ray.init(address="local", namespace=NAMESPACE, include_dashboard=False,
+                                         log_to_driver=False, logging_level="warning",  # type: ignore[arg-type]
+                                         # (Ray says `logging_level: int`, yet takes a level's name)
+                                         num_gpus=self.fake_gpus or None,
+                                         runtime_env={"env_vars": {"PYTHONPATH": path, **self.worker_env}}))
             else:
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
                          logging_level="warning")  # type: ignore[arg-type]  # a level's name, as above
@@ -123,6 +124,32 @@ class Link:
             yield
         finally:
             client.set_context(before)
+
+
+def lasting(start: Callable[[], object]) -> None:
+    """start() in a thread that lives as long as this process, when called from any other than the main one.
+
+    Ray's processes (its GCS, raylet, workers) are started with PR_SET_PDEATHSIG, which kills them when the
+    *thread* that started them ends: a Streamlit server first asks for its client in a page's script thread, so a
+    cluster started there (ATTNLAB_RAY_ADDRESS=local) died with that page's run, and the server with it ("Failed
+    to connect to GCS within 60 seconds", seen 2026-12-06)."""
+    if threading.current_thread() is threading.main_thread():
+        start()
+        return
+    started: queue.Queue = queue.Queue()
+
+    def keep() -> None:
+        try:
+            start()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            started.put(e)
+            return
+        started.put(None)
+        threading.Event().wait()  # Ray's processes live while this thread does
+
+    threading.Thread(target=keep, name="attnlab-ray-local", daemon=True).start()
+    if (error := started.get()) is not None:
+        raise error
 
 
 def died(e: BaseException, learners: bool) -> str:
