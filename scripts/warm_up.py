@@ -30,6 +30,7 @@ from attnlab.measure import compiled, runs, timing  # noqa: E402
 from attnlab.settings import override  # noqa: E402
 from attnlab.shapes import AttentionShape  # noqa: E402
 
+BACKEND = "sdpa_cudnn"
 SMALL = AttentionShape(batch=2, q_len=128, kv_len=128, heads=8, kv_heads=8, head_dim=64, dtype="bfloat16")
 NVIDIA = AttentionShape(batch=1, q_len=8192, kv_len=8192, heads=64, kv_heads=8, head_dim=128, dtype="bfloat16",
                         causal=True)
@@ -57,7 +58,7 @@ def main() -> None:
         sys.exit("no SM clock through NVML here (a GPU machine's driver library): nothing to measure")
     out: dict = {"device": jax.devices()[0].device_kind, "max_clock_mhz": device.nvml_sm_clock()[1], "rows": []}
     for shape in (SMALL, NVIDIA):
-        exe, _, _ = compiled.compile_backend("sdpa_cudnn", shape)
+        exe, _, _ = compiled.compile_backend(BACKEND, shape)
         args = runs.make_inputs(shape)
         if shape is SMALL:
             out["ramp_ms"] = [ramp(exe, args, a.idle_s) for _ in range(3)]
