@@ -114,13 +114,37 @@ RESTARTING = ("The device worker is being started again (it stopped: a crash in 
               "away). Yours is sent to it as soon as it answers, usually within seconds.")
 
 
+def restarting() -> bool:
+    try:
+        return service.client().restarting()
+    except Exception:  # noqa: BLE001 - no client yet: nothing is being restarted
+        return False
+
+
 def place_now(key: str) -> str:
     try:
-        if service.client().restarting():  # before lines(): the workers' figures wait for the restart too
+        if restarting():  # before lines(): the workers' figures wait for the restart too
             return RESTARTING
         return place(key, lines())
     except Exception:  # noqa: BLE001 - no worker answers: the request itself will say so
         return ""
+
+
+LOOK_S = 0.5  # how long the caption waits for a look at the workers before it says what it knows without one
+
+
+def in_thread(fn, *args) -> concurrent.futures.Future:
+    """fn(*args) in a thread carrying this script run's context (its cache, its session): a future of its result."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work():
+        try:
+            out.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - raised where the result is read
+            out.set_exception(e)
+
+    add_script_run_ctx(threading.Thread(target=work, name="attnlab-page-request", daemon=True)).start()
+    return out
 
 
 def wait(request: Request, compute):
@@ -128,21 +152,20 @@ def wait(request: Request, compute):
     while this thread shows what it waits for: the spinner naming the work and, under it, where the request stands in
     the device's line, looked at again every EVERY_S seconds. A rerun or a closed tab stops the page's waiting here
     (Streamlit stops a script as it writes); the request itself goes on, and the worker drops it if no tab wants it."""
-    done: concurrent.futures.Future = concurrent.futures.Future()
-
-    def work():
-        try:
-            done.set_result(compute())
-        except BaseException as e:  # noqa: BLE001 - raised in the page's thread
-            done.set_exception(e)
-
-    add_script_run_ctx(threading.Thread(target=work, name="attnlab-page-request", daemon=True)).start()
+    done = in_thread(compute)
     with st.spinner(f"{SPINNER}{describe(request)} …", show_time=True):
         if not concurrent.futures.wait([done], SHOW_S).done:
-            where = st.empty()
+            where, look = st.empty(), None
             try:
                 while not done.done():
-                    where.caption(place_now(request.key))
+                    # a look at the line in a thread of its own: one that meets a worker Ray is starting again waits
+                    # for it (seconds), and the caption says so meanwhile instead of standing still
+                    look = look if look is not None and not look.done() else in_thread(place_now, request.key)
+                    concurrent.futures.wait([look, done], LOOK_S, return_when=concurrent.futures.FIRST_COMPLETED)
+                    if look.done():
+                        where.caption(look.result())
+                    elif restarting():
+                        where.caption(RESTARTING)
                     concurrent.futures.wait([done], EVERY_S)
             finally:
                 where.empty()

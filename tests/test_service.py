@@ -520,9 +520,30 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
                 client.call(Request.of(runs.run, TINY, ("naive",)))
         # never sent again; the worker is probed in the background until it answers (three probes refused, the
         # fourth answered), and the next call waited for that before it was sent
-        assert sent[:6] == ["call", "info", "info", "info", "info", "call"] and not client.restarting()
+        assert sent[:6] == ["call", "info", "info", "info", "info", "call"]
+        # that call met a death too (this fake's third), so a watch is under way again: the pages say restarting
+        assert client.restarting()
         ray_restart.REVIVAL.join(name, time.monotonic() + 30)
-        assert [i.name for i in client.infos()] == [name]
+        assert not client.restarting() and [i.name for i in client.infos()] == [name]
+
+
+def test_a_worker_watched_after_a_death_is_said_restarting_before_ray_refuses_anything(monkeypatch):
+    """The pages' caption asks `restarting()` before it reads the workers' lines (which wait out a restart): from the
+    death a call met, not only from Ray's first refusal, which comes 2 s later or never (a quick new process). Seen
+    in Chromium on a local Ray: the spinner counted the restart's seconds with no caption under it."""
+    from attnlab.service import ray_restart
+
+    gate = threading.Event()
+    monkeypatch.setattr(ray_restart, "answered", lambda actor, deadline: gate.wait(10))  # no probe answered yet
+    monkeypatch.setattr(ray_restart, "_REFUSED", [-1e9])  # and no refusal heard
+    monkeypatch.setattr(ray_restart, "REVIVAL", ray_restart.Revival())
+    link = type("Link", (), {"using": staticmethod(contextlib.nullcontext)})()
+    assert not ray_restart.restarting_now()
+    ray_restart.REVIVAL.watch("device-0", object(), link, time.monotonic() + 10)
+    assert ray_restart.restarting_now()
+    gate.set()
+    ray_restart.REVIVAL.join("device-0", time.monotonic() + 10)
+    assert not ray_restart.restarting_now()
 
 
 def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_remembered(ray_cluster):

@@ -121,6 +121,10 @@ class Revival:
 
         threading.Thread(target=run, name="attnlab-ray-revival", daemon=True).start()
 
+    def active(self) -> bool:
+        """Whether a worker of this process is being waited for (a death or a refusal met, no probe answered yet)."""
+        return bool(self._watches)
+
     def _begin(self, name: str) -> threading.Event | None:
         """A new watch of `name` (the event its end sets), or None where one is under way."""
         with self._lock:
@@ -139,5 +143,7 @@ REVIVAL = Revival()
 
 
 def restarting_now() -> bool:
-    """Whether this process met a worker being restarted in the last 2 s (its waiting calls ask every 0.5 s)."""
-    return time.monotonic() - _REFUSED[0] < 2.0
+    """Whether a worker of this process is being started again: one is watched (REVIVAL, from the death a call met:
+    Ray's first refusal comes 2 s later, and none at all where the new process is quicker), or a call was refused as
+    restarting in the last 2 s (its waiting calls ask every 0.5 s)."""
+    return REVIVAL.active() or time.monotonic() - _REFUSED[0] < 2.0

@@ -171,3 +171,47 @@ def test_while_a_worker_is_started_again_a_waiting_request_says_so_and_asks_no_f
     assert waiting.place_now("k") == waiting.RESTARTING and asked == []
     restarting[0] = False
     assert waiting.place_now("k").startswith("Yours is not in the device's line yet") and asked == [1]
+
+
+def test_a_look_at_the_line_that_waits_out_a_restart_leaves_the_caption_saying_so(monkeypatch):
+    """A look at the workers' lines that meets a worker Ray is starting again waits for it (seconds), and Ray's first
+    refusal comes 2 s after the death, if at all: the caption is drawn from a look in a thread of its own and, while
+    that look waits, from `restarting()`. Seen in Chromium on a local Ray: the spinner counted the seconds of a
+    restart with no line under it, the page's thread stuck in that look."""
+    import threading
+    import time
+
+    from streamlit.testing.v1 import AppTest
+
+    from attnlab import service
+    from pages import common
+
+    gate, restarting, captions = threading.Event(), [False], []
+
+    class Slot:  # st.empty() as the spinner's caption uses it
+        def caption(self, text):
+            captions.append(text)
+
+        def empty(self):
+            pass
+
+    def lines():  # the look meets the restart: the watch begins, and the look waits until the worker answers
+        restarting[0] = True
+        gate.wait(10)
+        restarting[0] = False
+        return []
+
+    def on_device(fn, args, kwargs):
+        if args == (1,):
+            time.sleep(2.0)
+            gate.set()
+        return f"answer {args[0]}"
+
+    monkeypatch.setattr(service, "client", lambda: type("Client", (), {"restarting": lambda self: restarting[0]})())
+    monkeypatch.setattr(waiting, "lines", lines)
+    monkeypatch.setattr(waiting, "EVERY_S", 0.3)
+    monkeypatch.setattr(waiting.st, "empty", Slot)
+    monkeypatch.setattr(common, "_on_device", on_device)
+    at = AppTest.from_function(_slow_page, default_timeout=30).run()
+    assert not at.exception and [m.value for m in at.markdown] == ["answer 1", "answer 2"]
+    assert waiting.RESTARTING in captions[:3]  # said within a second of the first look, not after the restart
