@@ -8,6 +8,10 @@ SIGKILLs the idle child worker and at once opens page 4 at a new shape, whose de
 Shoots the viewport every ~0.3 s for ~10 s; the first shot showing `waiting.RESTARTING` is restart_spinner.png, the
 page once served is served_after_restart.png. --kills 2 kills the new child once more as it appears (before it
 answers), for a machine where one restart is over before the spinner's caption is drawn.
+
+--ray serves the device worker as a Ray actor on a local Ray (ATTNLAB_DEVICE=ray ATTNLAB_RAY_ADDRESS=local) and kills
+its process; --slow-restart S makes each Ray worker process started after the kill sleep S seconds first (a
+sitecustomize.py in a temporary folder on PYTHONPATH), standing in for a GPU worker's slower start.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,12 +52,13 @@ NEW_SHAPE = "batch=2&q_len=192"  # not the default's (B4 T128): nothing kept, so
 WORDS = " ".join(waiting.RESTARTING.split()[:6])  # "The device worker is being started"
 
 
-def child_pids(server_pid: int) -> list[int]:
-    """The server's descendants running `python -m attnlab.service.child` (attnlab/service/child.py's _start)."""
+def child_pids(server_pid: int, ray: bool = False) -> list[int]:
+    """The server's descendants running `python -m attnlab.service.child` (attnlab/service/child.py's _start), or
+    (`ray`) Ray's process of the DeviceActor (Ray names a worker process by its actor class)."""
     out = []
     for p in psutil.Process(server_pid).children(recursive=True):
         try:
-            if "attnlab.service.child" in p.cmdline():
+            if ("DeviceActor" in " ".join(p.cmdline())) if ray else ("attnlab.service.child" in p.cmdline()):
                 out.append(p.pid)
         except psutil.NoSuchProcess:
             pass
@@ -64,21 +70,33 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "screenshots" / "restart")
     ap.add_argument("--kills", type=int, default=1, choices=(1, 2))
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--ray", action="store_true", help="the worker as a Ray actor on a local Ray")
+    ap.add_argument("--slow-restart", type=float, default=0.0, help="seconds each Ray worker started after the kill sleeps")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    with StreamlitServer(env={"ATTNLAB_WARM": "0"}) as srv, sync_playwright() as p:
+    env = {"ATTNLAB_WARM": "0"}
+    slow = Path(tempfile.mkdtemp(prefix="attnlab-slow-"))
+    if a.ray:
+        env |= {"ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": "local"}
+    if a.slow_restart:
+        (slow / "sitecustomize.py").write_text(
+            f"import os, sys, time\nif os.path.exists({str(slow / 'ON')!r}) and any('default_worker' in a for a in "
+            f"sys.argv):\n    time.sleep({a.slow_restart})\n")
+        env["PYTHONPATH"] = str(slow)
+    with StreamlitServer(env=env, startup_timeout=180) as srv, sync_playwright() as p:
         browser = p.chromium.launch(**launch_kwargs())
         page = browser.new_context(viewport=VIEWPORT).new_page()
         open_page(page, srv.url, PATH, TITLE)
         page.wait_for_timeout(1500)  # requests asked ahead are answered too: the child is idle
-        (old,) = child_pids(srv.pid)
+        (old,) = child_pids(srv.pid, a.ray)
+        (slow / "ON").touch()  # the Ray workers started from now on are slow (--slow-restart)
         os.kill(old, signal.SIGKILL)
         t0 = time.monotonic()
         print(f"killed child {old} (idle); opening ?{NEW_SHAPE}", flush=True)
         page.goto(page_url(srv.url, PATH, NEW_SHAPE), wait_until="commit")
         kills, new, seen, shots, served = 1, None, [], 0, None
         while (t := time.monotonic() - t0) < a.seconds:
-            if new is None and (pids := [q for q in child_pids(srv.pid) if q != old]):
+            if new is None and (pids := [q for q in child_pids(srv.pid, a.ray) if q != old]):
                 new = pids[0]
                 print(f"{t:5.2f} s  new child {new}", flush=True)
                 if kills < a.kills:
