@@ -22,13 +22,19 @@ def worker_info():
     """The first device worker's figures (device, budget, queue), read at most every 30 s."""
     found = service.workers()
     if not found:
-        raise service.WorkerLost(NO_WORKER[in_class()])
+        raise service.WorkerLost(NO_WORKER[hosted()])
     return found[0]
 
 
 def in_class() -> bool:
     """This app serves a hosted class: its device workers are Ray actors, each GPU shared by many learners."""
     return settings().device == "ray"
+
+
+def hosted() -> bool:
+    """The workers are on a Ray cluster this app joins (GKE's: its GPUs scale to zero outside class hours), not on a
+    Ray that this process starts for itself (ATTNLAB_RAY_ADDRESS=local, one machine: its worker is seconds away)."""
+    return in_class() and settings().ray_address != "local"
 
 
 def device_info() -> device.DeviceInfo:

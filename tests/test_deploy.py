@@ -1562,7 +1562,7 @@ def test_a_page_says_the_gpus_are_off_outside_class_hours_not_back_in_seconds(mo
 
     monkeypatch.setattr(service, "workers", lambda: [])
     for hosted in (True, False):
-        monkeypatch.setattr(workers, "in_class", lambda hosted=hosted: hosted)
+        monkeypatch.setattr(workers, "hosted", lambda hosted=hosted: hosted)
         workers.worker_info.clear()
         with pytest.raises(service.WorkerLost) as lost:
             workers.worker_info()
@@ -1572,3 +1572,15 @@ def test_a_page_says_the_gpus_are_off_outside_class_hours_not_back_in_seconds(mo
         else:
             assert "few seconds" in said
         assert len(said) < 200  # page text stays short
+
+
+def test_only_a_joined_ray_cluster_is_a_hosted_class_whose_gpus_may_be_off():
+    """A Ray the app starts for itself (ATTNLAB_RAY_ADDRESS=local) is one machine's: its starting worker is seconds
+    away, not a GPU node outside class hours (seen in Chromium: a laptop's first page said the GPUs were off)."""
+    from attnlab.settings import override
+    from pages import workers
+
+    for device, address, hosted in (("ray", "auto", True), ("ray", "ray://attnlab-head-svc:10001", True),
+                                    ("ray", "local", False), ("child", "auto", False)):
+        with override(device=device, ray_address=address):
+            assert workers.hosted() is hosted, (device, address)
