@@ -441,7 +441,8 @@ class Rehearsal:
         served_down = [f"s{v.session} {Path(v.page).stem}" for v in after
                        if v.start >= t and v.end < t + held and v.ok and not v.lost and v.page != "connect"]
         every = max(again.values()) if len(again) == len(affected) else None
-        return {"fault": kind, "what": what, "learners_served_again": len(again), "learners": len(affected),
+        return {"fault": kind, "what": what, "began_at": wall,  # time.time(): the request log's clock
+                "learners_served_again": len(again), "learners": len(affected),
                 "others_served_again_s": max(others.values(), default=None),
                 "every_learner_served_again_s": every, "held_down_s": held,
                 "served_again_after_started_again_s": every - held if every is not None else None,

@@ -46,11 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("log", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--since", type=float, help="only requests that ended after this time.time() (a class's start)")
+    ap.add_argument("--until", type=float, help="only requests that ended before this time.time() (a fault's window)")
     ap.add_argument("--slowest", type=int, default=0, help="also list the N slowest requests, each with its ledger")
     args = ap.parse_args(argv)
     lines = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
     since = args.since or 0.0
-    lines = [line for line in lines if line["t"] >= since]
+    lines = [line for line in lines if since <= line["t"] <= (args.until or float("inf"))]
     table = summary(lines)
     if table.empty:
         print("no requests in", args.log)

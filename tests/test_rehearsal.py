@@ -258,3 +258,20 @@ def test_set_env_sets_a_variable_on_the_named_pods_only_as_kubectl_set_env_would
     for bad in ("gpu:A=1", "workers:A", "workers:=1"):
         with pytest.raises(SystemExit):
             rehearse.parser().parse_args(["--set-env", bad])
+
+
+def test_the_request_log_reads_one_faults_window_from_its_began_at(tmp_path, capsys):
+    """scripts/request_log.py --since/--until: a fault's `began_at` (time.time(), the log's clock) and its seconds
+    pick the requests the worker computed while the class was served again (the next GPU session's breakdown)."""
+    import request_log
+
+    log = tmp_path / "req.log"
+    rows = [{"t": t, "worker": "w", "fn": fn, "what": fn, "how": "computed", "s": 1.0, "timed": False, "error": None,
+             "run_wait_s": 0.0, "run_s": 0.1, "build_wait_s": 0.0, "build_s": 0.0, "compile_s": 0.9}
+            for t, fn in ((100.0, "before"), (105.0, "in_window"), (107.0, "in_window"), (120.0, "after"))]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.json"
+    assert request_log.main([str(log), "--since", "104", "--until", "110", "--json", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert [(r["fn"], r["n"]) for r in table] == [("in_window", 2)]
+    assert "2 requests over 2 s" in capsys.readouterr().out
