@@ -147,6 +147,7 @@ with activity.page_running():
         guide.step_footer(page_file(page), by_file)
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
+        st.button("Try again", key="worker_lost_again", help="Runs this page again: its device work is asked anew.")
 freeze_once()
 if settings().warm:
     warm_once(tuple(p.url_path for p in nav["pages"]))  # after the first page has rendered: nobody waits for it

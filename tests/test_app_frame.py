@@ -118,3 +118,21 @@ def test_byte_axes_tick_at_whole_binary_sizes_not_powers_of_ten():
             assert t % unit == 0, (values, ticks, t)
     assert binary_ticks([2**20, 2**24], log=True) == [2**20, 2**21, 2**22, 2**23, 2**24]
     assert binary_ticks([]) == [] and binary_ticks([0, None]) == []
+
+
+def test_a_page_no_worker_answered_says_why_and_offers_to_try_again(monkeypatch):
+    """No device worker answers (starting, restarting, or the class's GPUs off): the page says so and the app serves
+    on, and a button runs the page again once one answers (the message says to try again: the learner can here)."""
+    from attnlab import service
+    from pages import workers
+    from tests.apptest_util import open_page, texts
+
+    real = service.workers
+    monkeypatch.setattr(service, "workers", lambda: [])
+    workers.worker_info.clear()
+    at = open_page("pages/p4_naive_vs_fused.py")
+    assert workers.NO_WORKER[False] in texts(at, "warning") and at.button(key="worker_lost_again")
+    monkeypatch.setattr(service, "workers", real)  # a worker answers now
+    at.button(key="worker_lost_again").click().run()
+    assert not at.exception and workers.NO_WORKER[False] not in texts(at, "warning")
+    assert any("Naive vs fused" in t.value for t in at.title)
