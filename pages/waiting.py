@@ -133,7 +133,7 @@ def place_now(key: str) -> str:
 LOOK_S = 0.5  # how long the caption waits for a look at the workers before it says what it knows without one
 
 
-def in_thread(fn, *args) -> concurrent.futures.Future:
+def in_thread(fn, *args, name: str = "attnlab-page-request") -> concurrent.futures.Future:
     """fn(*args) in a thread carrying this script run's context (its cache, its session): a future of its result."""
     out: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -143,7 +143,7 @@ def in_thread(fn, *args) -> concurrent.futures.Future:
         except BaseException as e:  # noqa: BLE001 - raised where the result is read
             out.set_exception(e)
 
-    add_script_run_ctx(threading.Thread(target=work, name="attnlab-page-request", daemon=True)).start()
+    add_script_run_ctx(threading.Thread(target=work, name=name, daemon=True)).start()
     return out
 
 
@@ -160,7 +160,7 @@ def wait(request: Request, compute):
                 while not done.done():
                     # a look at the line in a thread of its own: one that meets a worker Ray is starting again waits
                     # for it (seconds), and the caption says so meanwhile instead of standing still
-                    look = look if look is not None and not look.done() else in_thread(place_now, request.key)
+                    look = look if look is not None and not look.done() else in_thread(place_now, request.key, name="attnlab-page-look")
                     concurrent.futures.wait([look, done], LOOK_S, return_when=concurrent.futures.FIRST_COMPLETED)
                     if look.done():
                         where.caption(look.result())

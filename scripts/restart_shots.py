@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -75,7 +76,7 @@ def main() -> int:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     env = {"ATTNLAB_WARM": "0"}
-    slow = Path(tempfile.mkdtemp(prefix="attnlab-slow-"))
+    slow = Path(tempfile.mkdtemp(prefix="attnlab-slow-"))  # removed at the end (shutil.rmtree below)
     if a.ray:
         env |= {"ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": "local"}
     if a.slow_restart:
@@ -124,6 +125,7 @@ def main() -> int:
               f"{page.locator(EXCEPTION).count()} exceptions", flush=True)
         print("server log:", *[ln for ln in srv.log().splitlines() if "device worker" in ln], sep="\n  ", flush=True)
         browser.close()
+    shutil.rmtree(slow, ignore_errors=True)
     return 0 if seen else 1
 
 
