@@ -154,21 +154,25 @@ def wait(request: Request, compute):
     (Streamlit stops a script as it writes); the request itself goes on, and the worker drops it if no tab wants it."""
     done = in_thread(compute)
     with st.spinner(f"{SPINNER}{describe(request)} …", show_time=True):
-        if not concurrent.futures.wait([done], SHOW_S).done:
-            where, look = st.empty(), None
-            try:
+        # the caption's place, taken whether or not the wait is long: a page's later elements keep their places from
+        # run to run (a place taken only when slow moved them by one, and an old result stayed where the new one
+        # was not yet drawn: seen as a flaky tests/pages/test_p7_benchmarks.py under CI's load)
+        where, look = st.empty(), None
+        try:
+            if not concurrent.futures.wait([done], SHOW_S).done:
                 while not done.done():
                     # a look at the line in a thread of its own: one that meets a worker Ray is starting again waits
                     # for it (seconds), and the caption says so meanwhile instead of standing still
-                    look = look if look is not None and not look.done() else in_thread(place_now, request.key, name="attnlab-page-look")
+                    if look is None or look.done():
+                        look = in_thread(place_now, request.key, name="attnlab-page-look")
                     concurrent.futures.wait([look, done], LOOK_S, return_when=concurrent.futures.FIRST_COMPLETED)
                     if look.done():
                         where.caption(look.result())
                     elif restarting():
                         where.caption(RESTARTING)
                     concurrent.futures.wait([done], EVERY_S)
-            finally:
-                where.empty()
+        finally:
+            where.empty()
         return done.result()
 
 

@@ -215,3 +215,38 @@ def test_a_look_at_the_line_that_waits_out_a_restart_leaves_the_caption_saying_s
     at = AppTest.from_function(_slow_page, default_timeout=30).run()
     assert not at.exception and [m.value for m in at.markdown] == ["answer 1", "answer 2"]
     assert waiting.RESTARTING in captions[:3]  # said within a second of the first look, not after the restart
+
+
+def _after_one_request():
+
+    import streamlit as st
+
+    from pages import common
+
+    common.on_device("attnlab.yourturn.grade:check", 1)
+    st.write("after")
+
+
+def test_a_pages_later_elements_keep_their_places_whether_its_wait_was_long_or_short(monkeypatch):
+    """The caption's place under the spinner is taken in both cases: were it taken only for a long wait, every later
+    element would move by one between a slow run and a quick one, and the browser would keep the old result where
+    the new one was not yet drawn (seen on page 7 as a flaky test under CI's load)."""
+    import time
+
+    from streamlit.testing.v1 import AppTest
+
+    from pages import common
+    from tests.apptest_util import Screen
+
+    screen = Screen(monkeypatch)
+    paths = {}
+    monkeypatch.setattr(waiting, "EVERY_S", 0.2)
+    monkeypatch.setattr(waiting, "place_now", lambda key: "Yours holds the device now.")
+    for seconds in (1.0, 0.0):
+        monkeypatch.setattr(common, "_on_device", lambda fn, args, kwargs, s=seconds: time.sleep(s) or "answer")
+        screen.sent.clear()
+        at = AppTest.from_function(_after_one_request, default_timeout=30).run()
+        assert not at.exception
+        paths[seconds] = [tuple(m.metadata.delta_path) for m in screen.sent
+                          if m.delta.WhichOneof("type") == "new_element" and "after" in str(m.delta.new_element)]
+    assert paths[1.0] and paths[1.0] == paths[0.0]
