@@ -9,6 +9,13 @@ median and 95th percentile of their seconds, and the medians of where those seco
 (`admission.DEVICE.ledger`): waiting for a run's turn, holding the device, waiting for a build phase, a tuned
 compile in its phase, and compiling in all. Requests answered from kept results or shared with one in flight
 are counted beside. Busiest entry (by total seconds) first.
+
+    python scripts/request_log.py LOG --rehearsal x.json [--spans TIMING_LOG]
+
+splits the log into a rehearsal's windows (its class, then each fault from its `began_at` until every learner was
+served again), and with the worker's span log (ATTNLAB_TIMING_LOG, run on the same machine: its clock is the
+machine's monotonic one) says how each window's seconds went on the device's line: a run holding it, a build phase
+compiling between runs, or neither.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +49,43 @@ def summary(lines: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("total_s", ascending=False, ignore_index=True)
 
 
+def merged(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by the union of these intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def line_use(spans: Path, since: float, until: float) -> dict:
+    """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
+    ('build', overlapping builds counted once) and neither; the spans' monotonic clock read as this machine's."""
+    offset = time.time() - time.monotonic()
+    kept: dict[str, list] = {"turn": [], "build": []}
+    for row in spans.read_text().splitlines():
+        parts = row.split()
+        if len(parts) >= 5 and parts[4] in kept:
+            a, b = float(parts[0]) + offset, float(parts[1]) + offset
+            if b > since and a < until:
+                kept[parts[4]].append((max(a, since), min(b, until)))
+    held, built = merged(kept["turn"]), merged(kept["build"])
+    return {"window_s": until - since, "run_holds_s": held, "build_phase_s": built,
+            "neither_s": until - since - merged(kept["turn"] + kept["build"]), "runs": len(kept["turn"]),
+            "builds": len(kept["build"])}
+
+
+def windows(rehearsal: Path) -> list[tuple[str, float, float]]:
+    """(name, since, until) for a rehearsal's class and each fault, on the request log's clock."""
+    r = json.loads(rehearsal.read_text())
+    out = [("class", r["class"]["began_at"], r["class"]["began_at"] + r["class"]["elapsed_s"])]
+    for i, f in enumerate(r.get("faults", [])):
+        if f.get("began_at") and f.get("every_learner_served_again_s"):
+            out.append((f"fault-{i}-{f['fault']}", f["began_at"], f["began_at"] + f["every_learner_served_again_s"]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("log", type=Path)
@@ -48,7 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--since", type=float, help="only requests that ended after this time.time() (a class's start)")
     ap.add_argument("--until", type=float, help="only requests that ended before this time.time() (a fault's window)")
     ap.add_argument("--slowest", type=int, default=0, help="also list the N slowest requests, each with its ledger")
+    ap.add_argument("--rehearsal", type=Path, help="a rehearse.py --json: one summary per window (class, each fault)")
+    ap.add_argument("--spans", type=Path, help="with --rehearsal: the worker's ATTNLAB_TIMING_LOG, how the line was used")
     args = ap.parse_args(argv)
+    if args.rehearsal:
+        for name, since, until in windows(args.rehearsal):
+            print(f"=== {name}: {until - since:.1f} s")
+            if args.spans:
+                print("    the device's line:", {k: round(v, 2) for k, v in line_use(args.spans, since, until).items()})
+            main([str(args.log), "--since", str(since), "--until", str(until), "--slowest", str(args.slowest)])
+        return 0
     lines = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
     since = args.since or 0.0
     lines = [line for line in lines if since <= line["t"] <= (args.until or float("inf"))]

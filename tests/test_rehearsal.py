@@ -275,3 +275,33 @@ def test_the_request_log_reads_one_faults_window_from_its_began_at(tmp_path, cap
     table = json.loads(out.read_text())
     assert [(r["fn"], r["n"]) for r in table] == [("in_window", 2)]
     assert "2 requests over 2 s" in capsys.readouterr().out
+
+
+def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_devices_line(tmp_path, capsys):
+    """request_log.py --rehearsal --spans: the worker's span log (monotonic clock) read in each window of a rehearsal
+    (time.time()); overlapping builds count once, and the seconds neither held nor building are what is left."""
+    import time
+
+    import request_log
+
+    now, mono = time.time(), time.monotonic()
+    at = lambda wall: wall - now + mono  # noqa: E731  (a wall time on the span log's clock)
+    spans = tmp_path / "spans.log"
+    spans.write_text("".join(f"{at(now + a):.6f} {at(now + b):.6f} 1 2 {kind}\n" for a, b, kind in (
+        (-5, -4, "turn"),  # before the window
+        (1, 3, "build"), (2, 4, "build"),  # one phase of two builds: 3 s
+        (4, 5, "turn"), (4.2, 4.8, "timing"), (5, 6, "turn"), (9, 12, "turn"))))  # the last ends after it
+    assert request_log.merged([(1, 3), (2, 4), (6, 7)]) == 4
+    use = request_log.line_use(spans, now, now + 10)
+    assert use["build_phase_s"] == pytest.approx(3, abs=0.01) and use["run_holds_s"] == pytest.approx(3, abs=0.01)
+    assert use["neither_s"] == pytest.approx(4, abs=0.01) and (use["runs"], use["builds"]) == (3, 2)
+    log = tmp_path / "req.log"
+    log.write_text(json.dumps({"t": now + 6, "worker": "w", "fn": "f", "what": "f", "how": "computed", "s": 2.0,
+                               "timed": True, "error": None, "compile_s": 1.0}) + "\n")
+    x = tmp_path / "x.json"
+    x.write_text(json.dumps({"class": {"began_at": now - 100, "elapsed_s": 50},
+                             "faults": [{"fault": "worker", "began_at": now, "every_learner_served_again_s": 10}]}))
+    assert request_log.main([str(log), "--rehearsal", str(x), "--spans", str(spans)]) == 0
+    out = capsys.readouterr().out
+    assert "=== class: 50.0 s" in out and "no requests" in out and "=== fault-0-worker: 10.0 s" in out
+    assert "'neither_s': 4.0" in out and "1 requests over 0 s" in out
