@@ -15,7 +15,8 @@ are counted beside. Busiest entry (by total seconds) first.
 splits the log into a rehearsal's windows (its class, then each fault from its `began_at` until every learner was
 served again), and with the worker's span log (ATTNLAB_TIMING_LOG, run on the same machine: its clock is the
 machine's monotonic one) says how each window's seconds went on the device's line: a run holding it, a build phase
-compiling between runs, or neither.
+compiling between runs, or neither; and XLA's compiles, tuned or not (seconds any ran, how many, how many at once
+on average).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def merged(intervals: list[tuple[float, float]]) -> float:
 
 def line_use(spans: Path, since: float, until: float) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
-    ('build', overlapping builds counted once) and neither; the spans' monotonic clock read as this machine's."""
+    ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
+    not): seconds any ran and their average number at once. The spans' monotonic clock read as this machine's."""
     offset = time.time() - time.monotonic()
-    kept: dict[str, list] = {"turn": [], "build": []}
+    kept: dict[str, list] = {"turn": [], "build": [], "compile": []}
     for row in spans.read_text().splitlines():
         parts = row.split()
         if len(parts) >= 5 and parts[4] in kept:
@@ -73,7 +75,8 @@ def line_use(spans: Path, since: float, until: float) -> dict:
     held, built = merged(kept["turn"]), merged(kept["build"])
     return {"window_s": until - since, "run_holds_s": held, "build_phase_s": built,
             "neither_s": until - since - merged(kept["turn"] + kept["build"]), "runs": len(kept["turn"]),
-            "builds": len(kept["build"])}
+            "builds": len(kept["build"]), "compiling_s": merged(kept["compile"]), "compiles": len(kept["compile"]),
+            "compiles_at_once": sum(b - a for a, b in kept["compile"]) / max(until - since, 1e-9)}
 
 
 def windows(rehearsal: Path) -> list[tuple[str, float, float]]:

@@ -146,3 +146,22 @@ def test_twenty_learners_at_once_get_every_page_without_an_exception_and_untangl
     assert overlapping == 0, f"{overlapping} of {measured} measurements overlapped another"
     peak = fig.peak_rss_mb
     assert peak is not None and peak < MAX_PEAK_RSS_MB, f"peak server RSS {peak} MB"
+
+
+def test_each_program_compiled_is_one_compile_span_and_a_kept_one_none(tmp_path, monkeypatch):
+    """compiled.PROGRAMS logs each XLA compile as a 'compile' span (with whether it was tuned and who asked), so
+    scripts/request_log.py can say how many compiles ran at once in a class; a program it kept logs nothing."""
+    import jax.numpy as jnp
+
+    from attnlab import settings
+    from attnlab.measure import compiled
+
+    log = tmp_path / "spans.log"
+    monkeypatch.setattr(settings, "_CURRENT", [settings.Settings(timing_log=str(log))])
+    fn = lambda x: jnp.sin(x) * 3.25 + 0.125  # noqa: E731  (a program no other test compiles)
+    args = [jnp.ones((3, 17))]
+    compiled.compile_timed(fn, args, "the span test")
+    compiled.compile_timed(fn, args, "the span test")
+    rows = [r.split(maxsplit=5) for r in log.read_text().splitlines() if r.split()[4] == "compile"]  # not 'build'
+    assert [r[5] for r in rows] == ["tuned the span test"]
+    assert float(rows[0][1]) >= float(rows[0][0])

@@ -290,11 +290,14 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
     spans.write_text("".join(f"{at(now + a):.6f} {at(now + b):.6f} 1 2 {kind}\n" for a, b, kind in (
         (-5, -4, "turn"),  # before the window
         (1, 3, "build"), (2, 4, "build"),  # one phase of two builds: 3 s
-        (4, 5, "turn"), (4.2, 4.8, "timing"), (5, 6, "turn"), (9, 12, "turn"))))  # the last ends after it
+        (4, 5, "turn"), (4.2, 4.8, "timing"), (5, 6, "turn"), (9, 12, "turn"),  # the last ends after it
+        (1, 3, "compile"), (2, 3, "compile"), (6, 8, "compile"))))
     assert request_log.merged([(1, 3), (2, 4), (6, 7)]) == 4
     use = request_log.line_use(spans, now, now + 10)
     assert use["build_phase_s"] == pytest.approx(3, abs=0.01) and use["run_holds_s"] == pytest.approx(3, abs=0.01)
     assert use["neither_s"] == pytest.approx(4, abs=0.01) and (use["runs"], use["builds"]) == (3, 2)
+    assert use["compiling_s"] == pytest.approx(4, abs=0.01) and use["compiles"] == 3
+    assert use["compiles_at_once"] == pytest.approx(0.5, abs=0.01)  # 5 compile-seconds in 10 s
     log = tmp_path / "req.log"
     log.write_text(json.dumps({"t": now + 6, "worker": "w", "fn": "f", "what": "f", "how": "computed", "s": 2.0,
                                "timed": True, "error": None, "compile_s": 1.0}) + "\n")

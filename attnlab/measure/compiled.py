@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.admission import DEVICE
+from attnlab.admission import DEVICE, log_span
 from attnlab.backends import get, known_aborts
 from attnlab.backends.base import abstract_inputs, lower
 from attnlab.measure import disk_cache
@@ -162,7 +162,9 @@ class Programs:
                     break
             busy.wait()  # kept, or failed and this thread tries
         try:
+            began = time.perf_counter()
             compiled = lowered.compile(compiler_options=options)
+            log_span("compile", began, time.perf_counter(), f"{'untuned' if options else 'tuned'} {who}")
             with self._lock:
                 self._programs[key] = (who, compiled)
                 while len(self._programs) > self.size:
