@@ -66,16 +66,19 @@ def line_use(spans: Path, since: float, until: float) -> dict:
     not): seconds any ran and their average number at once. The spans' monotonic clock read as this machine's."""
     offset = time.time() - time.monotonic()
     kept: dict[str, list] = {"turn": [], "build": [], "compile": []}
+    tuned = 0
     for row in spans.read_text().splitlines():
         parts = row.split()
         if len(parts) >= 5 and parts[4] in kept:
             a, b = float(parts[0]) + offset, float(parts[1]) + offset
             if b > since and a < until:
                 kept[parts[4]].append((max(a, since), min(b, until)))
+                tuned += parts[4] == "compile" and parts[5:6] == ["tuned"]
     held, built = merged(kept["turn"]), merged(kept["build"])
     return {"window_s": until - since, "run_holds_s": held, "build_phase_s": built,
             "neither_s": until - since - merged(kept["turn"] + kept["build"]), "runs": len(kept["turn"]),
             "builds": len(kept["build"]), "compiling_s": merged(kept["compile"]), "compiles": len(kept["compile"]),
+            "tuned_compiles": tuned, "compile_s_summed": sum(b - a for a, b in kept["compile"]),
             "compiles_at_once": sum(b - a for a, b in kept["compile"]) / max(until - since, 1e-9)}
 
 
