@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""What a check program's compile costs under other XLA options, and whether its output changes.
+
+    python scripts/compile_options.py [--shapes 6] [--json out.json]
+
+A class moved to new shapes waits mostly for compiles of programs that are only run to check their output
+(`compiled.CHECK_OPTIONS`: untuned, `scripts/request_log.py --spans` says how many ran at once). This compiles
+every backend that can run each of N new shapes (seeded, as learners type them), all at once in a pool of this
+process's CPUs as `compiled.compile_many` does, once with `CHECK_OPTIONS` and once with each candidate set
+added, interleaved (A B A B) so neither gets a warmer process; then runs each pair of programs on the same inputs.
+Prints per options set: compiles, wall seconds, this process's CPU seconds and its children's (ptxas), and the
+largest difference between the two programs' outputs, relative to the output's scale. A benchmark: it judges
+nothing. No persistent compilation cache (every compile is a compile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CANDIDATES = {
+    "ptxas -O0": {"xla_gpu_disable_gpuasm_optimizations": True},
+    "llvm cheap": {"xla_llvm_disable_expensive_passes": True},
+    "both": {"xla_gpu_disable_gpuasm_optimizations": True, "xla_llvm_disable_expensive_passes": True},
+}
+
+
+def new_shapes(n: int, seed: int):
+    from attnlab.shapes import AttentionShape
+
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        t = rng.choice(range(48, 400, 8))
+        s = AttentionShape(batch=rng.randint(1, 6), q_len=t, kv_len=t, heads=8, kv_heads=rng.choice([1, 2, 8]),
+                           head_dim=rng.choice([32, 64, 128]), dtype=rng.choice(["bfloat16", "float16"]),
+                           causal=rng.random() < 0.5)
+        if not s.validate() and s not in out:
+            out.append(s)
+    return out
+
+
+def cpu() -> tuple[float, float]:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def compile_all(jobs, options: dict) -> tuple[dict, dict]:
+    """Every (name, shape) compiled with `options`, side by side: (programs, figures)."""
+    import jax
+
+    from attnlab.backends import get
+    from attnlab.backends.base import abstract_inputs, lower
+    from attnlab.measure.compiled import compile_threads
+
+    def one(job):
+        name, shape = job
+        t = time.perf_counter()
+        exe = lower(jax.jit(get(name).jit(shape)), abstract_inputs(shape)).compile(compiler_options=options)
+        return exe, time.perf_counter() - t
+
+    (me0, kids0), t0 = cpu(), time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(compile_threads()) as pool:
+        done = dict(zip(jobs, pool.map(one, jobs), strict=True))
+    (me1, kids1) = cpu()
+    return ({j: exe for j, (exe, _) in done.items()},
+            {"wall_s": time.perf_counter() - t0, "cpu_s": me1 - me0, "children_cpu_s": kids1 - kids0,
+             "compile_s_summed": sum(s for _, s in done.values()), "compiles": len(jobs)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    import jax
+    import numpy as np
+
+    from attnlab import device
+    from attnlab.backends import REGISTRY
+    from attnlab.measure.compiled import CHECK_OPTIONS
+    from attnlab.measure.runs import make_inputs
+
+    info = device.info()
+    rows = []
+    for label, extra in CANDIDATES.items():
+        figures = {"check": [], label: []}
+        for round_ in range(2):  # A B A B, each on shapes of its own round (nothing compiled twice)
+            shapes = new_shapes(args.shapes, args.seed + 100 * round_ + 10 * len(rows))
+            jobs = [(n, s) for s in shapes for n in REGISTRY if REGISTRY[n].unmet(s, info) is None]
+            base, f_base = compile_all(jobs, dict(CHECK_OPTIONS))
+            other, f_other = compile_all(jobs, {**CHECK_OPTIONS, **extra})
+            figures["check"].append(f_base)
+            figures[label].append(f_other)
+            worst = 0.0
+            for job in jobs:
+                q, k, v = make_inputs(job[1])
+                a = np.asarray(base[job](q, k, v), np.float32)
+                b = np.asarray(other[job](q, k, v), np.float32)
+                worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)))
+        sums = {k: {m: sum(f[m] for f in v) for m in v[0]} for k, v in figures.items()}
+        row = {"options": label, "extra": extra, "device": jax.devices()[0].device_kind, "check": sums["check"],
+               "with": sums[label], "largest_relative_difference": worst}
+        rows.append(row)
+        c, w = row["check"], row["with"]
+        print(f"{label:12s} {w['compiles']:4d} compiles: wall {c['wall_s']:6.2f} -> {w['wall_s']:6.2f} s, "
+              f"cpu {c['cpu_s']:6.1f} -> {w['cpu_s']:6.1f} s, children {c['children_cpu_s']:5.1f} -> "
+              f"{w['children_cpu_s']:5.1f} s, outputs differ by at most {worst:.2e} of their scale", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
