@@ -74,7 +74,8 @@ def compile_all(jobs, options: dict) -> tuple[dict, dict]:
     (me1, kids1) = cpu()
     return ({j: exe for j, (exe, _) in done.items()},
             {"wall_s": time.perf_counter() - t0, "cpu_s": me1 - me0, "children_cpu_s": kids1 - kids0,
-             "compile_s_summed": sum(s for _, s in done.values()), "compiles": len(jobs)})
+             "compile_s_summed": sum(s for _, s in done.values()), "compiles": len(jobs),
+             "by_backend": {n: sum(s for (name, _), (_, s) in done.items() if name == n) for n, _ in jobs}})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                 a = np.asarray(base[job](q, k, v), np.float32)
                 b = np.asarray(other[job](q, k, v), np.float32)
                 worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-30)))
-        sums = {k: {m: sum(f[m] for f in v) for m in v[0]} for k, v in figures.items()}
+        sums = {k: {m: sum(f[m] for f in v) for m in v[0] if m != "by_backend"} for k, v in figures.items()}
+        for k, v in figures.items():
+            sums[k]["by_backend"] = {n: round(sum(f["by_backend"].get(n, 0) for f in v), 2) for n in v[0]["by_backend"]}
         row = {"options": label, "extra": extra, "device": jax.devices()[0].device_kind, "check": sums["check"],
                "with": sums[label], "largest_relative_difference": worst}
         rows.append(row)
@@ -116,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:12s} {w['compiles']:4d} compiles: wall {c['wall_s']:6.2f} -> {w['wall_s']:6.2f} s, "
               f"cpu {c['cpu_s']:6.1f} -> {w['cpu_s']:6.1f} s, children {c['children_cpu_s']:5.1f} -> "
               f"{w['children_cpu_s']:5.1f} s, outputs differ by at most {worst:.2e} of their scale", flush=True)
+        print("   compile seconds by backend (check options, summed):", c["by_backend"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0
