@@ -51,7 +51,7 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnlab.procs import Record, py_spy, tree  # noqa: E402
+from attnlab.procs import Record, machine_cpu, py_spy, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import class_shapes, page_paths, percentile, session_shapes  # noqa: E402
@@ -280,6 +280,31 @@ class Rehearsal:
     def device_worker(self) -> psutil.Process | None:
         return next(iter(self.device_workers()), None)
 
+    def _cpu(self) -> dict:
+        """CPU seconds of each process now, by whose: each pod's container (its whole tree), the device actors among
+        them, HAProxy, and this process (the learners' tabs and the rehearsal's own threads); and the machine's."""
+        groups = {n: tree(k.proc.pid) for n, k in self.kubelets.items() if k.proc}
+        groups |= {"device actors": self.device_workers(), "proxy": tree(self.lb.proc.pid),
+                   "learners (this process)": [psutil.Process()]}
+        out: dict = {"machine": machine_cpu()}
+        for group, procs in groups.items():
+            out[group] = {}
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    t = proc.cpu_times()
+                    out[group][proc.pid] = t.user + t.system
+        return out
+
+    @staticmethod
+    def cores(before: dict, after: dict, seconds: float) -> dict[str, float]:
+        """Cores each group kept busy on average between two `_cpu` readings (a process gone by the second reading
+        counts nothing: the killed worker, whose seconds after the kill are none), and the machine's busy cores."""
+        out = {g: round(sum(c - before.get(g, {}).get(pid, 0.0) for pid, c in now.items()) / seconds, 2)
+               for g, now in after.items() if g != "machine"}
+        (busy0, total0), (busy1, total1) = before["machine"], after["machine"]
+        out["machine (busy of all)"] = round((busy1 - busy0) / max(total1 - total0, 1e-9) * psutil.cpu_count(), 2)
+        return out
+
     def run(self) -> dict:
         a = self.args
         report: dict = {"ui_replicas": len(self.cluster.ui), "device_workers": a.workers, "fake_gpus": self.fake, "learners": a.learners,
@@ -349,8 +374,9 @@ class Rehearsal:
 
     def _class(self, pages, shapes, firsts) -> dict:
         visits: list[Visit] = []
-        t0, wall0 = time.monotonic(), time.time()  # wall0: the request log's clock (scripts/request_log.py)
+        t0, wall0, cpu0 = time.monotonic(), time.time(), self._cpu()  # wall0: the request log's clock (request_log.py)
         self._learners(pages, shapes, firsts, visits, threading.Event(), once=True).join()
+        cores = self.cores(cpu0, self._cpu(), time.monotonic() - t0)
         times = [v.end - v.start for v in visits if v.ok and v.page != "connect"]
         bad = [v for v in visits if not v.ok or v.lost]
         return {"elapsed_s": time.monotonic() - t0, "began_at": wall0, "pages_planned": len(shapes) * len(pages), "pages_served": len(times),
@@ -365,7 +391,7 @@ class Rehearsal:
                              "from_s": round(v.start - t0, 2), "s": round(v.end - v.start, 2)}
                             for v in sorted((v for v in visits if v.ok and v.page != "connect"),
                                             key=lambda v: v.start - v.end)[:15]],
-                "replicas": sorted({v.replica for v in visits if v.replica})}
+                "replicas": sorted({v.replica for v in visits if v.replica}), "cpu_cores": cores}
 
     def _faults(self, pages, shapes, firsts) -> list[dict]:
         visits: list[Visit] = []
@@ -402,7 +428,7 @@ class Rehearsal:
         n = self.args.learners
         ui_pod = self.cluster.ui[0].name
         on_ui = {v.session for v in visits if v.replica == ui_pod}
-        t, wall = time.monotonic(), time.time()
+        t, wall, cpu0 = time.monotonic(), time.time(), self._cpu()
         self.epoch[0] += kind != "ui"  # a lost device: new shapes, so that a page served again used the device
         if kind == "worker":
             victim = self.device_worker()
@@ -429,6 +455,7 @@ class Rehearsal:
                     again.setdefault(v.session, v.end - t)
                     first.setdefault(v.session, v)
             time.sleep(0.25)
+        cores = self.cores(cpu0, self._cpu(), time.monotonic() - t)  # until every learner was served again
         others = {s: x for s, x in again.items() if s not in affected}
         again = {s: x for s, x in again.items() if s in affected}
         after = [v for v in visits if v.start >= t - 60]
@@ -455,7 +482,7 @@ class Rehearsal:
                                       if s_ in affected],
                 "sessions_lost_on_surviving_replicas": survivors_lost,
                 "readiness_failures_after": {k: v for k, v in ready_fail.items() if v},
-                "pages_that_said_lost": sum(v.lost for v in after if v.start >= t),
+                "pages_that_said_lost": sum(v.lost for v in after if v.start >= t), "cpu_cores": cores,
                 "pods_ready_again_s": {nm: k.time_to_ready(t) for nm, k in self.kubelets.items() if k.time_to_ready(t)},
                 "timeline": timeline({nm: list(k.events) for nm, k in self.kubelets.items()},
                                      {p.name: (self.logs / f"{p.name}.log").read_text(errors="replace")
@@ -602,7 +629,8 @@ def summary(r: dict) -> str:
              f"{r['ready_after_s']:.1f} s, warm and idle {r.get('warm_s', 0):.0f} s later{'' if r.get('warm_ups_ended', True) else ' (a warm-up had not ended)'}; gate: exit {r['gate']['exit']} ({'as it should' if r['gate']['as_it_should'] else 'WRONG'}); "
              f"Ray counts {r.get('gpus', {}).get('counted_by_ray')} GPUs, the worker pods were given {r.get('gpus', {}).get('given_to_worker_pods')}",
              f"class: {c['pages_served']}/{c['pages_planned']} pages, median {_s(c['median_page_s'])} s, p95 {_s(c['p95_page_s'])} s, "
-             f"{c['errors']} errors, replicas {c['replicas']}"]
+             f"{c['errors']} errors, replicas {c['replicas']}"
+             + (f"; cores busy: {', '.join(f'{g} {n:.1f}' for g, n in c['cpu_cores'].items())}" if c.get("cpu_cores") else "")]
     if len(r.get("classes", [])) > 1:
         p95s = [x["p95_page_s"] for x in r["classes"]]
         lines.append(f"classes: p95 {', '.join(_s(p) for p in p95s)} s (median {_s(statistics.median(p95s))} s); "
@@ -620,6 +648,8 @@ def summary(r: dict) -> str:
             lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s"
                                                           f"{'; ' + ' | '.join(more[-1][-2:]) if len(more) > 1 and more[-1] else ''})"
                                                           for s_, a, b, page, *more in f["last_served_again"]))
+        if f.get("cpu_cores"):
+            lines.append("  cores busy meanwhile: " + ", ".join(f"{g} {c:.1f}" for g, c in f["cpu_cores"].items()))
         if f["fault"] == "head" and f.get("timeline"):
             lines.append("  after the kill: " + ", ".join(f"{at:.0f} s {pod} {what}" for at, pod, what in f["timeline"]))
     control = [f["every_learner_served_again_s"] for f in r["faults"] if f["fault"] == CONTROL]

@@ -125,6 +125,10 @@ def test_the_hosted_class_rehearsed_meets_its_targets(tmp_path):
         if f["fault"] == "ui":
             assert f["others_served_again_s"] is not None, f  # the other replica's learners went on
         assert f["sessions_lost_on_surviving_replicas"] == [], f
+    # whose CPU the class used: the device actors computed its pages, the UI replicas drew them
+    cores = report["class"]["cpu_cores"]
+    assert cores["device actors"] > 0 and cores["ui-0"] > 0, cores
+    assert 0 < cores["machine (busy of all)"] <= os.cpu_count() + 0.5, cores
 
 
 def test_a_class_waits_for_every_warm_up_to_log_its_end_not_for_a_quiet_moment(tmp_path):
@@ -308,3 +312,15 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
     out = capsys.readouterr().out
     assert "=== class: 50.0 s" in out and "no requests" in out and "=== fault-0-worker: 10.0 s" in out
     assert "'neither_s': 4.0" in out and "1 requests over 0 s" in out
+
+
+def test_the_cores_each_group_kept_busy_count_a_process_gone_by_the_second_reading_as_nothing():
+    """rehearse.Rehearsal.cores: CPU seconds gained per pid over the window, by group; a pid only in the second
+    reading (a worker started again) counts whole, one only in the first (the killed worker) counts nothing."""
+    import rehearse
+
+    before = {"machine": (100.0, 1000.0), "gpu-worker-0": {1: 10.0, 2: 5.0}, "ui-0": {3: 1.0}}
+    after = {"machine": (112.0, 1016.0), "gpu-worker-0": {1: 14.0, 4: 2.0}, "ui-0": {3: 3.0}}
+    cores = rehearse.Rehearsal.cores(before, after, 2.0)
+    assert cores["gpu-worker-0"] == 3.0 and cores["ui-0"] == 1.0  # (4 + 2) / 2 s; pid 2 gone: nothing
+    assert cores["machine (busy of all)"] == round(12 / 16 * rehearse.psutil.cpu_count(), 2)
