@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnlab import presets
+from attnlab import presets, service
 from attnlab.backends.base import streamed_bytes
 from attnlab.masks import MASK_TYPES
 from attnlab.shapes import FIELD_MAX, INT_FIELDS, PARAM_KEYS, AttentionShape
@@ -137,7 +137,10 @@ def shape_sidebar() -> AttentionShape | None:
         for p in problems:
             st.error(literal(p))
         return None
-    too_big = worker_info().budget.check(streamed_bytes(shape), 0)
+    try:
+        too_big = worker_info().budget.check(streamed_bytes(shape), 0)
+    except service.WorkerLost:  # no worker to ask: checked again once one answers, and by the worker (OverBudget)
+        too_big = None
     if too_big:
         st.error(f"Even a fused kernel at {shape.describe()} {too_big}. Make batch, q_len, kv_len or heads smaller.")
         return None
@@ -167,7 +170,14 @@ def bad_link(url: dict[str, str], problems: list[str]) -> None:
 
 
 def device_badge() -> None:
-    info = device_info()
+    """What the device worker computes on; without one answering, a note that the pages' text needs none (page 1's
+    example runs in this process), so a page draws what it can before its first device call says why it stops."""
+    try:
+        info = device_info()
+    except service.WorkerLost:
+        st.sidebar.warning("**No device worker answers** right now: each page's text is here, and its computations "
+                           "say when they wait for one.")
+        return
     if info.backend == "gpu":
         st.sidebar.success(f"**{info.device_kind}** · compute capability {info.compute_capability_str}")
     else:

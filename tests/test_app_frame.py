@@ -136,3 +136,23 @@ def test_a_page_no_worker_answered_says_why_and_offers_to_try_again(monkeypatch)
     at.button(key="worker_lost_again").click().run()
     assert not at.exception and workers.NO_WORKER[False] not in texts(at, "warning")
     assert any("Naive vs fused" in t.value for t in at.title)
+
+
+def test_with_no_worker_answering_page_one_is_whole_and_a_device_page_draws_its_text_before_saying_why(monkeypatch):
+    """Outside class hours (the GPUs at zero) or while the worker starts: page 1's formula and tiny example need no
+    worker (its example runs in this process), so it is drawn whole, the sidebar saying no worker answers; page 4
+    draws its title and text, then its first device call says why it stops (before 2026-12-06 the sidebar's badge
+    and the shape's budget check asked the worker first, and every page was only the warning)."""
+    from attnlab import service
+    from pages import workers
+    from tests.apptest_util import open_page, texts
+
+    monkeypatch.setattr(service, "workers", lambda: [])
+    workers.worker_info.clear()
+    at = open_page("pages/p1_attention.py")
+    assert not at.exception and any("How attention works" in t.value for t in at.title)
+    assert workers.NO_WORKER[False] not in texts(at, "warning") and len(at.latex) >= 1
+    assert any("No device worker answers" in w.value for w in at.sidebar.warning)
+    at = open_page("pages/p4_naive_vs_fused.py")
+    assert not at.exception and workers.NO_WORKER[False] in texts(at, "warning")
+    assert any("Naive vs fused" in t.value for t in at.title)
