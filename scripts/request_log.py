@@ -63,10 +63,11 @@ def merged(intervals: list[tuple[float, float]]) -> float:
 def line_use(spans: Path, since: float, until: float) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
     ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
-    not): seconds any ran and their average number at once. The spans' monotonic clock read as this machine's."""
+    not): seconds any ran and their average number at once; and what the turns' seconds went to ('part': a run's
+    inputs, its float64 reference, each output's first run and check). The spans' clock read as this machine's."""
     offset = time.time() - time.monotonic()
-    kept: dict[str, list] = {"turn": [], "build": [], "compile": []}
-    tuned = 0
+    kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": []}
+    tuned, within = 0, {}
     for row in spans.read_text().splitlines():
         parts = row.split()
         if len(parts) >= 5 and parts[4] in kept:
@@ -74,12 +75,16 @@ def line_use(spans: Path, since: float, until: float) -> dict:
             if b > since and a < until:
                 kept[parts[4]].append((max(a, since), min(b, until)))
                 tuned += parts[4] == "compile" and parts[5:6] == ["tuned"]
+                if parts[4] == "part":  # inside a turn (runs._part): its inputs, its reference, each output
+                    what = " ".join(parts[5:7])
+                    within[what] = within.get(what, 0.0) + min(b, until) - max(a, since)
     held, built = merged(kept["turn"]), merged(kept["build"])
     return {"window_s": until - since, "run_holds_s": held, "build_phase_s": built,
             "neither_s": until - since - merged(kept["turn"] + kept["build"]), "runs": len(kept["turn"]),
             "builds": len(kept["build"]), "compiling_s": merged(kept["compile"]), "compiles": len(kept["compile"]),
             "tuned_compiles": tuned, "compile_s_summed": sum(b - a for a, b in kept["compile"]),
-            "compiles_at_once": sum(b - a for a, b in kept["compile"]) / max(until - since, 1e-9)}
+            "compiles_at_once": sum(b - a for a, b in kept["compile"]) / max(until - since, 1e-9),
+            "in_turns": {k: round(v, 2) for k, v in sorted(within.items(), key=lambda kv: -kv[1])}}
 
 
 def windows(rehearsal: Path) -> list[tuple[str, float, float]]:
@@ -106,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, since, until in windows(args.rehearsal):
             print(f"=== {name}: {until - since:.1f} s")
             if args.spans:
-                print("    the device's line:", {k: round(v, 2) for k, v in line_use(args.spans, since, until).items()})
+                print("    the device's line:", {k: round(v, 2) if isinstance(v, float) else v for k, v in line_use(args.spans, since, until).items()})
             main([str(args.log), "--since", str(since), "--until", str(until), "--slowest", str(args.slowest)])
         return 0
     lines = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]

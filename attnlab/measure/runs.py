@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import device
-from attnlab.admission import DEVICE
+from attnlab.admission import DEVICE, log_span
 from attnlab.backends import REGISTRY, get
 from attnlab.math import checks, gradients
 from attnlab.measure import compiled, cost, timing
@@ -207,19 +208,32 @@ def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, t
     return results
 
 
+@contextlib.contextmanager
+def _part(what: str):
+    """A part of a device turn, a 'part' span in ATTNLAB_TIMING_LOG (scripts/request_log.py --spans sums them)."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        log_span("part", began, time.perf_counter(), what)
+
+
 def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict) -> dict:
-    q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
+    with _part("inputs"):
+        q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
     grads_checked = accuracy and backward and gradients.reference_bytes(shape) <= gradients.MAX_BYTES
-    ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
+    with _part("reference"):
+        ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
     out = {}
     for n in names:
         parts: dict = {"queue_wait_s": waited}
         try:
             if ref is not None:  # accuracy, forward; tuned when timed: the program the timing uses, compiled once
-                y = compiled.compile_backend(n, shape, False, tuned)[0](q, k, v)
-                parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
-                             reference_note=ref.note, output_slice=ref.take(y))
-                del y
+                with _part(f"output {n}"):  # its first run, the copy back and the check
+                    y = compiled.compile_backend(n, shape, False, tuned)[0](q, k, v)
+                    parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
+                                 reference_note=ref.note, output_slice=ref.take(y))
+                    del y
             status, reason = OK, ""
             if accuracy and backward:  # the gradients of the very program that is timed, by FlashAttention's rule
                 exe = compiled.compile_backend(n, shape, True, tuned)[0]
