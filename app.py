@@ -14,7 +14,7 @@ import streamlit as st
 from attnlab import service
 from attnlab.settings import settings
 from attnlab.studies import warm
-from pages import activity, guide, opening, sidebar
+from pages import activity, guide, opening, sidebar, workers
 
 st.set_page_config(page_title="AttnLab", page_icon="🔦", layout="wide")
 # A backend that cannot run a shape raises while tracing (its words become the "why not" column).
@@ -106,14 +106,14 @@ def _warm(url: str, paths: list[str]) -> None:
         except Exception as e:  # only a warm-up: the pages compute what they need themselves
             print(f"{warm.STOPPED}: {type(e).__name__}: {e}", flush=True)
 
-    def workers() -> set[tuple[str, int]]:
+    def answering() -> set[tuple[str, int]]:
         try:
             return {(w.name, w.pid) for w in service.workers()}
         except Exception:  # Ray out of reach: no worker answers
             return set()
 
     # and again for each device worker this process has not warmed, after REWARM_QUIET_S with no page run here
-    opening.keep_warm(warm_up, workers, lambda: activity.wait_for_quiet(REWARM_QUIET_S),
+    opening.keep_warm(warm_up, answering, lambda: activity.wait_for_quiet(REWARM_QUIET_S),
                       log=lambda line: print(line, flush=True))
 
 
@@ -147,7 +147,8 @@ with activity.page_running():
         guide.step_footer(page_file(page), by_file)
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
-        st.button("Try again", key="worker_lost_again", help="Runs this page again: its device work is asked anew.")
+        st.button("Try again", key="worker_lost_again", help="Runs this page again: its device work is asked anew.",
+                  on_click=workers.look_again)
 freeze_once()
 if settings().warm:
     warm_once(tuple(p.url_path for p in nav["pages"]))  # after the first page has rendered: nobody waits for it

@@ -175,8 +175,8 @@ def device_badge() -> None:
     try:
         info = device_info()
     except service.WorkerLost:
-        st.sidebar.warning("**No device worker answers** right now: each page's text is here, and its computations "
-                           "say when they wait for one.")
+        st.sidebar.warning("**No device worker answers** right now: each page's text is here; what it computes "
+                           "needs one, and the page says so where that starts.")
         return
     if info.backend == "gpu":
         st.sidebar.success(f"**{info.device_kind}** · compute capability {info.compute_capability_str}")

@@ -3,6 +3,8 @@ read at most every 30 s, and whether this server serves a hosted class."""
 
 from __future__ import annotations
 
+import time
+
 import streamlit as st
 
 from attnlab import device, service
@@ -17,13 +19,27 @@ NO_WORKER = {
 }
 
 
+NONE_HOLD_S = 3.0  # after no worker answered: this process's pages say so at once for this long
+_NONE_UNTIL = [0.0]  # time.monotonic() until which they do
+
+
 @st.cache_data(ttl=30, show_spinner=False)
 def worker_info():
-    """The first device worker's figures (device, budget, queue), read at most every 30 s."""
+    """The first device worker's figures (device, budget, queue), read at most every 30 s. When none answered
+    (a look waits up to 5 s) the next looks within NONE_HOLD_S say so without waiting again: a page asks two or
+    three times before its first result (the badge, the shape's budget, the device), and waited for each."""
+    if time.monotonic() < _NONE_UNTIL[0]:
+        raise service.WorkerLost(NO_WORKER[hosted()])
     found = service.workers()
     if not found:
+        _NONE_UNTIL[0] = time.monotonic() + NONE_HOLD_S
         raise service.WorkerLost(NO_WORKER[hosted()])
     return found[0]
+
+
+def look_again() -> None:
+    """The next look asks the workers, however recently none answered (the page's "Try again")."""
+    _NONE_UNTIL[0] = 0.0
 
 
 def in_class() -> bool:
