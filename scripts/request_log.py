@@ -64,7 +64,7 @@ def line_use(spans: Path, since: float, until: float) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
     ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
     not): seconds any ran and their average number at once; and what the turns' seconds went to ('part': a run's
-    inputs, its float64 reference, each output's first run and check). The spans' clock read as this machine's."""
+    inputs, its float64 reference, each output's first run, each check). The spans' clock read as this machine's."""
     offset = time.time() - time.monotonic()
     kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": []}
     tuned, within = 0, {}
@@ -75,7 +75,7 @@ def line_use(spans: Path, since: float, until: float) -> dict:
             if b > since and a < until:
                 kept[parts[4]].append((max(a, since), min(b, until)))
                 tuned += parts[4] == "compile" and parts[5:6] == ["tuned"]
-                if parts[4] == "part":  # inside a turn (runs._part): its inputs, its reference, each output
+                if parts[4] == "part":  # inside a turn (runs._part): its inputs, its reference, each run, each check
                     what = " ".join(parts[5:7])
                     within[what] = within.get(what, 0.0) + min(b, until) - max(a, since)
     held, built = merged(kept["turn"]), merged(kept["build"])

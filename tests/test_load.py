@@ -168,8 +168,8 @@ def test_each_program_compiled_is_one_compile_span_and_a_kept_one_none(tmp_path,
 
 
 def test_a_checked_run_logs_its_turns_parts_inputs_reference_and_each_output(tmp_path, monkeypatch):
-    """runs._part: inside a run's turn, its inputs, its float64 reference and each implementation's output (its first
-    run, the copy back and the check) are spans of their own, inside the turn's span (what a long turn was)."""
+    """runs._part: inside a run's turn, its inputs, its float64 reference, each implementation's first run and its
+    check (the copy back, the comparison) are spans of their own, inside the turn's span (what a long turn was)."""
     from attnlab import settings
     from attnlab.measure import runs
     from attnlab.shapes import AttentionShape
@@ -181,5 +181,5 @@ def test_a_checked_run_logs_its_turns_parts_inputs_reference_and_each_output(tmp
     rows = [r.split(maxsplit=5) for r in log.read_text().splitlines()]
     turn = next((float(r[0]), float(r[1])) for r in rows if r[4] == "turn")
     parts = [(float(r[0]), float(r[1]), r[5]) for r in rows if r[4] == "part"]
-    assert [p[2] for p in parts] == ["inputs", "reference", "output naive", "output sdpa_xla"]
+    assert [p[2] for p in parts] == ["inputs", "reference", "run naive", "check naive", "run sdpa_xla", "check sdpa_xla"]
     assert all(turn[0] <= a <= b <= turn[1] for a, b, _ in parts)

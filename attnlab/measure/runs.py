@@ -229,11 +229,12 @@ def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, p
         parts: dict = {"queue_wait_s": waited}
         try:
             if ref is not None:  # accuracy, forward; tuned when timed: the program the timing uses, compiled once
-                with _part(f"output {n}"):  # its first run, the copy back and the check
-                    y = compiled.compile_backend(n, shape, False, tuned)[0](q, k, v)
+                with _part(f"run {n}"):  # its first run on the device (a new program's first: loaded, set up)
+                    y = jax.block_until_ready(compiled.compile_backend(n, shape, False, tuned)[0](q, k, v))
+                with _part(f"check {n}"):  # the copy back and the comparison with the reference
                     parts.update(output_shape=tuple(y.shape), output_dtype=str(y.dtype), accuracy=ref.check(y),
                                  reference_note=ref.note, output_slice=ref.take(y))
-                    del y
+                del y
             status, reason = OK, ""
             if accuracy and backward:  # the gradients of the very program that is timed, by FlashAttention's rule
                 exe = compiled.compile_backend(n, shape, True, tuned)[0]
