@@ -137,6 +137,7 @@ page = st.navigation(nav["pages"] + nav["aliases"] + instructor(nav["instructor"
 st.sidebar.title("🔦 AttnLab")
 with activity.page_running():
     try:
+        workers.look_again()  # whether a worker answers is asked anew each run (once: pages/workers.py says why)
         sidebar.device_badge()
         st.session_state["shape"] = sidebar.shape_sidebar()
         with st.sidebar.expander("📓 The codelab, step by step"):
@@ -147,8 +148,7 @@ with activity.page_running():
         guide.step_footer(page_file(page), by_file)
     except service.WorkerLost as e:  # the device worker died or is starting: a message, and the app serves on
         st.warning(str(e))
-        st.button("Try again", key="worker_lost_again", help="Runs this page again: its device work is asked anew.",
-                  on_click=workers.look_again)
+        st.button("Try again", key="worker_lost_again", help="Runs this page again: its device work is asked anew.")
 freeze_once()
 if settings().warm:
     warm_once(tuple(p.url_path for p in nav["pages"]))  # after the first page has rendered: nobody waits for it

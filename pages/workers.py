@@ -3,8 +3,6 @@ read at most every 30 s, and whether this server serves a hosted class."""
 
 from __future__ import annotations
 
-import time
-
 import streamlit as st
 
 from attnlab import device, service
@@ -19,27 +17,26 @@ NO_WORKER = {
 }
 
 
-NONE_HOLD_S = 3.0  # after no worker answered: this process's pages say so at once for this long
-_NONE_UNTIL = [0.0]  # time.monotonic() until which they do
+NONE_KEY = "workers_none_this_run"  # a look in this session's run found no worker (app.py clears it as a run starts)
 
 
 @st.cache_data(ttl=30, show_spinner=False)
 def worker_info():
-    """The first device worker's figures (device, budget, queue), read at most every 30 s. When none answered
-    (a look waits up to 5 s) the next looks within NONE_HOLD_S say so without waiting again: a page asks two or
-    three times before its first result (the badge, the shape's budget, the device), and waited for each."""
-    if time.monotonic() < _NONE_UNTIL[0]:
+    """The first device worker's figures (device, budget, queue), read at most every 30 s. When a look found none (it
+    waits up to 5 s), the run's later looks say so at once: a page asks two or three times before its first result
+    (the badge, the shape's budget, the device), and each waited (in Chromium page 4 said so 15 s after a click)."""
+    if st.session_state.get(NONE_KEY):
         raise service.WorkerLost(NO_WORKER[hosted()])
     found = service.workers()
     if not found:
-        _NONE_UNTIL[0] = time.monotonic() + NONE_HOLD_S
+        st.session_state[NONE_KEY] = True
         raise service.WorkerLost(NO_WORKER[hosted()])
     return found[0]
 
 
 def look_again() -> None:
-    """The next look asks the workers, however recently none answered (the page's "Try again")."""
-    _NONE_UNTIL[0] = 0.0
+    """This session's next look asks the workers (each run starts so: a run after a failed look, "Try again" too)."""
+    st.session_state.pop(NONE_KEY, None)
 
 
 def in_class() -> bool:
