@@ -11,7 +11,8 @@ added, interleaved (A B A B) so neither gets a warmer process; then runs each pa
 Prints per options set: compiles, wall seconds, this process's CPU seconds and its children's (ptxas), the
 programs' first runs summed (a new program's first call, what a check pays inside its device turn), and the largest
 difference between the two programs' outputs, relative to the output's scale. A benchmark: it judges
-nothing. No persistent compilation cache (every compile is a compile).
+nothing. No persistent compilation cache (every compile is a compile). Its own pool rather than `compile_many`:
+that one takes no compiler options and keeps what it compiled (a second set of options must compile anew).
 """
 
 from __future__ import annotations

@@ -94,6 +94,11 @@ def check_options() -> dict | None:
     return CHECK_OPTIONS if jax.default_backend() == "gpu" else None
 
 
+def untuned(options: dict | None) -> bool:
+    """Whether these compiler options turn XLA's autotuning off (CHECK_OPTIONS and any that include it)."""
+    return (options or {}).get("xla_gpu_autotune_level") == 0
+
+
 class ForCheck:
     """`fn` compiled for checking (`check_options()`): `ahead(*structs)` compiles it before a run takes the device,
     a call with arrays of those shapes runs it."""
@@ -164,7 +169,7 @@ class Programs:
         try:
             began = time.perf_counter()
             compiled = lowered.compile(compiler_options=options)
-            log_span("compile", began, time.perf_counter(), f"{'untuned' if options else 'tuned'} {who}")
+            log_span("compile", began, time.perf_counter(), f"{'untuned' if untuned(options) else 'tuned'} {who}")
             with self._lock:
                 self._programs[key] = (who, compiled)
                 while len(self._programs) > self.size:
@@ -188,7 +193,7 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tu
     """(compiled, compile_ms, compiled_before): a kept program comes back in about a millisecond, `compiled_before`
     naming its first compiler (a page says so rather than show a lookup as a compile); kept under `name` if given."""
     t0 = time.perf_counter()
-    quiet = (options or {}).get("xla_gpu_autotune_level") == 0  # no autotuning: nothing runs on the device
+    quiet = untuned(options)  # no autotuning: nothing runs on the device
     lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing
     with DEVICE.building(quiet, who):  # the autotuner runs kernels: between runs
         compiled, first, key = PROGRAMS.compile(lowered, who, options)
