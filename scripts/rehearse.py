@@ -120,6 +120,7 @@ class Visit:
     problems: list[str] = field(default_factory=list)
     infos: list[str] = field(default_factory=list)  # the page's info and warning boxes (a busy GPU's is one)
     elements: int = 0
+    epoch: int = 0  # the faults before it asked: its shapes (`Rehearsal.epoch`)
 
 
 async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeout: float, visits: list[Visit],
@@ -142,14 +143,14 @@ async def learner(i: int, lb: Proxy, shape: dict, pages: list, first: int, timeo
                 continue
         file, path = pages[k % len(pages)]
         k += 1
-        t0 = time.monotonic()
+        t0, e = time.monotonic(), epoch[0]
         # after each fault a new batch size: shapes nobody computed, so every page needs the device again
-        query = urlencode(dict(shape, batch=str(4 + epoch[0])) if epoch[0] else shape)
+        query = urlencode(dict(shape, batch=str(4 + e)) if e else shape)
         seen = await tab.visit(path, query, timeout)
         lost = any(m in w.lower() for w in seen.warnings for m in LOST)
         visits.append(Visit(i, file, t0, time.monotonic(), seen.ok and not seen.error_boxes, lost,
                             (cookie or "=").split("=", 1)[1].split("|")[0], seen.failure, seen.exceptions + seen.error_boxes,
-                            seen.infos + seen.warnings, seen.elements))
+                            seen.infos + seen.warnings, seen.elements, e))
         if seen.failure and "connection closed" in seen.failure:
             tab = None
     if tab is not None:
@@ -428,8 +429,12 @@ class Rehearsal:
         n = self.args.learners
         ui_pod = self.cluster.ui[0].name
         on_ui = {v.session for v in visits if v.replica == ui_pod}
-        t, wall, cpu0 = time.monotonic(), time.time(), self._cpu()
-        self.epoch[0] += kind != "ui"  # a lost device: new shapes, so that a page served again used the device
+        # a lost device: new shapes, so that a page served again used the device; only a visit at them counts (one
+        # begun as the fault began may still ask the old, kept shapes: CI once counted two as served while Ray was down)
+        self.epoch[0] += kind != "ui"
+        epoch = self.epoch[0]
+        cpu0 = self._cpu()
+        t, wall = time.monotonic(), time.time()
         if kind == "worker":
             victim = self.device_worker()
             what = f"device worker pid {victim.pid}" if victim else "no device worker found"
@@ -451,7 +456,7 @@ class Rehearsal:
         wanted = set(range(n)) if kind == "ui" else affected
         while time.monotonic() - t < limit and not wanted <= set(again):
             for v in list(visits):
-                if v.start >= t and v.ok and not v.lost and v.page != "connect":
+                if v.start >= t and v.epoch == epoch and v.ok and not v.lost and v.page != "connect":
                     again.setdefault(v.session, v.end - t)
                     first.setdefault(v.session, v)
             time.sleep(0.25)
@@ -465,8 +470,9 @@ class Rehearsal:
                       for name, k in self.kubelets.items()}
         held = self.args.head_down_s if kind == "head" else 0.0
         # while the head was down (its hold), a device page cannot have been served: if one was, the measure is wrong
-        served_down = [f"s{v.session} {Path(v.page).stem}" for v in after
-                       if v.start >= t and v.end < t + held and v.ok and not v.lost and v.page != "connect"]
+        down = [v for v in after if v.start >= t and v.epoch == epoch and v.end < t + held and v.ok and not v.lost
+                and v.page != "connect"]
+        served_down = [f"s{v.session} {Path(v.page).stem}" for v in down]
         every = max(again.values()) if len(again) == len(affected) else None
         return {"fault": kind, "what": what, "began_at": wall,  # time.time(): the request log's clock
                 "learners_served_again": len(again), "learners": len(affected),
@@ -474,6 +480,9 @@ class Rehearsal:
                 "every_learner_served_again_s": every, "held_down_s": held,
                 "served_again_after_started_again_s": every - held if every is not None else None,
                 "device_pages_served_while_down": served_down,
+                # what those pages showed (s after the fault, elements, their boxes): how the measure was wrong
+                "served_while_down": [(s_, round(v.start - t, 1), round(v.end - t, 1), Path(v.page).stem, v.elements,
+                                       [i[:120] for i in v.infos]) for s_, v in zip(served_down, down, strict=True)],
                 "first_served_again_s": min(again.values(), default=None), "target_s": TARGETS.get(kind),
                 # the last few learners served again: when their page began and ended (s after the fault), which page
                 "last_served_again": [(s_, round(v.start - t, 1), round(v.end - t, 1), Path(v.page).stem, v.elements,
@@ -648,6 +657,9 @@ def summary(r: dict) -> str:
             lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s"
                                                           f"{'; ' + ' | '.join(more[-1][-2:]) if len(more) > 1 and more[-1] else ''})"
                                                           for s_, a, b, page, *more in f["last_served_again"]))
+        for s_, a, b, page, n, boxes in f.get("served_while_down", []):
+            lines.append(f"  served while Ray was down: {s_} on {page} (began {a:.1f} s, ended {b:.1f} s, {n} elements; "
+                         f"{' | '.join(boxes) or 'no info or warning box'})")
         if f.get("cpu_cores"):
             lines.append("  cores busy meanwhile: " + ", ".join(f"{g} {c:.1f}" for g, c in f["cpu_cores"].items()))
         if f["fault"] == "head" and f.get("timeline"):

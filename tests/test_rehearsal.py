@@ -326,3 +326,39 @@ def test_the_cores_each_group_kept_busy_count_a_process_gone_by_the_second_readi
     cores = rehearse.Rehearsal.cores(before, after, 2.0)
     assert cores["gpu-worker-0"] == 3.0 and cores["ui-0"] == 1.0  # (4 + 2) / 2 s; pid 2 gone: nothing
     assert cores["machine (busy of all)"] == round(12 / 16 * rehearse.psutil.cpu_count(), 2)
+
+
+def test_a_page_begun_after_a_fault_counts_as_served_again_only_at_the_new_shapes(tmp_path, monkeypatch):
+    """rehearse.Rehearsal._fault: a visit that began after the fault but still asked the old shapes (its learner read
+    them as the fault began) was answered from the UI's cache and proves nothing; the learner counts as served again
+    at its first page at the new shapes (CI counted two such pages as served while Ray's head was down)."""
+    import threading
+    import types
+
+    import rehearse
+
+    r = object.__new__(rehearse.Rehearsal)
+    r.args = types.SimpleNamespace(learners=2, head_down_s=15.0)
+    r.cluster = types.SimpleNamespace(ui=[types.SimpleNamespace(name="ui-0")], head=types.SimpleNamespace(name="ray-head"))
+    r.kubelets, r.logs, r.epoch = {}, tmp_path, [1]
+    (tmp_path / "ui-0.log").write_text("")
+    monkeypatch.setattr(r, "_cpu", lambda: {"machine": (0.0, 1.0)}, raising=False)
+    visits: list = []
+    page = rehearse.DEVICE_PAGES[0]
+
+    def learners():
+        while r.epoch[0] == 1:
+            time.sleep(0.01)
+        now = time.monotonic()
+        visits.append(rehearse.Visit(0, page, now, now + 0.05, True, epoch=1))  # the old shapes, from the cache
+        visits.append(rehearse.Visit(1, page, now, now + 0.05, True, epoch=2))
+        time.sleep(0.6)
+        now = time.monotonic()
+        visits.append(rehearse.Visit(0, page, now, now + 0.05, True, epoch=2))
+
+    thread = threading.Thread(target=learners)
+    thread.start()
+    out = r._fault(rehearse.CONTROL, visits)
+    thread.join()
+    assert out["learners_served_again"] == 2
+    assert out["first_served_again_s"] < 0.5 <= out["every_learner_served_again_s"]
