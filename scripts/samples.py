@@ -3,7 +3,7 @@
 which records DIR/<class>/pyspy-<pid>.txt): where the threads doing the lab's work waited, as shares of
 their samples.
 
-    python scripts/samples.py DIR [--top 25]
+    python scripts/samples.py DIR [--top 25] [--inside runs.py:_run_held]
 
 Counted: page threads (Streamlit's ScriptRunner), compile threads at work, and threads serving a device
 worker's request (a frame of attnlab/service/worker.py); idle pools and the threads that only wait for
@@ -31,28 +31,32 @@ def name(f: Frame) -> str:
     return f"{Path(f.path).name}:{f.function.rsplit('.', 1)[-1]}"
 
 
-def key(stack: Stack) -> tuple[str, str, str] | None:
+def key(stack: Stack, inside: str | None = None) -> tuple[str, str, str] | None:
     """(thread, the lab's innermost frame or "elsewhere", the innermost frame), or None for a thread not counted:
-    counted are page threads, compile threads at work, and threads serving a device worker's request."""
-    if not stack.frames:
+    counted are page threads, compile threads at work, and threads serving a device worker's request. With `inside`
+    ("runs.py:_run_held", say), only stacks through that frame, and the lab's frame with its line (which part)."""
+    if not stack.frames or (inside and not any(name(f) == inside for f in stack.frames)):
         return None
     ours = next((f for f in reversed(stack.frames) if any(k in f.path for k in OURS) and "-packages" not in f.path), None)
     thread = stack.thread.split(".")[0].rstrip("_-0123456789") or "?"
     serving = any(f.path.endswith(SERVING) for f in stack.frames)
     if not (thread == "ScriptRunner" or (thread == "attnlab-compile" and ours) or serving):
         return None
-    return thread, name(ours) if ours else "elsewhere", name(stack.frames[-1])
+    lab = (f"{name(ours)}:{ours.line}" if inside else name(ours)) if ours else "elsewhere"
+    return thread, lab, name(stack.frames[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--inside", metavar="FILE:FUNCTION", help="only the samples inside this frame, the lab's frames "
+                    "with their lines: 'runs.py:_run_held' is where a device turn's time went")
     args = ap.parse_args(argv)
     counts: collections.Counter = collections.Counter()
     for f in sorted(args.folder.rglob("pyspy-*.txt")):
         for s in read_raw(f):
-            if (k := key(s)) is not None:
+            if (k := key(s, args.inside)) is not None:
                 counts[k] += s.count
     total = sum(counts.values())
     if not total:

@@ -123,3 +123,9 @@ def test_samples_counts_page_threads_busy_compile_threads_and_requests_and_not_t
     assert samples.key(stack("attnlab-compile_3", pool)) is None  # idle in its pool
     assert samples.key(stack("Thread-7", serve, wait))[:2] == ("Thread", "worker.py:call")  # a Ray actor's request
     assert samples.key(stack("attnlab-child-reader", read, wait)) is None  # only waits for messages
+    # --inside: a device turn's samples only, by the line of the lab's frame they were at (which part of the turn)
+    held = procs.Frame("_run_held", "/app/attnlab/measure/runs.py", 233)
+    block = procs.Frame("block_until_ready", "/usr/lib/python3/site-packages/jax/_src/api.py", 2950)
+    assert samples.key(stack("Thread-7", serve, held, block), "runs.py:_run_held") == (
+        "Thread", "runs.py:_run_held:233", "api.py:block_until_ready")
+    assert samples.key(stack("Thread-7", serve, wait), "runs.py:_run_held") is None  # a request outside a turn
