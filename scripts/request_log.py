@@ -64,7 +64,8 @@ def line_use(spans: Path, since: float, until: float) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
     ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
     not): seconds any ran and their average number at once; and what the turns' seconds went to ('part': a run's
-    inputs, its float64 reference, each output's first run, each check). The spans' clock read as this machine's."""
+    inputs, its float64 reference, each output's first run, each check; 'timings'; 'in no part': the rest).
+    The spans' clock read as this machine's."""
     offset = time.time() - time.monotonic()
     kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": []}
     tuned, within = 0, {}
@@ -78,7 +79,12 @@ def line_use(spans: Path, since: float, until: float) -> dict:
                 if parts[4] == "part":  # inside a turn (runs._part): its inputs, its reference, each run, each check
                     what = " ".join(parts[5:7])
                     within[what] = within.get(what, 0.0) + min(b, until) - max(a, since)
+        elif len(parts) >= 5 and parts[4] == "timing":  # a timing, inside its turn
+            a, b = float(parts[0]) + offset, float(parts[1]) + offset
+            if b > since and a < until:
+                within["timings"] = within.get("timings", 0.0) + min(b, until) - max(a, since)
     held, built = merged(kept["turn"]), merged(kept["build"])
+    within["in no part"] = held - sum(within.values())  # between the parts, and turns without parts (timings, studies)
     return {"window_s": until - since, "run_holds_s": held, "build_phase_s": built,
             "neither_s": until - since - merged(kept["turn"] + kept["build"]), "runs": len(kept["turn"]),
             "builds": len(kept["build"]), "compiling_s": merged(kept["compile"]), "compiles": len(kept["compile"]),

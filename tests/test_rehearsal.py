@@ -303,7 +303,7 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
     assert use["neither_s"] == pytest.approx(4, abs=0.01) and (use["runs"], use["builds"]) == (3, 2)
     assert use["compiling_s"] == pytest.approx(4, abs=0.01) and (use["compiles"], use["tuned_compiles"]) == (3, 1)
     assert use["compiles_at_once"] == pytest.approx(0.5, abs=0.01)  # 5 compile-seconds in 10 s
-    assert use["in_turns"] == {"run naive": 0.75, "inputs": 0.5}
+    assert use["in_turns"] == {"in no part": 1.15, "run naive": 0.75, "timings": 0.6, "inputs": 0.5}  # 3 s held
     log = tmp_path / "req.log"
     log.write_text(json.dumps({"t": now + 6, "worker": "w", "fn": "f", "what": "f", "how": "computed", "s": 2.0,
                                "timed": True, "error": None, "compile_s": 1.0}) + "\n")
