@@ -4,7 +4,8 @@ Bottom to top (an import only ever points down):
 
     settings                                   every ATTNLAB_* setting, read once
     shapes, masks, device, kernels, presets   facts: the shape and its masks, what is here
-    admission                                  this process's device: one run at a time, builds between runs
+    spans, admission                           the timing log; this process's device: one run at a time, builds
+                                               between runs
     math/        attention, flash, checks      the math once, and the float64 reference built on it
     backends/    base + one file per backend   what a backend is, and the registry
     measure/     timing, compiled, runs        the one harness, compiled programs, run(shape, names) -> Results

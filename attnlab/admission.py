@@ -14,20 +14,7 @@ import time
 from collections import deque
 
 from attnlab.budget import Budget
-
-
-def log_span(kind: str, start: float, end: float, what: str = "") -> None:
-    """With ATTNLAB_TIMING_LOG=path, append 'start end thread pid kind [what]' (one monotonic clock for the machine's
-    processes) per turn, tuned build and timing: scripts/load_test.device_rule checks no timing shared the device."""
-    from attnlab.settings import settings
-
-    path = settings().timing_log
-    if path:
-        try:
-            with open(path, "a") as f:
-                f.write(f"{start:.6f} {end:.6f} {threading.get_ident()} {os.getpid()} {kind}{' ' + what if what else ''}\n")
-        except OSError:
-            pass  # a diagnostic only: never fail a run over it
+from attnlab.spans import log_span
 
 
 class DeviceBusy(RuntimeError):
@@ -241,6 +228,13 @@ class Device:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
                 self._admit()
+                self._cond.notify_all()  # a gap, if no run was waiting (`between_runs`)
+
+    def between_runs(self, timeout_s: float) -> bool:
+        """Wait at most timeout_s until no run holds the device (at once in the thread that holds it); whether none
+        does. For Python that holds the GIL (tracing, lowering): backends.base.in_a_gap says why."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._holder in (None, threading.get_ident()), max(timeout_s, 0.0))
 
     def abandon(self, threads, abandoned: bool = True) -> None:
         """Mark the requests served in `threads` as wanted by no one (they leave the line: `Abandoned`), or clear it."""

@@ -19,6 +19,8 @@ them for a test.
     ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may
                               hold, in GiB (default 8: the worker pods' volume is 10 GiB; 0: no bound), kept
                               by the device worker (attnlab/measure/disk_cache.py), not by JAX's locked cap
+    ATTNLAB_GAP_WAIT_S        the longest a device worker's tracing or lowering waits for a moment when no run
+                              holds the device (default 2; 0: it never waits): backends.base.in_a_gap says why
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free memory
                               and half of the host's available memory when it started)
     ATTNLAB_RUN_SECONDS       the longest one run may hold the device (default 60 s): a run whose lower bound
@@ -82,15 +84,15 @@ def _count(env: Mapping[str, str], name: str, default: int, problems: list[str])
     return default
 
 
-def _gib(env: Mapping[str, str], name: str, default: float, problems: list[str]) -> float:
-    """A number of GiB, 0 included; anything else is said in `problems` and the default used."""
+def _gib(env: Mapping[str, str], name: str, default: float, problems: list[str], unit: str = "GiB") -> float:
+    """A number of GiB (or of `unit`), 0 included; anything else is said in `problems` and the default used."""
     raw = env.get(name, "").strip()
     try:
         value = float(raw) if raw else default
         if not value >= 0:
             raise ValueError
     except ValueError:
-        problems.append(f"{name}={raw!r} is not a number of GiB; using {default:g}")
+        problems.append(f"{name}={raw!r} is not a number of {unit}; using {default:g}")
         return default
     return value
 
@@ -104,6 +106,7 @@ class Settings:
     worker_threads: int = 64
     compile_threads: int | None = None
     compile_cache_gib: float = 8.0
+    gap_wait_s: float = 2.0
     memory_limit_gib: float | None = None
     run_seconds: float = 60.0
     checks_per_minute: int = 10
@@ -153,6 +156,7 @@ class Settings:
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             compile_cache_gib=_gib(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
+            gap_wait_s=_gib(env, "ATTNLAB_GAP_WAIT_S", 2.0, problems, "seconds"),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
             class_shapes=tuple(env.get("ATTNLAB_CLASS_SHAPES", "").split()),

@@ -7,6 +7,8 @@
 # 2. request_log.py per window of the rehearsal (`in_turns`: seconds by part of a turn), and with --sample
 #    samples.py --inside runs.py:_run_held per window (the lines a turn's samples were at);
 # 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without CUDA graphs.
+# An A/B's other arm, the rehearsal alone: e.g. lowerings that never wait for a gap between turns (the "before" of
+# backends.base.in_a_gap): SHAPES=0 bash scripts/gpu_turns.sh OUT/gap0 --set-env workers:ATTNLAB_GAP_WAIT_S=0
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
 # (about 6 minutes on an H100; carry .whl .te/env.sh .ray/class/rendered.yaml). Here: PYTHON=.venv/bin/python.
 set -o pipefail
@@ -34,6 +36,7 @@ if [ ${#SAMPLE[@]} -gt 0 ]; then
   cat "$OUT_DIR/turn-samples.txt"
 fi
 gzip -f "$OUT_DIR/own-req.log" "$OUT_DIR/own-spans.log"
+[ "${SHAPES:-4}" = 0 ] && exit 0  # the rehearsal alone (an A/B's second arm)
 $PY scripts/compile_options.py --shapes "${SHAPES:-4}" --json "$OUT_DIR/compile_options.json" \
   > "$OUT_DIR/compile_options.txt" 2>&1
 echo "compile_options: exit $?"; grep -E "compiles:" "$OUT_DIR/compile_options.txt" | cut -c1-220

@@ -159,7 +159,7 @@ def overlaps(intervals: list[tuple[float, float]]) -> int:
 
 
 def read_timing_log(path: Path, kind: str = "timing") -> list[tuple[float, float]]:
-    """The spans of one kind from ATTNLAB_TIMING_LOG (admission.log_span): measurements by default."""
+    """The spans of one kind from ATTNLAB_TIMING_LOG (spans.log_span): measurements by default."""
     return [(s, e) for s, e, _, k in read_spans(path) if k == kind]
 
 

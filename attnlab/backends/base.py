@@ -4,15 +4,19 @@ the mask types it takes, its requirements as `Requirement` rows, and the device 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from attnlab.admission import DEVICE
 from attnlab.device import DeviceInfo
 from attnlab.masks import MaskType
+from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 
 
@@ -71,16 +75,35 @@ _LOWERING = threading.Lock()
 
 
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn."""
-    with _LOWERING:
+    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe), begun in a gap between
+    device turns (`in_a_gap`); no device turn."""
+    with in_a_gap(_LOWERING):
         return jitted.lower(*args)
+
+
+@contextlib.contextmanager
+def in_a_gap(lock=None):
+    """The block, Python that holds the GIL (tracing, lowering), begun while no run holds the device, after waiting at
+    most ATTNLAB_GAP_WAIT_S for such a gap; with `lock`, taken in the gap. The device's holder passes at once.
+    Why: a turn is mostly calls into C (the device, XLA, NumPy), and after each it must take the GIL back from a
+    thread busy in Python, which keeps it for the switch interval (5 ms). On a CPU, a check's turn held the device
+    41 ms alone, 362 ms beside one thread lowering programs and 58 ms when lowerings waited for gaps
+    (scripts/gil_turns.py); on an H100 a class's checks of small shapes held it 0.3-1.4 s."""
+    deadline = time.monotonic() + settings().gap_wait_s
+    while True:
+        gap = DEVICE.between_runs(deadline - time.monotonic())
+        with lock or contextlib.nullcontext():
+            if (gap and DEVICE.between_runs(0)) or time.monotonic() >= deadline:
+                yield
+                return
 
 
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
     """The backend's own error text when it refuses `shape` while tracing, or None: libraries refuse a shape while
     they trace, so a refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
     try:
-        backend._checked.trace(*abstract_inputs(shape), shape)
+        with in_a_gap():
+            backend._checked.trace(*abstract_inputs(shape), shape)
     except Exception as e:  # the backend's own words are the lesson here
         return error_text(e)
     return None

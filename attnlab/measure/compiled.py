@@ -20,12 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.admission import DEVICE, log_span
+from attnlab.admission import DEVICE
 from attnlab.backends import get, known_aborts
 from attnlab.backends.base import abstract_inputs, lower
 from attnlab.measure import disk_cache
 from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
+from attnlab.spans import log_span
 
 if TYPE_CHECKING:  # pandas only where a table is made: a device worker's start needs none (threads.py says why)
     import pandas as pd

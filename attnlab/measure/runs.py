@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import device
-from attnlab.admission import DEVICE, log_span
+from attnlab.admission import DEVICE
 from attnlab.backends import REGISTRY, get
 from attnlab.math import checks, gradients
 from attnlab.measure import compiled, cost, timing
@@ -47,6 +47,7 @@ from attnlab.measure.results import (  # noqa: F401  (re-exported: callers keep 
 )
 from attnlab.settings import settings
 from attnlab.shapes import PARAM_KEYS, AttentionShape
+from attnlab.spans import log_span
 
 # -- inputs and memory ---------------------------------------------------------------------------
 # Up to this many elements (Q, K, V together) are drawn by NumPy on the host (no compile); more on the device.

@@ -23,8 +23,9 @@ from typing import cast
 import jax
 
 from attnlab import device
-from attnlab.admission import DEVICE, log_span
+from attnlab.admission import DEVICE
 from attnlab.settings import settings
+from attnlab.spans import log_span
 
 
 def launch_note() -> str:
