@@ -15,6 +15,7 @@ from collections import deque
 
 from attnlab.budget import Budget
 from attnlab.spans import log_span
+from attnlab.threads import held_turn
 
 
 class DeviceBusy(RuntimeError):
@@ -220,7 +221,8 @@ class Device:
         held_from = time.perf_counter()
         self.spend("run_wait_s", waited)
         try:
-            yield waited
+            with held_turn():  # the GIL back soon after each call into C (threads.held_turn)
+                yield waited
         finally:
             self.spend("run_s", time.perf_counter() - held_from)
             log_span("turn", held_from, time.perf_counter())

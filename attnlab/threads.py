@@ -5,7 +5,8 @@ of the GIL for a short call into C waits a busy thread's switch interval (5 ms) 
 pandas ≥ 3 keeps strings in pyarrow, whose kernels let go of the GIL, so each small DataFrame operation paid
 that. `serve_many_threads()`, set at the start of the UI server (serve.py) and in every device worker before its first
 table (`serve_many_threads_once_imported`, service.worker.DeviceWorker), keeps strings as Python objects, changing
-no value a page shows; the switch interval stays at Python's default (shorter made the class slower).
+no value a page shows; the switch interval stays at Python's default (shorter made the class slower), except in a
+device worker while a run holds the device (`held_turn`).
 Measurements: docs/design-notes.md. A device worker imports no pandas to start (0.4 s of the 1.4 s its imports
 took here, on the path of a restarted worker's first page): the run layer makes no table, and an entry point
 that makes one imports pandas with its module, after which the worker sets this before calling it.
@@ -13,6 +14,7 @@ that makes one imports pandas with its module, after which the worker sets this 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 
@@ -44,3 +46,25 @@ def serving_many_threads() -> bool:
     import pandas as pd
 
     return pd.Series(["a"]).dtype == object
+
+
+@contextlib.contextmanager
+def held_turn():
+    """While a run holds the device: Python's switch interval ATTNLAB_TURN_SWITCH_S (0.1 ms), not 5 ms. A turn is
+    mostly calls into C (the device, XLA, NumPy), and after each its thread takes the GIL back from whichever thread
+    is busy in Python (a lowering, a trace), which keeps it for up to the switch interval. On this CPU a check's turn
+    held the device 39 ms alone, 404 ms beside one thread lowering programs and 92 ms with 0.1 ms, the lowerings
+    going faster, 45 -> 56 a second (scripts/gil_turns.py, deploy/measurements/cpu_gil_turns_2026-12-06.json). Only
+    the device's holder sets it, and a process has one holder at a time."""
+    from attnlab.settings import settings
+
+    interval = settings().turn_switch_s
+    if not interval:
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whether Python work beside a device turn makes the turn long (the GIL's convoy), in one process.
 
-    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--gap-wait 0 2] [--compile] [--json out.json]
+    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--turn-switch 0 0.0001] [--gap-wait 0 2] [--compile]
 
 A turn here is the run layer's own: `runs.run` of a check (naive and XLA's SDPA against float64: the inputs, the
 reference, each program's run and its check) at a shape compiled before, so the turn holds the device for Python and
@@ -10,9 +10,10 @@ without compiling them (`backends.base.lower`: tracing and MLIR, Python holding 
 begins; one at a time, as the lab lowers); `--compile`: they compile too (`compiled.compile_backend` at new shapes,
 XLA's C++ beside the Python). Per N it prints the turns' held seconds (`DEVICE.stats.busy_s`), median and p90, and the
 turn thread's CPU seconds in them: held much longer than the thread computed, with a core to spare, is time spent
-waiting to hold the GIL again after each call into C (a busy thread keeps it for the switch interval, 5 ms); and
-with each ATTNLAB_GAP_WAIT_S given (0: lowerings begin whenever they come; 2, the default: in a gap between turns,
-`backends.base.in_a_gap`), so the same run is the before and the after.
+waiting to hold the GIL again after each call into C (a busy thread keeps it for the switch interval, 5 ms); with
+each ATTNLAB_TURN_SWITCH_S given (0: Python's 5 ms; the default 0.1 ms while a run holds the device,
+`threads.held_turn`) and each ATTNLAB_GAP_WAIT_S (0, the default: lowerings begin whenever they come; 2: in a gap
+between turns, `backends.base.in_a_gap`), so one run is the before and the after.
 A benchmark: it judges nothing.
 """
 
@@ -84,7 +85,8 @@ def beside(n: int, compile_: bool, shape, count: int) -> dict:
     stop.set()
     for t in threads:
         t.join()
-    return {"beside": n, "compile": compile_, "gap_wait_s": settings().gap_wait_s, "backend": jax.default_backend(),
+    return {"beside": n, "compile": compile_, "gap_wait_s": settings().gap_wait_s,
+            "turn_switch_s": settings().turn_switch_s, "backend": jax.default_backend(),
             "turns": len(held), "held_median_s": statistics.median(held), "held_p90_s": statistics.quantiles(held, n=10)[-1],
             "cpu_median_s": statistics.median(cpu), "programs_beside_per_s": counter[0] / wall}
 
@@ -94,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=30)
     ap.add_argument("--beside", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--compile", action="store_true", help="the threads beside compile what they lower")
-    ap.add_argument("--gap-wait", type=float, nargs="+", default=[0.0, 2.0],
+    ap.add_argument("--turn-switch", type=float, nargs="+", default=[0.0, 0.0001],
+                    help="ATTNLAB_TURN_SWITCH_S values to try (0: Python's 5 ms switch interval in turns too)")
+    ap.add_argument("--gap-wait", type=float, nargs="+", default=[0.0],
                     help="ATTNLAB_GAP_WAIT_S values to try (0: lowerings never wait for a gap between turns)")
-    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval (Python's default: 0.005 s)")
+    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval throughout (Python's default: 0.005 s)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.switch_interval:
@@ -107,11 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     shape = AttentionShape(batch=2, q_len=128, kv_len=128, heads=8, kv_heads=8, head_dim=64, dtype="float32")
     turns(3, shape)  # compiled and run once: what follows is turns alone
     out = []
-    for n, gap in itertools.product(args.beside, args.gap_wait):
-        with override(gap_wait_s=gap):
+    for n, switch, gap in itertools.product(args.beside, args.turn_switch, args.gap_wait):
+        with override(gap_wait_s=gap, turn_switch_s=switch):
             row = beside(n, args.compile, shape, args.turns)
         out.append(row)
-        print(f"{n} thread{'s' * (n != 1)} {'compiling' if args.compile else 'lowering'} beside, gap wait {gap:g} s: "
+        print(f"{n} thread{'s' * (n != 1)} {'compiling' if args.compile else 'lowering'} beside, switch interval in turns "
+              f"{switch * 1e3 if switch else 5:g} ms, gap wait {gap:g} s: "
               f"turn held {row['held_median_s'] * 1e3:7.1f} ms median, {row['held_p90_s'] * 1e3:7.1f} ms p90; the turn "
               f"thread's CPU {row['cpu_median_s'] * 1e3:6.1f} ms; {row['programs_beside_per_s']:.1f} programs/s beside")
     if args.json:

@@ -7,8 +7,9 @@
 # 2. request_log.py per window of the rehearsal (`in_turns`: seconds by part of a turn), and with --sample
 #    samples.py --inside runs.py:_run_held per window (the lines a turn's samples were at);
 # 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without CUDA graphs.
-# An A/B's other arm, the rehearsal alone: e.g. lowerings that never wait for a gap between turns (the "before" of
-# backends.base.in_a_gap): SHAPES=0 bash scripts/gpu_turns.sh OUT/gap0 --set-env workers:ATTNLAB_GAP_WAIT_S=0
+# An A/B's other arm, the rehearsal alone: e.g. Python's 5 ms switch interval in turns too (the "before" of
+# threads.held_turn): SHAPES=0 bash scripts/gpu_turns.sh OUT/before --set-env workers:ATTNLAB_TURN_SWITCH_S=0
+# (or lowerings that wait for a gap between turns, an experiment: --set-env workers:ATTNLAB_GAP_WAIT_S=2)
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
 # (about 6 minutes on an H100; carry .whl .te/env.sh .ray/class/rendered.yaml). Here: PYTHON=.venv/bin/python.
 set -o pipefail

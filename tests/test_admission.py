@@ -496,3 +496,22 @@ def test_python_beside_a_turn_begins_in_a_gap_between_runs_and_waits_no_longer_t
 
     with settings.override(gap_wait_s=30.0):
         assert _started(holder).wait(10)
+
+
+def test_a_turn_shortens_pythons_switch_interval_while_it_holds_the_device_and_puts_it_back():
+    """threads.held_turn inside Device.use: ATTNLAB_TURN_SWITCH_S while a run holds the device, Python's own before
+    and after (and in a build); 0 leaves it alone."""
+    import sys
+
+    d, before = _device(), sys.getswitchinterval()
+    with settings.override(turn_switch_s=0.0001):
+        with d.use():
+            assert sys.getswitchinterval() == pytest.approx(0.0001)
+            with d.use():  # the holder's own inner turn
+                assert sys.getswitchinterval() == pytest.approx(0.0001)
+            assert sys.getswitchinterval() == pytest.approx(0.0001)
+        assert sys.getswitchinterval() == before
+        with d.building():
+            assert sys.getswitchinterval() == before
+    with settings.override(turn_switch_s=0.0), d.use():
+        assert sys.getswitchinterval() == before

@@ -75,8 +75,8 @@ _LOWERING = threading.Lock()
 
 
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe), begun in a gap between
-    device turns (`in_a_gap`); no device turn."""
+    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn
+    (`in_a_gap`: with ATTNLAB_GAP_WAIT_S, begun between turns)."""
     with in_a_gap(_LOWERING):
         return jitted.lower(*args)
 
@@ -84,11 +84,12 @@ def lower(jitted, args):
 @contextlib.contextmanager
 def in_a_gap(lock=None):
     """The block, Python that holds the GIL (tracing, lowering), begun while no run holds the device, after waiting at
-    most ATTNLAB_GAP_WAIT_S for such a gap; with `lock`, taken in the gap. The device's holder passes at once.
-    Why: a turn is mostly calls into C (the device, XLA, NumPy), and after each it must take the GIL back from a
-    thread busy in Python, which keeps it for the switch interval (5 ms). On a CPU, a check's turn held the device
-    41 ms alone, 362 ms beside one thread lowering programs and 58 ms when lowerings waited for gaps
-    (scripts/gil_turns.py); on an H100 a class's checks of small shapes held it 0.3-1.4 s."""
+    most ATTNLAB_GAP_WAIT_S for such a gap (default 0: it begins at once); with `lock`, taken in the gap. The device's
+    holder passes at once. An experiment beside `threads.held_turn`: a turn is mostly calls into C and takes the GIL
+    back after each from a thread busy in Python. On a CPU a check's turn held the device 39 ms alone, 404 ms beside
+    one thread lowering programs, 57 ms when lowerings waited for gaps (scripts/gil_turns.py); but in both of two A/B
+    rehearsals of 10 learners on own shapes here the class was slower with it (its control 9.3 -> 11.1 s and 8.1 ->
+    16.7 s): its compiles begin later. Not the default until a GPU says otherwise."""
     deadline = time.monotonic() + settings().gap_wait_s
     while True:
         gap = DEVICE.between_runs(deadline - time.monotonic())
