@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import warnings
 
 _SET = [False]  # whether serve_many_threads() ran in this process
@@ -54,17 +55,27 @@ def held_turn():
     mostly calls into C (the device, XLA, NumPy), and after each its thread takes the GIL back from whichever thread
     is busy in Python (a lowering, a trace), which keeps it for up to the switch interval. On this CPU a check's turn
     held the device 39 ms alone, 404 ms beside one thread lowering programs and 92 ms with 0.1 ms, the lowerings
-    going faster, 45 -> 56 a second (scripts/gil_turns.py, deploy/measurements/cpu_gil_turns_2026-12-06.json). Only
-    the device's holder sets it, and a process has one holder at a time."""
+    going faster, 45 -> 56 a second (scripts/gil_turns.py, deploy/measurements/cpu_gil_turns_2026-12-06.json). The
+    first holder sets it and the last puts Python's back (a process has one `Device`; a test may hold several)."""
     from attnlab.settings import settings
 
     interval = settings().turn_switch_s
     if not interval:
         yield
         return
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(interval)
+    with _HOLDERS_LOCK:
+        if not _HOLDERS:
+            _HOLDERS.append(sys.getswitchinterval())
+            sys.setswitchinterval(interval)
+        _HOLDERS.append(interval)
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
+        with _HOLDERS_LOCK:
+            _HOLDERS.pop()
+            if len(_HOLDERS) == 1:
+                sys.setswitchinterval(_HOLDERS.pop())
+
+
+_HOLDERS: list[float] = []  # Python's own interval first, then one entry per turn held now
+_HOLDERS_LOCK = threading.Lock()

@@ -515,3 +515,18 @@ def test_a_turn_shortens_pythons_switch_interval_while_it_holds_the_device_and_p
             assert sys.getswitchinterval() == before
     with settings.override(turn_switch_s=0.0), d.use():
         assert sys.getswitchinterval() == before
+
+
+def test_two_devices_held_at_once_put_pythons_switch_interval_back_when_the_last_lets_go():
+    import sys
+
+    a, b, before = _device(), _device(), sys.getswitchinterval()
+    with settings.override(turn_switch_s=0.0001):
+        release_a = _held(a)
+        release_b = _held(b)
+        release_a.set()
+        time.sleep(0.2)
+        assert sys.getswitchinterval() == pytest.approx(0.0001)  # b still holds its device
+        release_b.set()
+        time.sleep(0.2)
+    assert sys.getswitchinterval() == before
