@@ -100,11 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="ATTNLAB_TURN_SWITCH_S values to try (0: Python's 5 ms switch interval in turns too)")
     ap.add_argument("--gap-wait", type=float, nargs="+", default=[0.0],
                     help="ATTNLAB_GAP_WAIT_S values to try (0: lowerings never wait for a gap between turns)")
-    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval throughout (Python's default: 0.005 s)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)
     from attnlab.settings import override
     from attnlab.shapes import AttentionShape
 
