@@ -230,13 +230,6 @@ class Device:
                 self.stats.busy_s += time.perf_counter() - held_from
                 self._holder, self._depth = None, 0
                 self._admit()
-                self._cond.notify_all()  # a gap, if no run was waiting (`between_runs`)
-
-    def between_runs(self, timeout_s: float) -> bool:
-        """Wait at most timeout_s until no run holds the device (at once in the thread that holds it); whether none
-        does. For Python that holds the GIL (tracing, lowering): backends.base.in_a_gap says why."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._holder in (None, threading.get_ident()), max(timeout_s, 0.0))
 
     def abandon(self, threads, abandoned: bool = True) -> None:
         """Mark the requests served in `threads` as wanted by no one (they leave the line: `Abandoned`), or clear it."""

@@ -21,8 +21,6 @@ them for a test.
                               by the device worker (attnlab/measure/disk_cache.py), not by JAX's locked cap
     ATTNLAB_TURN_SWITCH_S     Python's switch interval while a run holds the device (default 0.0001 s; 0: Python's
                               own, 5 ms throughout): attnlab/threads.py, held_turn, says why
-    ATTNLAB_GAP_WAIT_S        the longest a device worker's tracing or lowering waits for a moment when no run
-                              holds the device (default 0: it never waits; an experiment, backends.base.in_a_gap)
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free memory
                               and half of the host's available memory when it started)
     ATTNLAB_RUN_SECONDS       the longest one run may hold the device (default 60 s): a run whose lower bound
@@ -108,7 +106,6 @@ class Settings:
     worker_threads: int = 64
     compile_threads: int | None = None
     compile_cache_gib: float = 8.0
-    gap_wait_s: float = 0.0
     turn_switch_s: float = 0.0001
     memory_limit_gib: float | None = None
     run_seconds: float = 60.0
@@ -159,7 +156,6 @@ class Settings:
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             compile_cache_gib=_gib(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
-            gap_wait_s=_gib(env, "ATTNLAB_GAP_WAIT_S", 0.0, problems, "seconds"),
             turn_switch_s=_gib(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),

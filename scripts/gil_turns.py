@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whether Python work beside a device turn makes the turn long (the GIL's convoy), in one process.
 
-    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--turn-switch 0 0.0001] [--gap-wait 0 2] [--compile]
+    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--turn-switch 0 0.0001] [--compile]
 
 A turn here is the run layer's own: `runs.run` of a check (naive and XLA's SDPA against float64: the inputs, the
 reference, each program's run and its check) at a shape compiled before, so the turn holds the device for Python and
@@ -12,8 +12,8 @@ XLA's C++ beside the Python). Per N it prints the turns' held seconds (`DEVICE.s
 turn thread's CPU seconds in them: held much longer than the thread computed, with a core to spare, is time spent
 waiting to hold the GIL again after each call into C (a busy thread keeps it for the switch interval, 5 ms); with
 each ATTNLAB_TURN_SWITCH_S given (0: Python's 5 ms; the default 0.1 ms while a run holds the device,
-`threads.held_turn`) and each ATTNLAB_GAP_WAIT_S (0, the default: lowerings begin whenever they come; 2: in a gap
-between turns, `backends.base.in_a_gap`), so one run is the before and the after.
+`threads.held_turn`), so one run is the before and the after. (Lowerings that waited for a gap between turns,
+ATTNLAB_GAP_WAIT_S, were measured here on 2026-12-06 and removed after: deploy/measurements, docs/design-notes.md.)
 A benchmark: it judges nothing.
 """
 
@@ -85,8 +85,7 @@ def beside(n: int, compile_: bool, shape, count: int) -> dict:
     stop.set()
     for t in threads:
         t.join()
-    return {"beside": n, "compile": compile_, "gap_wait_s": settings().gap_wait_s,
-            "turn_switch_s": settings().turn_switch_s, "backend": jax.default_backend(),
+    return {"beside": n, "compile": compile_, "turn_switch_s": settings().turn_switch_s, "backend": jax.default_backend(),
             "turns": len(held), "held_median_s": statistics.median(held), "held_p90_s": statistics.quantiles(held, n=10)[-1],
             "cpu_median_s": statistics.median(cpu), "programs_beside_per_s": counter[0] / wall}
 
@@ -98,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true", help="the threads beside compile what they lower")
     ap.add_argument("--turn-switch", type=float, nargs="+", default=[0.0, 0.0001],
                     help="ATTNLAB_TURN_SWITCH_S values to try (0: Python's 5 ms switch interval in turns too)")
-    ap.add_argument("--gap-wait", type=float, nargs="+", default=[0.0],
-                    help="ATTNLAB_GAP_WAIT_S values to try (0: lowerings never wait for a gap between turns)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     from attnlab.settings import override
@@ -108,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     shape = AttentionShape(batch=2, q_len=128, kv_len=128, heads=8, kv_heads=8, head_dim=64, dtype="float32")
     turns(3, shape)  # compiled and run once: what follows is turns alone
     out = []
-    for n, switch, gap in itertools.product(args.beside, args.turn_switch, args.gap_wait):
-        with override(gap_wait_s=gap, turn_switch_s=switch):
+    for n, switch in itertools.product(args.beside, args.turn_switch):
+        with override(turn_switch_s=switch):
             row = beside(n, args.compile, shape, args.turns)
         out.append(row)
         print(f"{n} thread{'s' * (n != 1)} {'compiling' if args.compile else 'lowering'} beside, switch interval in turns "
-              f"{switch * 1e3 if switch else 5:g} ms, gap wait {gap:g} s: "
+              f"{switch * 1e3 if switch else 5:g} ms: "
               f"turn held {row['held_median_s'] * 1e3:7.1f} ms median, {row['held_p90_s'] * 1e3:7.1f} ms p90; the turn "
               f"thread's CPU {row['cpu_median_s'] * 1e3:6.1f} ms; {row['programs_beside_per_s']:.1f} programs/s beside")
     if args.json:

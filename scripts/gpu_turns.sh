@@ -9,7 +9,6 @@
 # 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without CUDA graphs.
 # An A/B's other arm, the rehearsal alone: e.g. Python's 5 ms switch interval in turns too (the "before" of
 # threads.held_turn): SHAPES=0 bash scripts/gpu_turns.sh OUT/before --set-env workers:ATTNLAB_TURN_SWITCH_S=0
-# (or lowerings that wait for a gap between turns, an experiment: --set-env workers:ATTNLAB_GAP_WAIT_S=2)
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
 # (about 6 minutes on an H100; carry .whl .te/env.sh .ray/class/rendered.yaml). Here: PYTHON=.venv/bin/python.
 set -o pipefail

@@ -4,19 +4,15 @@ the mask types it takes, its requirements as `Requirement` rows, and the device 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from attnlab.admission import DEVICE
 from attnlab.device import DeviceInfo
 from attnlab.masks import MaskType
-from attnlab.settings import settings
 from attnlab.shapes import AttentionShape
 
 
@@ -75,41 +71,16 @@ _LOWERING = threading.Lock()
 
 
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn
-    (`in_a_gap`: with ATTNLAB_GAP_WAIT_S, begun between turns)."""
-    with in_a_gap(_LOWERING):
+    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn."""
+    with _LOWERING:
         return jitted.lower(*args)
-
-
-@contextlib.contextmanager
-def in_a_gap(lock=None):
-    """The block, Python that holds the GIL (tracing, lowering), begun while no run holds the device, after waiting at
-    most ATTNLAB_GAP_WAIT_S for such a gap (default 0: it begins at once); with `lock`, taken in the gap. The device's
-    holder passes at once. An experiment beside `threads.held_turn`: a turn is mostly calls into C and takes the GIL
-    back after each from a thread busy in Python. On a CPU a check's turn held the device 39 ms alone, 404 ms beside
-    one thread lowering programs, 57 ms when lowerings waited for gaps (scripts/gil_turns.py); but in both of two A/B
-    rehearsals of 10 learners on own shapes here the class was slower with it (its control 9.3 -> 11.1 s and 8.1 ->
-    16.7 s): its compiles begin later. Not the default until a GPU says otherwise."""
-    wait = settings().gap_wait_s
-    if not wait:
-        with lock or contextlib.nullcontext():
-            yield
-        return
-    deadline = time.monotonic() + wait
-    while True:
-        gap = DEVICE.between_runs(deadline - time.monotonic())
-        with lock or contextlib.nullcontext():
-            if (gap and DEVICE.between_runs(0)) or time.monotonic() >= deadline:
-                yield
-                return
 
 
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
     """The backend's own error text when it refuses `shape` while tracing, or None: libraries refuse a shape while
     they trace, so a refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
     try:
-        with in_a_gap():
-            backend._checked.trace(*abstract_inputs(shape), shape)
+        backend._checked.trace(*abstract_inputs(shape), shape)
     except Exception as e:  # the backend's own words are the lesson here
         return error_text(e)
     return None
