@@ -27,7 +27,7 @@ $PY scripts/rehearse.py "${RENDERED[@]}" --ui 2 --workers 1 --learners "${LEARNE
 echo "rehearsal: exit $?"; grep -E "^(class|fault|missed)" "$OUT_DIR/own.txt" | cut -c1-220
 $PY scripts/request_log.py "$OUT_DIR/own-req.log" --rehearsal "$OUT_DIR/own.json" --spans "$OUT_DIR/own-spans.log" \
   > "$OUT_DIR/own-request-log.txt" 2>&1
-grep -E "^===|in_turns" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*'in_turns'/  in_turns/" | cut -c1-300
+grep -E "^===|in_turns|^the first request computed" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*'in_turns'/  in_turns/" | cut -c1-300
 if [ ${#SAMPLE[@]} -gt 0 ]; then
   for d in "$OUT_DIR"/samples/*/; do
     echo "== py-spy inside turns: $(basename "$d")"

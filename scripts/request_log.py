@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     t = [line["t"] for line in lines]
     print(f"{len(lines)} requests over {max(t) - min(t):.0f} s ({args.log})")
+    computed = [line["t"] - line["s"] for line in lines if line.get("how") == "computed"]
+    if args.since and computed:  # after a worker's kill: when its new process took work (the rest is the class's)
+        print(f"the first request computed began {min(computed) - since:.2f} s into the window")
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
         print(table.rename(columns=lambda c: c.replace("median_", "med_")).to_string(index=False))
     if args.slowest:

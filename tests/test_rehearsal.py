@@ -278,7 +278,8 @@ def test_the_request_log_reads_one_faults_window_from_its_began_at(tmp_path, cap
     assert request_log.main([str(log), "--since", "104", "--until", "110", "--json", str(out)]) == 0
     table = json.loads(out.read_text())
     assert [(r["fn"], r["n"]) for r in table] == [("in_window", 2)]
-    assert "2 requests over 2 s" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "2 requests over 2 s" in said and "the first request computed began 0.00 s into the window" in said
 
 
 def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_devices_line(tmp_path, capsys):
