@@ -84,8 +84,8 @@ def _count(env: Mapping[str, str], name: str, default: int, problems: list[str])
     return default
 
 
-def _gib(env: Mapping[str, str], name: str, default: float, problems: list[str], unit: str = "GiB") -> float:
-    """A number of GiB (or of `unit`), 0 included; anything else is said in `problems` and the default used."""
+def _amount(env: Mapping[str, str], name: str, default: float, problems: list[str], unit: str = "GiB") -> float:
+    """A number of `unit` (GiB unless said), 0 included; anything else is said in `problems` and the default used."""
     raw = env.get(name, "").strip()
     try:
         value = float(raw) if raw else default
@@ -155,8 +155,8 @@ class Settings:
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
-            compile_cache_gib=_gib(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
-            turn_switch_s=_gib(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),
+            compile_cache_gib=_amount(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
+            turn_switch_s=_amount(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
             class_shapes=tuple(env.get("ATTNLAB_CLASS_SHAPES", "").split()),

@@ -55,8 +55,10 @@ def held_turn():
     mostly calls into C (the device, XLA, NumPy), and after each its thread takes the GIL back from whichever thread
     is busy in Python (a lowering, a trace), which keeps it for up to the switch interval. On this CPU a check's turn
     held the device 39 ms alone, 404 ms beside one thread lowering programs and 92 ms with 0.1 ms, the lowerings
-    going faster, 45 -> 56 a second (scripts/gil_turns.py, deploy/measurements/cpu_gil_turns_2026-12-06.json). The
-    first holder sets it and the last puts Python's back (a process has one `Device`; a test may hold several)."""
+    going faster, 45 -> 56 a second (scripts/gil_turns.py, deploy/measurements/cpu_gil_turns_2026-12-06.json). On an
+    H100, as a class of 20 moved to new shapes, it halved the device held per run (0.24-0.26 s -> 0.11-0.13 s;
+    deploy/measurements/h100_turn_switch_ab_2026-12-06/). The first holder sets it and the last puts Python's back
+    (a process has one `Device`; a test may hold several)."""
     from attnlab.settings import settings
 
     interval = settings().turn_switch_s

@@ -492,6 +492,15 @@ def test_a_turn_shortens_pythons_switch_interval_while_it_holds_the_device_and_p
         assert sys.getswitchinterval() == before
 
 
+def test_the_switch_interval_in_turns_is_a_setting_and_a_bad_one_is_said():
+    from attnlab.settings import Settings
+
+    assert Settings.from_env({}).turn_switch_s == 0.0001
+    assert Settings.from_env({"ATTNLAB_TURN_SWITCH_S": "0"}).turn_switch_s == 0.0
+    bad = Settings.from_env({"ATTNLAB_TURN_SWITCH_S": "fast"})
+    assert bad.turn_switch_s == 0.0001 and "ATTNLAB_TURN_SWITCH_S='fast' is not a number of seconds" in " ".join(bad.problems)
+
+
 def test_two_devices_held_at_once_put_pythons_switch_interval_back_when_the_last_lets_go():
     import sys
 
