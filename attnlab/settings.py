@@ -15,6 +15,9 @@ them for a test.
                               of two and four workers, each running JAX on the CPU)
     ATTNLAB_WORKER_THREADS    requests a device worker serves at once, most waiting (compiles and device work
                               have their own bounds); default 64: a kept answer never queues behind compiles
+    ATTNLAB_SPARE_WORKER      1 (default): a device worker in a child process keeps a spare child with the lab
+                              imported and no device, which takes over when the worker dies
+                              (attnlab/service/child.py); 0: a new child is started then
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
     ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may
                               hold, in GiB (default 8: the worker pods' volume is 10 GiB; 0: no bound), kept
@@ -104,6 +107,7 @@ class Settings:
     device_workers: int | None = None
     fake_gpus: int = 0
     worker_threads: int = 64
+    spare_worker: bool = True
     compile_threads: int | None = None
     compile_cache_gib: float = 8.0
     turn_switch_s: float = 0.0001
@@ -154,6 +158,7 @@ class Settings:
             device_workers=_whole(env, "ATTNLAB_DEVICE_WORKERS", None),
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
+            spare_worker=_flag(env, "ATTNLAB_SPARE_WORKER", True),
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             compile_cache_gib=_amount(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
             turn_switch_s=_amount(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),

@@ -1,23 +1,31 @@
-"""The embedded default: the device worker in a child process of the app, started again when it dies.
+"""The device worker in a child process, started again when it dies: the app's default, and a Ray actor's inside.
 
-    client = ChildWorker(env={"JAX_PLATFORMS": "cuda"})   # `make run`; the app's pages use it
+    client = ChildWorker(env={"JAX_PLATFORMS": "cuda"})   # `make run`; a Ray DeviceActor (ray_actor.py) holds one
     client.call(request)  ->  Reply, or WorkerLost when the child died while serving it
 
 `python -m attnlab.service.child FD` is the child: a `DeviceWorker` serving requests from one socket (a
 socketpair made by the parent), each in a thread of its pool. A native abort (SIGABRT, SIGSEGV in XLA, cuDNN
 or a Pallas lowering) ends only the child: the parent fails its requests in flight with `WorkerLost` and
-starts a new child at once. A child that keeps dying within QUICK_S of its start is given up on, but a death
+hands the device to its spare. A child that keeps dying within QUICK_S of its start is given up on, but a death
 while a learner's program ran (the markers of attnlab/yourturn/suspects.py) never counts: that program is
 refused from then on, so no learner can stop the lab for the class.
 
+The spare (ATTNLAB_SPARE_WORKER, default on): a second child started once the first answers, with Python, JAX and
+the lab's modules imported but no device (no JAX backend, no GPU memory), waiting for the word to take over. A
+death then costs JAX's device (0.4 s on an H100) instead of a new Python's start and imports (a Ray actor's
+restart on the H100 took 2.4-3.4 s to its first request), and a new spare is started once the new child answers.
+
 Not `ProcessPoolExecutor` (one task per worker; one dead worker breaks the pool) nor
 `multiprocessing.managers` (a connection per calling thread, and Streamlit runs each page in a new thread):
-one connection, many numbered requests in flight on it, and a restart when the child dies; Ray
-(attnlab/service/ray_workers.py) across machines."""
+one connection, many numbered requests in flight on it, a restart when the child dies, and a spare that
+has done its imports; Ray (attnlab/service/ray_workers.py) across machines, a Ray actor's process per GPU
+(Ray starts a new Python for each restart of an actor: its prestarted workers and `RAY_preload_python_modules`
+did not shorten it, docs/design-notes.md)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import itertools
 import os
 import shutil
@@ -37,6 +45,8 @@ START_TIMEOUT_S = 180.0
 # while it served one is that request's (the crash links with the known-abort refusal off cost 2-4 in seconds)
 QUICK_DEATHS = 3
 QUICK_S = 20.0
+GO = -1  # the message number of "take the device" (parent to child) and of "ready" (child to parent)
+DIED = "attnlab: the device worker (pid"  # how the log begins each line about the serving worker's death
 
 
 def signal_words(returncode: int | None) -> str:
@@ -52,11 +62,22 @@ def signal_words(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-class ChildWorker:
-    """The parent's side: a child process running the device worker, and the requests in flight to it."""
+@dataclasses.dataclass(eq=False)
+class _Child:
+    proc: subprocess.Popen
+    conn: Connection
+    started: float  # when it was told to take the device (a spare: when its process started)
 
-    def __init__(self, env: dict[str, str] | None = None, threads: int = 64, name: str = "device-0"):
+
+class ChildWorker:
+    """The parent's side: a child process running the device worker, its spare, and the requests in flight."""
+
+    def __init__(self, env: dict[str, str] | None = None, threads: int = 64, name: str = "device-0",
+                 spare: bool | None = None):
+        from attnlab.settings import settings
+
         self.env, self.threads, self.name = env or {}, threads, name
+        self.spare = settings().spare_worker if spare is None else spare
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._ids = itertools.count()
@@ -68,33 +89,60 @@ class ChildWorker:
         self._own_suspects_dir = not self.env.get("ATTNLAB_SUSPECTS_DIR")
         self.suspects_dir = self.env.get("ATTNLAB_SUSPECTS_DIR") or tempfile.mkdtemp(prefix="attnlab-suspects-")
         self.restarts = 0
+        self.promotions = 0  # restarts the spare took over
         self.last_death = ""
         self.gave_up = ""
         self._closed = False
-        self._start()
+        self._active: _Child | None = None
+        self._spare: _Child | None = None
+        self.proc: subprocess.Popen  # the process that serves now (the spare's once it took over)
+        with self._lock:
+            self._take_over()
 
-    # -- the child's life ------------------------------------------------------------------------
-    def _start(self) -> None:
+    @property
+    def conn(self) -> Connection | None:
+        return self._active.conn if self._active else None
+
+    # -- the children's lives --------------------------------------------------------------------
+    def _spawn(self) -> _Child:
         ours, theirs = socket.socketpair()
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "ATTNLAB_SUSPECTS_DIR": self.suspects_dir}
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "attnlab.service.child",
-                                      str(theirs.fileno()), str(self.threads), self.name],
-                                     pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "attnlab.service.child",
+                                 str(theirs.fileno()), str(self.threads), self.name],
+                                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         theirs.close()
-        self.started = time.monotonic()
-        self.conn: Connection | None = Connection(ours.detach())
-        threading.Thread(target=self._read, args=(self.conn, self.proc), name="attnlab-child-reader",
-                         daemon=True).start()
+        child = _Child(proc, Connection(ours.detach()), time.monotonic())
+        threading.Thread(target=self._read, args=(child,), name="attnlab-child-reader", daemon=True).start()
+        return child
 
-    def _read(self, conn: Connection, proc: subprocess.Popen) -> None:
-        """Replies from the child until its end; then every request in flight fails, and a new child starts."""
+    def _take_over(self) -> None:
+        """(Under the lock.) The spare, else a new child, is told to take the device; the requests wait for its
+        "ready"."""
+        if self._spare is not None and self._spare.proc.poll() is not None:
+            self._spare = None  # died meanwhile; its reader says so
+        child, self._spare = self._spare or self._spawn(), None
+        child.started = time.monotonic()
+        self._active, self.proc = child, child.proc
+        try:
+            with self._send_lock:
+                child.conn.send((GO, "go", None))
+        except OSError:  # it died meanwhile: its reader starts the next
+            pass
+
+    def _read(self, child: _Child) -> None:
+        """Replies from one child until its end; then, if it served, every request in flight fails and the spare
+        takes over; a spare's death costs nothing but a cold start at the next death."""
         try:
             while True:
-                number, reply = conn.recv()
-                if number == -1:  # the child's "ready"
-                    self._ready.set()
+                number, reply = child.conn.recv()
+                if number == GO:  # the child's "ready": it holds the device
+                    with self._lock:
+                        if child is self._active:
+                            self._ready.set()
+                            if self.spare and self._spare is None and not self._closed:
+                                self._spare = self._spawn()
                     continue
                 with self._lock:
                     future = self._pending.pop(number, None)
@@ -102,6 +150,7 @@ class ChildWorker:
                     future.set_result(reply)
         except (EOFError, OSError):
             pass
+        proc = child.proc
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -110,13 +159,22 @@ class ChildWorker:
         if self._closed:
             return
         how = signal_words(proc.returncode)
+        with self._lock:
+            if child is not self._active:  # a spare that died before it was needed
+                if child is self._spare:
+                    self._spare = None
+                print(f"attnlab: the spare device worker (pid {proc.pid}) {how}", file=sys.stderr, flush=True)
+                return
+        self._died(child, how)
+
+    def _died(self, child: _Child, how: str) -> None:
         from attnlab.yourturn import suspects  # the standard library only: cheap in the app's process
 
-        learners, why = suspects.left_by(proc.pid, how, self.suspects_dir)
+        learners, why = suspects.left_by(child.proc.pid, how, self.suspects_dir)
         self.last_death = how
         if learners:  # a learner's program caused it: remembered, refused from now on, never a reason to give up
             self.learner_deaths += 1
-            lost = WorkerLost(f"The device worker {how} while it ran a learner's program ({why}). That program is "
+            lost = WorkerLost(f"The device worker {how} while it ran a learner's program{f' ({why})' * (why != how)}. That program is "
                               "remembered, and the lab refuses it at once from now on, with this reason; the worker "
                               "has been started again and nothing else was lost. If it was yours, change the code "
                               "(a huge shape, or far more work than the exercise needs?); if not, press the button "
@@ -125,42 +183,47 @@ class ChildWorker:
             lost = WorkerLost(f"The device worker {how} while serving this request (a crash in native code: XLA, "
                               "cuDNN or a kernel compiler). Nothing else was lost: it has been started again, so press "
                               "the button again, or choose another shape.")
-        with self._lock:  # from here no request is sent to the dead child; the new one takes them when ready
-            pending, self._pending, self.conn = self._pending, {}, None
+        with self._lock:  # from here no request is sent to the dead child; the next one takes them when ready
+            pending, self._pending, self._active = self._pending, {}, None
             self._ready.clear()
             if not learners and not pending:
-                self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - self.started < QUICK_S else 1
+                self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - child.started < QUICK_S else 1
             quick = self._quick_deaths >= QUICK_DEATHS
             if quick:
                 self.gave_up = f"the device worker {how} {QUICK_DEATHS} times in a row within {QUICK_S:.0f} s of starting"
         for future in pending.values():
             future.set_exception(lost)
-        print(f"attnlab: the device worker (pid {proc.pid}) {how}; "
-              + ("not starting it again (it keeps dying at start)" if quick else "starting it again"),
-              file=sys.stderr, flush=True)
-        if quick:
-            self._ready.set()  # waiting senders wake and read gave_up
-            return
         with self._lock:
+            spare = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
+            print(f"{DIED} {child.proc.pid}) {how}; "
+                  + ("not starting it again (it keeps dying at start)" if quick else
+                     f"its spare (pid {spare.proc.pid}) takes over" if spare else "starting it again"),
+                  file=sys.stderr, flush=True)
+            if quick:
+                self._ready.set()  # waiting senders wake and read gave_up
+                return
             self.restarts += 1
-            self._start()
+            self.promotions += spare is not None
+            self._take_over()
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> bool:
         return self._ready.wait(timeout)
 
     def close(self) -> None:
         self._closed = True
-        if self.conn is not None:
+        for child in (self._active, self._spare):
+            if child is None:
+                continue
             try:
-                self.conn.close()
+                child.conn.close()
             except OSError:
                 pass
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            if child.proc.poll() is None:
+                child.proc.terminate()
+                try:
+                    child.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
         if self._own_suspects_dir:
             shutil.rmtree(self.suspects_dir, ignore_errors=True)
 
@@ -174,7 +237,7 @@ class ChildWorker:
             if self.gave_up:
                 raise WorkerLost(f"The device worker cannot run here: {self.gave_up}. The server log says why.")
             with self._lock:
-                conn = self.conn
+                conn = self.conn if self._ready.is_set() else None
                 if conn is not None:  # a live child: this request is its to answer, or to fail by dying
                     number = next(self._ids)
                     self._pending[number] = future
@@ -210,56 +273,13 @@ class ChildWorker:
         return bool(self.restarts) and not self._ready.is_set() and not self.gave_up
 
     def describe(self) -> str:
-        return f"the device worker in a child process (pid {self.proc.pid})"
+        spare = self._spare
+        return (f"the device worker in a child process (pid {self.proc.pid})"
+                + (f", its spare pid {spare.proc.pid}" if spare else ""))
 
 
-# -- the child -------------------------------------------------------------------------------------
-def main(fd: int, threads: int, name: str) -> None:
-    from attnlab.service.worker import DeviceWorker, WorkerInfo
+if __name__ == "__main__":  # the child (the command above): attnlab/service/child_process.py
+    from attnlab.service.child_process import main
 
-    conn = Connection(fd)
-    worker = DeviceWorker(name)
-    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-request")
-    send_lock = threading.Lock()
-
-    def reply(number: int, value) -> None:
-        with send_lock:
-            conn.send((number, value))
-
-    def serve(number: int, op: str, payload) -> None:
-        answer: Reply | WorkerInfo | int
-        try:
-            if op == "call":
-                answer = worker.call(payload)
-            elif op == "info":
-                answer = worker.info()
-            elif op == "forget":
-                answer = worker.forget()
-            elif op == "drop":
-                answer = worker.drop(payload)
-            else:
-                answer = Reply(error=ValueError(f"unknown operation {op!r}"), kept=False)
-        except BaseException as e:  # noqa: BLE001 (a reply, never a dead reader)
-            answer = Reply(error=RuntimeError(f"{type(e).__name__}: {e}"), kept=False)
-        try:
-            reply(number, answer)
-        except Exception as e:  # a value that cannot be pickled: its words instead
-            reply(number, Reply(error=RuntimeError(f"the answer could not be sent back: {type(e).__name__}: {e}"),
-                                kept=False))
-
-    from attnlab import device
-    from attnlab.studies import warm
-
-    device.info()  # JAX and its device, before the first request
-    reply(-1, "ready")
-    threading.Thread(target=warm.worker_start, args=(worker.busy,), name="attnlab-worker-start", daemon=True).start()
-    while True:
-        try:
-            number, op, payload = conn.recv()
-        except (EOFError, OSError):  # the parent is gone: so is this worker
-            os._exit(0)
-        pool.submit(serve, number, op, payload)
-
-
-if __name__ == "__main__":
     main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+

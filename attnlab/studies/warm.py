@@ -35,6 +35,17 @@ def head_start() -> float:
 QUIET_S = 1.0  # no request in flight for this long: the worker may take the GIL for the optional imports
 
 
+def spare_start() -> None:
+    """A spare device worker's imports before it is needed (attnlab/service/child.py): pandas, with
+    attnlab.threads' setting, and every entry point's module; no JAX backend, so no GPU memory."""
+    from attnlab import threads
+    from attnlab.service import entries
+
+    threads.serve_many_threads()
+    for name in entries.names():  # every entry point's module (a request imports only its own)
+        entries.get(name)
+
+
 def worker_start(busy=lambda: False) -> None:
     """A new device worker's one-time costs, in the background: JAX's device at once; then, once `busy()` (requests
     in flight) has been false for QUIET_S, the imports of pandas (with attnlab.threads' setting), every entry
@@ -48,13 +59,9 @@ def worker_start(busy=lambda: False) -> None:
         time.sleep(0.1)
         if busy():
             quiet = time.monotonic()
-    from attnlab import threads
     from attnlab.backends import te, tokamax
-    from attnlab.service import entries
 
-    threads.serve_many_threads()
-    for name in entries.names():  # every entry point's module (a request imports only its own)
-        entries.get(name)
+    spare_start()  # done already where this worker was a spare
     tokamax.import_error()
     te.import_error()
 

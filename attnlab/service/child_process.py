@@ -1,0 +1,70 @@
+"""The child's side of attnlab/service/child.py: a `DeviceWorker` serving numbered requests from one socket.
+
+    python -m attnlab.service.child FD THREADS NAME
+
+It imports the lab; if the word to take the device (GO) has not come yet it is a spare, and imports every entry
+point's module too (`warm.spare_start`); then it waits for GO, opens JAX's device, says "ready" and serves each
+request in a thread of its pool. No JAX backend is opened before GO: a spare holds no GPU memory."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from multiprocessing.connection import Connection
+
+from attnlab.service.child import GO
+from attnlab.service.request import Reply
+
+
+def main(fd: int, threads: int, name: str) -> None:
+    from attnlab.service.worker import DeviceWorker, WorkerInfo
+    from attnlab.studies import warm
+
+    conn = Connection(fd)
+    try:
+        if not conn.poll(0):  # a spare: the rest of its imports while nothing waits for it
+            warm.spare_start()
+        conn.recv()  # GO
+    except (EOFError, OSError):  # the parent is gone (or closed its spare)
+        os._exit(0)
+    worker = DeviceWorker(name)
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-request")
+    send_lock = threading.Lock()
+
+    def reply(number: int, value) -> None:
+        with send_lock:
+            conn.send((number, value))
+
+    def serve(number: int, op: str, payload) -> None:
+        answer: Reply | WorkerInfo | int
+        try:
+            if op == "call":
+                answer = worker.call(payload)
+            elif op == "info":
+                answer = worker.info()
+            elif op == "forget":
+                answer = worker.forget()
+            elif op == "drop":
+                answer = worker.drop(payload)
+            else:
+                answer = Reply(error=ValueError(f"unknown operation {op!r}"), kept=False)
+        except BaseException as e:  # noqa: BLE001 (a reply, never a dead reader)
+            answer = Reply(error=RuntimeError(f"{type(e).__name__}: {e}"), kept=False)
+        try:
+            reply(number, answer)
+        except Exception as e:  # a value that cannot be pickled: its words instead
+            reply(number, Reply(error=RuntimeError(f"the answer could not be sent back: {type(e).__name__}: {e}"),
+                                kept=False))
+
+    from attnlab import device
+
+    device.info()  # JAX and its device, before the first request
+    reply(GO, "ready")
+    threading.Thread(target=warm.worker_start, args=(worker.busy,), name="attnlab-worker-start", daemon=True).start()
+    while True:
+        try:
+            number, op, payload = conn.recv()
+        except (EOFError, OSError):  # the parent is gone: so is this worker
+            os._exit(0)
+        pool.submit(serve, number, op, payload)
