@@ -13,6 +13,7 @@ beside it after HEDGE_S without an answer, the first to connect kept."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import queue
 import socket
@@ -150,6 +151,11 @@ def lasting(start: Callable[[], object]) -> None:
     threading.Thread(target=keep, name="attnlab-ray-local", daemon=True).start()
     if (error := started.get()) is not None:
         raise error
+
+
+def owner(route: str, names: list[str]) -> str:
+    """The worker that owns `route`: the highest hash of (route, name) (rendezvous hashing)."""
+    return max(names, key=lambda n: hashlib.sha256(f"{route}|{n}".encode()).digest())
 
 
 def died(e: BaseException, learners: bool) -> str:

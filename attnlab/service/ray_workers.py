@@ -1,4 +1,4 @@
-"""A class on Ray: one device worker per GPU, each a Ray actor that Ray restarts when it dies.
+"""A class on Ray: one device worker per GPU, each the child of a Ray actor (ray_actor.py) that Ray restarts if it dies.
 
     client = RayWorkers("auto")          # or "ray://attnlab-head:10001" from a UI pod, or "local"
     client.call(request)  ->  Reply, or WorkerLost when the actor died serving it (one refused while Ray restarts it waits)
@@ -12,19 +12,18 @@ else the least busy. A failed connection fails the request with WorkerLost and i
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sys
 import threading
 import time
 import weakref
 from typing import Any
 
-from attnlab.service import ray_restart
+from attnlab.service import ray_link, ray_restart
 from attnlab.service.ray_actor import actor_class
 from attnlab.service.ray_link import LEARNERS, LOST, NAMESPACE, Link, connection_failure, now, reachable
 from attnlab.service.request import Reply, Request, WorkerLost
 
-__all__ = ["LOST", "RayWorkers", "connection_failure", "owner", "reachable"]
+__all__ = ["LOST", "RayWorkers", "connection_failure", "reachable"]
 
 PREFIX = "attnlab-device-"
 REFRESH_S = 30.0  # how often a UI process looks for GPUs added to the cluster
@@ -39,11 +38,6 @@ def _heal(workers: weakref.ref) -> None:
             w._reconnect(w.generation)
         del w
         time.sleep(RETRY_S)
-
-
-def owner(route: str, names: list[str]) -> str:
-    """The worker that owns `route`: the highest hash of (route, name) (rendezvous hashing)."""
-    return max(names, key=lambda n: hashlib.sha256(f"{route}|{n}".encode()).digest())
 
 
 class RayWorkers:
@@ -180,12 +174,16 @@ class RayWorkers:
         self._refresh()
         return list(self._actors)
 
-    def _get(self, ref, timeout: float | None = None, learners: bool = False):
-        """The reply; WorkerLost (ray_restart.refusal) when the actor died serving it or is restarting."""
+    def _get(self, ref, timeout: float | None = None, learners: bool = False) -> Reply:
+        """The reply; WorkerLost (ray_restart.refusal) when the actor died serving it or is restarting, or the one the
+        actor returned when its device worker, its child, died (ray_actor.py)."""
         import ray
 
         try:
-            return ray.get(ref, timeout=timeout)
+            reply = ray.get(ref, timeout=timeout)
+            if isinstance(reply.error, WorkerLost):
+                raise reply.error
+            return reply
         except (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError)) as e:
             raise ray_restart.refusal(e, learners) from None
 
@@ -193,7 +191,7 @@ class RayWorkers:
         """The owner of the request's route; a timing's owner if idle, else the least busy worker (running,
         queued, and sent by this process unanswered). `reserve`: count it as sent there."""
         names = self.names
-        mine = owner(request.route, names)
+        mine = ray_link.owner(request.route, names)
         infos = self._infos(names, timeout=2.0) if request.timed and len(names) > 1 else {}
         with self._lock:
             if infos:
