@@ -41,6 +41,31 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+CHILD = "attnlab.service.child"  # a device worker's command line (`python -m attnlab.service.child`)
+ACTOR = "ray::DeviceActor"  # Ray's name for a DeviceActor's process, the supervisor of a GPU's device worker
+
+
+def device_workers(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Of `procs`, the device workers that hold a device: each supervisor's (the app's, a DeviceActor's) child that
+    started first, since its spare starts after it and holds none (attnlab/service/child.py); a DeviceActor with no
+    child yet. Gone and zombie processes left out."""
+    children: dict[int, list[psutil.Process]] = {}
+    actors = []
+    for p in procs:
+        try:
+            line = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if CHILD in line:
+                children.setdefault(p.ppid(), []).append(p)
+            elif ACTOR in line:
+                actors.append(p)
+        except psutil.Error:
+            continue
+    first = [min(kids, key=lambda k: k.create_time()) for kids in children.values()]
+    return first + [a for a in actors if a.pid not in children]
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of one process; None when it is gone."""
     try:

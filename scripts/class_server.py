@@ -53,6 +53,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from attnlab import procs  # noqa: E402
 from attnlab.procs import Record, free_port, tree  # noqa: E402
 from pages.st_client import Tab  # noqa: E402
 
@@ -86,16 +87,9 @@ def is_ray(p: psutil.Process) -> bool:
 
 
 def device_workers() -> list[psutil.Process]:
-    """The device worker processes on this machine: the app's child workers and Ray's DeviceActor processes."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            line = " ".join(p.cmdline())
-        except (psutil.Error, OSError):
-            continue
-        if "attnlab.service.child" in line or "ray::DeviceActor" in line:
-            found.append(p)
-    return found
+    """The device worker processes on this machine that hold a device: the app's child workers and those of Ray's
+    DeviceActors, their spares left out (attnlab.procs.device_workers)."""
+    return procs.device_workers(list(psutil.process_iter()))
 
 
 class Watch:

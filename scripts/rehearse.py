@@ -18,8 +18,9 @@
    device fault on shapes nobody computed, so a page served again has used the device) while the cluster's faults
    come one after another, each once the class has settled from the last (every learner served a round of those
    pages since it: a fault is measured from a class at its pace, not from one still compiling the shapes the last
-   fault made new): a device worker killed (SIGKILL, as a native abort), a UI replica killed, the Ray head killed (the kubelet
-   starts each again); `--faults shapes ...` adds the control, the new shapes alone. For each: how soon every learner it cut off was served a page again (after a device
+   fault made new): a device worker killed (SIGKILL, as a native abort: the DeviceActor's child, whose spare takes
+   over), a UI replica killed, the Ray head killed (the kubelet starts each again); `--faults shapes ...` adds the
+   control, the new shapes alone, and `actor` kills a DeviceActor's own process (Ray starts it again). For each: how soon every learner it cut off was served a page again (after a device
    fault every learner; after a UI replica's, the learners that replica had, who reconnect through the proxy to
    another), sessions lost on the replicas that survived, and what the probes said meanwhile.
 `--check` exits 1 unless the figures meet the issue's targets (`TARGETS`). Logs of every pod: `--logs DIR`.
@@ -51,7 +52,7 @@ import psutil
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from attnlab.procs import Record, machine_cpu, py_spy, tree  # noqa: E402
+from attnlab.procs import Record, device_workers, machine_cpu, py_spy, tree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from capacity import class_shapes, page_paths, percentile, session_shapes  # noqa: E402
@@ -66,6 +67,9 @@ TARGETS = {"worker": 10.0, "ui": 10.0, "head": 60.0}  # s until every learner is
 # "shapes", the control: no fault, only the new shapes a device fault moves every learner to (`epoch`). Measured as a
 # fault is, it says how much of a device fault's figure is compiling those shapes on a worker that never stopped.
 CONTROL = "shapes"
+# "actor": Ray's DeviceActor process killed (an out-of-memory kill, say), not the device worker's own process (a
+# native abort's): Ray starts the actor again, and it a new worker without a spare (attnlab/service/ray_actor.py)
+ACTOR = "actor"
 P95_ON_GPU = {"shared": 3.0, "own": 8.0}  # a page's p95 in the class, on a real GPU (issue 40; CPUs: no target)
 # Pages that ask the device at the learner's shape as they open (the others show text, or answer from a cache that
 # holds without the device): the faults' phase visits only these, so a page served again went through the device.
@@ -235,7 +239,7 @@ class Rehearsal:
         def cpu_s() -> float:  # the UI containers' trees and the device workers (Ray's own daemons never idle)
             procs = {q.pid: q for k in self.kubelets.values() if k.proc and k.pod.name.startswith("ui-")
                      for q in tree(k.proc.pid)}
-            procs.update({w.pid: w for w in self.device_workers()})
+            procs.update({w.pid: w for a in self.device_actors() for w in tree(a.pid)})
             for p in procs.values():
                 try:
                     t = p.cpu_times()
@@ -268,7 +272,8 @@ class Rehearsal:
         if not self.args.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def device_workers(self) -> list[psutil.Process]:
+    def device_actors(self) -> list[psutil.Process]:
+        """Ray's DeviceActor processes of this rehearsal: each the supervisor of one GPU's device worker."""
         found = []
         for p in psutil.process_iter():
             try:
@@ -278,6 +283,11 @@ class Rehearsal:
                 continue
         return found
 
+    def device_workers(self) -> list[psutil.Process]:
+        """The processes that run JAX on the GPUs: each actor's device worker, its spare left out
+        (attnlab.procs.device_workers), or the actor itself while it has none."""
+        return device_workers([q for a in self.device_actors() for q in tree(a.pid)])
+
     def device_worker(self) -> psutil.Process | None:
         return next(iter(self.device_workers()), None)
 
@@ -285,7 +295,7 @@ class Rehearsal:
         """CPU seconds of each process now, by whose: each pod's container (its whole tree), the device actors among
         them, HAProxy, and this process (the learners' tabs and the rehearsal's own threads); and the machine's."""
         groups = {n: tree(k.proc.pid) for n, k in self.kubelets.items() if k.proc}
-        groups |= {"device actors": self.device_workers(), "proxy": tree(self.lb.proc.pid),
+        groups |= {"device actors": [q for a in self.device_actors() for q in tree(a.pid)], "proxy": tree(self.lb.proc.pid),
                    "learners (this process)": [psutil.Process()]}
         out: dict = {"machine": machine_cpu()}
         for group, procs in groups.items():
@@ -435,9 +445,10 @@ class Rehearsal:
         epoch = self.epoch[0]
         cpu0 = self._cpu()
         t, wall = time.monotonic(), time.time()
-        if kind == "worker":
-            victim = self.device_worker()
-            what = f"device worker pid {victim.pid}" if victim else "no device worker found"
+        if kind in ("worker", ACTOR):
+            victim = self.device_worker() if kind == "worker" else next(iter(self.device_actors()), None)
+            what = (f"{'device worker' if kind == 'worker' else 'Ray actor (the worker and its spare with it)'} pid "
+                    f"{victim.pid}" if victim else "no device worker found")
             if victim:
                 victim.kill()
         elif kind == CONTROL:
@@ -549,7 +560,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--classes", type=int, default=1,
                     help="classes one after another on the same cluster before the faults (the first is the report's "
                          "`class`; every one in `classes`): a setting's p95 as several classes give it")
-    ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=[*TARGETS, CONTROL],
+    ap.add_argument("--faults", nargs="*", default=["worker", "ui", "head"], choices=[*TARGETS, CONTROL, ACTOR],
                     help="the pods to kill after the classes (default: all three; `shapes`, the control, kills none and only "
                          "changes the shapes); --faults with no name kills none")
     ap.add_argument("--head-down-s", type=float, default=15.0,
@@ -646,7 +657,8 @@ def summary(r: dict) -> str:
                      f"errors {sum(x['errors'] for x in r['classes'])}")
     for f in r["faults"]:
         settled = f.get("settled_before_s")
-        aim = "no target: the control" if f["target_s"] is None else f"target {f['target_s']} s"
+        aim = (f"target {f['target_s']} s" if f["target_s"] is not None else
+               "no target: the control" if f["fault"] == CONTROL else "no target")
         lines.append(f"fault {f['fault']:6s} ({f['what']}; class settled {'never' if settled is None else f'{settled:.0f} s'} "
                      f"before it): every learner served again after "
                      f"{_s(f['every_learner_served_again_s'])} s, {_s(f['served_again_after_started_again_s'])} s after "

@@ -9,9 +9,11 @@ Shoots the viewport every ~0.3 s for ~10 s; the first shot showing `waiting.REST
 page once served is served_after_restart.png. --kills 2 kills the new child once more as it appears (before it
 answers), for a machine where one restart is over before the spinner's caption is drawn.
 
---ray serves the device worker as a Ray actor on a local Ray (ATTNLAB_DEVICE=ray ATTNLAB_RAY_ADDRESS=local) and kills
-its process; --slow-restart S makes each Ray worker process started after the kill sleep S seconds first (a
-sitecustomize.py in a temporary folder on PYTHONPATH), standing in for a GPU worker's slower start.
+--ray serves the device worker from a Ray actor on a local Ray (ATTNLAB_DEVICE=ray ATTNLAB_RAY_ADDRESS=local) and kills
+the actor's device worker; --slow-restart S makes each Ray worker process and device worker child started after the
+kill sleep S seconds first (a sitecustomize.py in a temporary folder on PYTHONPATH), standing in for a GPU worker's
+slower start; --no-spare starts each device worker anew (ATTNLAB_SPARE_WORKER=0: a spare takes over in well under a
+second, before the caption may be drawn).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from browser_util import (  # noqa: E402
 )
 from playwright.sync_api import sync_playwright  # noqa: E402
 
+from attnlab import procs  # noqa: E402
 from pages import waiting  # noqa: E402
 
 PATH, TITLE = "naive-vs-fused", "4 · Naive vs fused"
@@ -54,16 +57,14 @@ WORDS = " ".join(waiting.RESTARTING.split()[:6])  # "The device worker is being 
 
 
 def child_pids(server_pid: int, ray: bool = False) -> list[int]:
-    """The server's descendants running `python -m attnlab.service.child` (attnlab/service/child.py's _start), or
-    (`ray`) Ray's process of the DeviceActor (Ray names a worker process by its actor class)."""
-    out = []
-    for p in psutil.Process(server_pid).children(recursive=True):
-        try:
-            if ("DeviceActor" in " ".join(p.cmdline())) if ray else ("attnlab.service.child" in p.cmdline()):
-                out.append(p.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    """The server's device worker that holds the device: its descendant running `python -m attnlab.service.child`
+    that started first, the spare left out (attnlab.procs.device_workers); under Ray, the DeviceActor's (`ray`
+    says only where to look: the same process kind either way)."""
+    try:
+        below = psutil.Process(server_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p.pid for p in procs.device_workers(below)]
 
 
 def main() -> int:
@@ -72,17 +73,18 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=1, choices=(1, 2))
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--ray", action="store_true", help="the worker as a Ray actor on a local Ray")
-    ap.add_argument("--slow-restart", type=float, default=0.0, help="seconds each Ray worker started after the kill sleeps")
+    ap.add_argument("--slow-restart", type=float, default=0.0, help="seconds each worker started after the kill sleeps")
+    ap.add_argument("--no-spare", action="store_true", help="no spare device worker (ATTNLAB_SPARE_WORKER=0)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    env = {"ATTNLAB_WARM": "0"}
+    env = {"ATTNLAB_WARM": "0"} | ({"ATTNLAB_SPARE_WORKER": "0"} if a.no_spare else {})
     slow = Path(tempfile.mkdtemp(prefix="attnlab-slow-"))  # removed at the end (shutil.rmtree below)
     if a.ray:
         env |= {"ATTNLAB_DEVICE": "ray", "ATTNLAB_RAY_ADDRESS": "local"}
     if a.slow_restart:
         (slow / "sitecustomize.py").write_text(
             f"import os, sys, time\nif os.path.exists({str(slow / 'ON')!r}) and any('default_worker' in a for a in "
-            f"sys.argv):\n    time.sleep({a.slow_restart})\n")
+            f"sys.argv or 'attnlab.service.child' in open('/proc/self/cmdline').read()):\n    time.sleep({a.slow_restart})\n")
         env["PYTHONPATH"] = str(slow)
     with StreamlitServer(env=env, startup_timeout=180) as srv, sync_playwright() as p:
         browser = p.chromium.launch(**launch_kwargs())

@@ -33,6 +33,8 @@ from browser_util import (
     warm_up,
 )
 
+from attnlab.service.child import DIED
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -374,7 +376,7 @@ def test_the_crash_links_cost_one_request_the_page_says_so_and_the_next_page_ren
             open_page(t.page, srv.url, "qkv", "3 · Q, K, V", "q_len=32&kv_len=32")
             t.assert_clean()
             assert t.page.locator(f"{MAIN} [data-testid='stTable'], {MAIN} [data-testid='stDataFrame']").count() > 0
-            assert srv.proc.poll() is None and srv.log().count("starting it again") >= 2, srv.log()
+            assert srv.proc.poll() is None and srv.log().count(DIED) >= 2, srv.log()
         finally:
             t.context.close()
 

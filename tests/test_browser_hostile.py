@@ -15,6 +15,7 @@ import pytest
 from browser_util import EXCEPTION, MAIN, PAGES, VIEWPORT, StreamlitServer, open_page, rerun_after, warm_up
 
 from attnlab.procs import rss_bytes
+from attnlab.service.child import DIED
 from attnlab.yourturn import exercises
 from tests.yourturn_cases.hostile import BIG, HOSTILE, fn
 
@@ -71,7 +72,7 @@ def test_ten_presses_of_the_overflowing_program_then_the_labs_solution_in_anothe
         print("every page rendered: " + "; ".join(rendered))
         hostile.close()
         other.close()
-        assert srv.proc.poll() is None and "starting it again" not in srv.log(200_000), srv.log()
+        assert srv.proc.poll() is None and DIED not in srv.log(200_000), srv.log()
         assert solution_s <= 10, f"the lab's solution took {solution_s:.1f} s to check after the hostile presses"
 
 
@@ -119,5 +120,5 @@ def test_the_servers_memory_over_the_hostile_corpus_in_a_browser(browser):
               f"{before / 2**20:,.0f} -> {after / 2**20:,.0f} MiB (growth {(after - before) / 2**20:,.0f} MiB); after "
               f"each program: {', '.join(f'{r / 2**20:.0f}' for r in series)} MiB")
         assert not unanswered, unanswered
-        assert srv.proc.poll() is None and "starting it again" not in srv.log(200_000), srv.log()
+        assert srv.proc.poll() is None and DIED not in srv.log(200_000), srv.log()
         assert after - before <= MAX_GROWTH

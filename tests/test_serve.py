@@ -46,9 +46,12 @@ def test_a_client_cannot_clear_every_learners_cached_results():
 
 
 def _device_workers(pid: int) -> list:
+    """The server's device worker that holds the device (its spare left out)."""
     import psutil
 
-    return [c for c in psutil.Process(pid).children(recursive=True) if "attnlab.service.child" in " ".join(c.cmdline())]
+    from attnlab import procs
+
+    return procs.device_workers(psutil.Process(pid).children(recursive=True))
 
 
 CRASH_LINKS = [("cudnn", "head_dim=1"), ("naive-vs-fused", "dtype=bfloat16&head_dim=1")]  # XLA's CPU compiler aborts
