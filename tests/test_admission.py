@@ -409,7 +409,7 @@ def test_a_build_phase_takes_at_most_max_builds_and_the_runs_that_waited_go_befo
         with d.building():
             with lock:
                 order.append(name)
-            time.sleep(0.2)
+            time.sleep(0.5)
 
     def a_run():
         with d.use():
@@ -418,7 +418,9 @@ def test_a_build_phase_takes_at_most_max_builds_and_the_runs_that_waited_go_befo
     builds = [_started(lambda i=i: a_build(f"build {i}")) for i in range(3)]
     time.sleep(0.2)
     release.set()  # builds 0 and 1 go together; build 2 waits for the next phase
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while len(order) < 2 and time.monotonic() < deadline:  # the first phase under way (a sleep alone raced on a busy CI)
+        time.sleep(0.01)
     run = _started(a_run)  # arrives during the first phase, after build 2
     assert run.wait(10) and all(b.wait(10) for b in builds)
     assert sorted(order[:2]) == ["build 0", "build 1"] and order[2:] == ["run", "build 2"], order
