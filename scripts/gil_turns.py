@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Whether Python work beside a device turn makes the turn long (the GIL's convoy), in one process.
 
-    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--turn-switch 0 0.0001] [--compile]
+    python scripts/gil_turns.py [--turns 30] [--beside 0 1 2] [--turn-switch 0 0.0001] [--compile] [--ahead on off]
 
 A turn here is the run layer's own: `runs.run` of a check (naive and XLA's SDPA against float64: the inputs, the
 reference, each program's run and its check) at a shape compiled before, so the turn holds the device for Python and
@@ -14,7 +14,8 @@ waiting to hold the GIL again after each call into C (a busy thread keeps it for
 each ATTNLAB_TURN_SWITCH_S given (0: Python's 5 ms; the default 0.1 ms while a run holds the device,
 `threads.held_turn`), so one run is the before and the after. (Lowerings that waited for a gap between turns,
 ATTNLAB_GAP_WAIT_S, were measured here on 2026-12-06 and removed after: deploy/measurements, docs/design-notes.md.)
-A benchmark: it judges nothing.
+`--ahead on off`: the float64 reference computed before the turn (`runs.AHEAD_MAX_BYTES`, the default) and in it
+(0), interleaved per beside-count. A benchmark: it judges nothing.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def beside(n: int, compile_: bool, shape, count: int) -> dict:
     stop.set()
     for t in threads:
         t.join()
+    from attnlab.measure import runs
+
     return {"beside": n, "compile": compile_, "turn_switch_s": settings().turn_switch_s, "backend": jax.default_backend(),
+            "reference_ahead": runs.AHEAD_MAX_BYTES > 0,
             "turns": len(held), "held_median_s": statistics.median(held), "held_p90_s": statistics.quantiles(held, n=10)[-1],
             "cpu_median_s": statistics.median(cpu), "programs_beside_per_s": counter[0] / wall}
 
@@ -97,19 +101,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true", help="the threads beside compile what they lower")
     ap.add_argument("--turn-switch", type=float, nargs="+", default=[0.0, 0.0001],
                     help="ATTNLAB_TURN_SWITCH_S values to try (0: Python's 5 ms switch interval in turns too)")
+    ap.add_argument("--ahead", nargs="+", choices=["on", "off"], default=["on"],
+                    help="the float64 reference before the turn (on: runs.AHEAD_MAX_BYTES) or in it (off)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    from attnlab.measure import runs
     from attnlab.settings import override
     from attnlab.shapes import AttentionShape
 
     shape = AttentionShape(batch=2, q_len=128, kv_len=128, heads=8, kv_heads=8, head_dim=64, dtype="float32")
     turns(3, shape)  # compiled and run once: what follows is turns alone
-    out = []
-    for n, switch in itertools.product(args.beside, args.turn_switch):
+    out, ahead = [], runs.AHEAD_MAX_BYTES
+    for n, switch, on in itertools.product(args.beside, args.turn_switch, args.ahead):
+        runs.AHEAD_MAX_BYTES = ahead if on == "on" else 0
         with override(turn_switch_s=switch):
             row = beside(n, args.compile, shape, args.turns)
         out.append(row)
-        print(f"{n} thread{'s' * (n != 1)} {'compiling' if args.compile else 'lowering'} beside, switch interval in turns "
+        print(f"reference {'before' if on == 'on' else 'in'} the turn; "
+              f"{n} thread{'s' * (n != 1)} {'compiling' if args.compile else 'lowering'} beside, switch interval in turns "
               f"{switch * 1e3 if switch else 5:g} ms: "
               f"turn held {row['held_median_s'] * 1e3:7.1f} ms median, {row['held_p90_s'] * 1e3:7.1f} ms p90; the turn "
               f"thread's CPU {row['cpu_median_s'] * 1e3:6.1f} ms; {row['programs_beside_per_s']:.1f} programs/s beside")

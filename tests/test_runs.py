@@ -132,9 +132,11 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
     # jax.random program; either way a seed gives the same arrays every time, standard normal.
     import numpy as np
 
+    from attnlab.measure import inputs
+
     shape = AttentionShape(batch=2, q_len=64, kv_len=96, heads=4, kv_heads=2, head_dim=32, dtype=dtype)
-    for host_max in (runs.HOST_DRAW_MAX, 0):  # 0: every shape takes the jitted path
-        monkeypatch.setattr(runs, "HOST_DRAW_MAX", host_max)
+    for host_max in (inputs.HOST_DRAW_MAX, 0):  # 0: every shape takes the jitted path
+        monkeypatch.setattr(inputs, "HOST_DRAW_MAX", host_max)
         a, b = runs.make_inputs(shape, seed=3), runs.make_inputs(shape, seed=3)
         c = runs.make_inputs(shape, seed=4)
         assert [x.shape for x in a] == [shape.q_shape(), shape.kv_shape(), shape.kv_shape()]
@@ -143,6 +145,32 @@ def test_inputs_are_the_same_for_a_seed_on_either_path(monkeypatch, dtype):
         assert not np.array_equal(np.asarray(a[0], np.float32), np.asarray(c[0], np.float32))
         q = np.asarray(a[0], np.float64)
         assert abs(q.mean()) < 0.05 and abs(q.std() - 1) < 0.05
+
+
+def test_a_small_reference_is_computed_before_the_device_turn_and_checks_alike(monkeypatch):
+    """The float64 reference of inputs drawn on the host is NumPy's work: computed before the turn, the device is not
+    held meanwhile; a reference over AHEAD_MAX_BYTES is computed in the turn. The accuracy is the same either way."""
+    import numpy as np
+
+    from attnlab.admission import DEVICE
+    from attnlab.math import checks
+
+    shape = AttentionShape(batch=2, q_len=40, kv_len=40, heads=4, kv_heads=2, head_dim=16, causal=True)
+    held: list[bool] = []
+    real = checks.float64_reference
+
+    def watched(*args, **kw):
+        held.append(DEVICE.held_here())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(checks, "float64_reference", watched)
+    ahead = runs.run(shape, ["naive", "sdpa_xla"])
+    monkeypatch.setattr(runs, "AHEAD_MAX_BYTES", 0)
+    inside = runs.run(shape, ["naive", "sdpa_xla"])
+    assert held == [False, True]
+    for a, b in zip(ahead, inside, strict=True):
+        assert a.ok and b.ok and a.accuracy == b.accuracy and a.reference_note == b.reference_note
+        assert np.array_equal(a.output_slice, b.output_slice)
 
 
 def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):

@@ -15,17 +15,15 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from functools import partial
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from attnlab import device
 from attnlab.admission import DEVICE
 from attnlab.backends import REGISTRY, get
 from attnlab.math import checks, gradients
 from attnlab.measure import compiled, cost, timing
+from attnlab.measure.inputs import HOST_DRAW_MAX, drawn_on_host, host_inputs, make_inputs  # noqa: F401
 from attnlab.measure.results import (  # noqa: F401  (re-exported: callers keep reading them from runs)
     BAD_GRADIENTS,
     BUSY,
@@ -50,38 +48,9 @@ from attnlab.shapes import PARAM_KEYS, AttentionShape
 from attnlab.spans import log_span
 
 # -- inputs and memory ---------------------------------------------------------------------------
-# Up to this many elements (Q, K, V together) are drawn by NumPy on the host (no compile); more on the device.
-HOST_DRAW_MAX = 1 << 24
-
-
-def make_inputs(shape: AttentionShape, seed: int = 0):
-    """Random normal Q (B, T, N, H), K and V (B, S, K, H) in shape.dtype on the default device; one shape and
-    seed, the same arrays. Call it holding the device for `shape.input_bytes()` (`inputs()` does both)."""
-    DEVICE.launch(f"inputs at {shape.describe()}")
-    q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
-    if np.prod(q_shape) + 2 * np.prod(kv_shape) <= HOST_DRAW_MAX:
-        # a new shape costs no compile this way (a jitted jax.random draw costs 0.3-1 s per shape)
-        return tuple(jax.device_put(x) for x in host_inputs(shape, seed))
-    return _draw(q_shape, kv_shape, shape.dtype, jnp.uint32(seed))
-
-
-def host_inputs(shape: AttentionShape, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Q, K and V of a small shape (at most HOST_DRAW_MAX elements) as NumPy arrays in shape.dtype: the very
-    arrays `make_inputs` puts on the device for this shape and seed."""
-    q_shape, kv_shape = shape.q_shape(), shape.kv_shape()
-    if np.prod(q_shape) + 2 * np.prod(kv_shape) > HOST_DRAW_MAX:
-        raise ValueError(f"{shape.describe()} is too large to draw on the host (at most {HOST_DRAW_MAX:,} elements)")
-    rng, dtype = np.random.default_rng(seed), jnp.dtype(shape.dtype)
-    q, k, v = (rng.standard_normal(s, dtype=np.float32).astype(dtype) for s in (q_shape, kv_shape, kv_shape))
-    return q, k, v
-
-
-@partial(jax.jit, static_argnums=(0, 1, 2))
-def _draw(q_shape, kv_shape, dtype: str, seed):
-    """One compiled program per shape draws all three (op by op, every new shape compiled six)."""
-    kq, kk, kv = jax.random.split(jax.random.PRNGKey(seed), 3)
-    return tuple(jax.random.normal(key, s, dtype=jnp.float32).astype(dtype)
-                 for key, s in ((kq, q_shape), (kk, kv_shape), (kv, kv_shape)))
+# The largest float64 reference (its host bytes) computed before the device turn, from Q, K and V drawn on the
+# host: NumPy then holds no GPU. A larger one is computed in the turn, under the turn's host budget.
+AHEAD_MAX_BYTES = 32 * 2**20
 
 
 @contextlib.contextmanager
@@ -193,9 +162,10 @@ def _turn(shape, names, info, accuracy, timed, program, backward, tuned, seed, t
     results: dict[str, Result] = {}
     programs: dict = {}
     try:
+        ahead = _reference_ahead(shape, seed) if accuracy and not backward else None
         with DEVICE.use(dev, host) if allocates else contextlib.nullcontext(0.0) as waited:
             results.update(_run_held(shape, names, accuracy, timed or program, tuned, backward, seed, waited,
-                                     programs))
+                                     programs, ahead))
             # the timings in the same turn: each turn waits in line (each timing is brief while others wait)
             for n in names if timed else ():
                 if results[n].ok or results[n].status == BAD_GRADIENTS:  # timed, and the row says why not ok
@@ -219,12 +189,27 @@ def _part(what: str):
         log_span("part", began, time.perf_counter(), what)
 
 
-def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict) -> dict:
+def _reference_ahead(shape: AttentionShape, seed: int) -> tuple | None:
+    """(Q, K, V on the host, their float64 reference) before the device turn, where the inputs are drawn on the host
+    and the reference is at most AHEAD_MAX_BYTES; else None (the turn computes it). In the turn the GPU waited for
+    NumPy: 1.7-3.0 of the 5.0-6.6 s the device was held as a class of 20 moved to new shapes on an H200; a check's
+    turn held 47-55 ms with it, 7 ms without, on an H100 (scripts/gil_turns.py --ahead on off)."""
+    if not drawn_on_host(shape) or checks.choose_slice(shape).host_bytes(shape) > AHEAD_MAX_BYTES:
+        return None
+    began = time.perf_counter()
+    q, k, v = host = host_inputs(shape, seed)
+    ref = checks.float64_reference(shape, q, k, v)
+    log_span("ahead", began, time.perf_counter(), "reference")
+    return host, ref
+
+
+def _run_held(shape, names, accuracy, compile_, tuned, backward, seed, waited, programs: dict,
+              ahead: tuple | None = None) -> dict:
     with _part("inputs"):
-        q, k, v = make_inputs(shape, seed) if accuracy else (None, None, None)
+        q, k, v = make_inputs(shape, seed, ahead[0] if ahead else None) if accuracy else (None, None, None)
     grads_checked = accuracy and backward and gradients.reference_bytes(shape) <= gradients.MAX_BYTES
     with _part("reference"):
-        ref = checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
+        ref = ahead[1] if ahead else checks.float64_reference(shape, q, k, v) if accuracy and not backward else None
     out = {}
     for n in names:
         parts: dict = {"queue_wait_s": waited}
