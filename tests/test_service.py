@@ -670,6 +670,18 @@ def test_a_learners_crashes_on_ray_never_stop_the_worker_and_the_program_is_reme
     words = client.call(Request.of(faults.remembered, bad)).value
     assert words and "stopped the device worker" in words
     assert client.call(Request.of(faults.remembered, uuid.uuid4().hex)).value is None
+    # the actor's own process killed: the actor Ray starts again remembers the program too (the pod's folder)
+    import psutil
+
+    psutil.Process(client.infos()[0].pid).parent().kill()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert client.call(Request.of(faults.remembered, bad)).value == words
+            break
+        except WorkerLost:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
 
 
 def test_a_timing_goes_to_an_idle_worker_when_its_owner_is_busy(ray_cluster):

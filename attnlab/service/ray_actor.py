@@ -17,9 +17,12 @@ class DeviceActor:
     def __init__(self, name: str):
         from attnlab.service.child import ChildWorker
         from attnlab.settings import settings
+        from attnlab.yourturn import suspects
 
-        # the GPU Ray gave this actor (CUDA_VISIBLE_DEVICES) and the pod's environment pass to the child
-        self.child = ChildWorker(name=name, threads=settings().worker_threads)
+        # the GPU Ray gave this actor (CUDA_VISIBLE_DEVICES) and the pod's environment pass to the child; the learners'
+        # programs that stopped a worker are remembered in the pod's folder, so an actor Ray restarts refuses them too
+        self.child = ChildWorker(env={"ATTNLAB_SUSPECTS_DIR": suspects.folder()}, name=name,
+                                 threads=settings().worker_threads)
         self.name = name
 
     def call(self, request: Request) -> Reply:
