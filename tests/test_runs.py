@@ -171,6 +171,14 @@ def test_a_small_reference_is_computed_before_the_device_turn_and_checks_alike(m
     for a, b in zip(ahead, inside, strict=True):
         assert a.ok and b.ok and a.accuracy == b.accuracy and a.reference_note == b.reference_note
         assert np.array_equal(a.output_slice, b.output_slice)
+    # one turn for several shapes (page 8's variants): their references before it, each run inside finds its own
+    monkeypatch.setattr(runs, "AHEAD_MAX_BYTES", 1 << 25)
+    variants = [shape, shape.replace(kv_heads=1), shape.replace(kv_heads=4)]
+    held.clear()
+    with runs.one_turn(variants, ["naive"]):
+        together = [runs.run(v, ["naive"])[0] for v in variants]
+    assert held == [False, False, False] and all(r.ok for r in together)
+    assert together[0].accuracy == ahead[0].accuracy
 
 
 def test_a_program_checked_or_described_compiles_without_autotuning_and_a_timed_one_with_it(monkeypatch):

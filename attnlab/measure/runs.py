@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -79,11 +80,20 @@ def memory_needed(shape: AttentionShape, names: Sequence[str], *, accuracy: bool
 @contextlib.contextmanager
 def one_turn(shapes: Sequence[AttentionShape], names: Sequence[str], *, accuracy: bool = True):
     """Hold the device once for runs of several shapes (each `run` inside keeps the turn), for the biggest
-    that fits, so a page checking three variants waits once. Compile first (`compiled.compile_many`)."""
+    that fits, so a page checking three variants waits once. Compile first (`compiled.compile_many`). Their
+    references (seed 0) are computed before the turn, AHEAD_MAX_BYTES of them at most; the rest in it."""
     needs = [memory_needed(s, names, accuracy=accuracy, backward=False) for s in shapes]
     fits = [(d, h) for d, h in needs if DEVICE.check(d, h) is None] or [(0, 0)]
-    with DEVICE.use(max(d for d, _ in fits), max(h for _, h in fits)):
-        yield
+    _PREPARED.refs, room = {}, AHEAD_MAX_BYTES
+    for s in shapes if accuracy else ():
+        if (s, 0) not in _PREPARED.refs and (ahead := _reference_ahead(s, 0, room)) is not None:
+            _PREPARED.refs[(s, 0)] = ahead
+            room -= checks.choose_slice(s).host_bytes(s)
+    try:
+        with DEVICE.use(max(d for d, _ in fits), max(h for _, h in fits)):
+            yield
+    finally:
+        _PREPARED.refs = None
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -189,12 +199,20 @@ def _part(what: str):
         log_span("part", began, time.perf_counter(), what)
 
 
-def _reference_ahead(shape: AttentionShape, seed: int) -> tuple | None:
+_PREPARED = threading.local()  # `refs`: the references one_turn computed for the runs inside it (this thread's)
+
+
+def _reference_ahead(shape: AttentionShape, seed: int, room: int | None = None) -> tuple | None:
     """(Q, K, V on the host, their float64 reference) before the device turn, where the inputs are drawn on the host
-    and the reference is at most AHEAD_MAX_BYTES; else None (the turn computes it). In the turn the GPU waited for
-    NumPy: 1.7-3.0 of the 5.0-6.6 s the device was held as a class of 20 moved to new shapes on an H200; a check's
-    turn held 47-55 ms with it, 7 ms without, on an H100 (scripts/gil_turns.py --ahead on off)."""
-    if not drawn_on_host(shape) or checks.choose_slice(shape).host_bytes(shape) > AHEAD_MAX_BYTES:
+    and the reference is at most `room` bytes (AHEAD_MAX_BYTES), or one_turn prepared it; else None (the turn
+    computes it). In the turn the GPU waited for NumPy: 1.7-3.0 of the 5.0-6.6 s the device was held as a class of 20
+    moved to new shapes on an H200; a check's turn held 47-55 ms with it, 7 ms without, on an H100
+    (scripts/gil_turns.py --ahead on off)."""
+    prepared = getattr(_PREPARED, "refs", None) or {}
+    if (shape, seed) in prepared:
+        return prepared[(shape, seed)]
+    room = AHEAD_MAX_BYTES if room is None else room
+    if not drawn_on_host(shape) or checks.choose_slice(shape).host_bytes(shape) > room:
         return None
     began = time.perf_counter()
     q, k, v = host = host_inputs(shape, seed)
