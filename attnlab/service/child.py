@@ -38,6 +38,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
+from attnlab.service.child_process import GO
 from attnlab.service.request import Reply, Request, WorkerLost
 
 START_TIMEOUT_S = 180.0
@@ -45,7 +46,6 @@ START_TIMEOUT_S = 180.0
 # while it served one is that request's (the crash links with the known-abort refusal off cost 2-4 in seconds)
 QUICK_DEATHS = 3
 QUICK_S = 20.0
-GO = -1  # the message number of "take the device" (parent to child) and of "ready" (child to parent)
 DIED = "attnlab: the device worker (pid"  # how the log begins each line about the serving worker's death
 
 

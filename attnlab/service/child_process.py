@@ -13,8 +13,9 @@ import os
 import threading
 from multiprocessing.connection import Connection
 
-from attnlab.service.child import GO
 from attnlab.service.request import Reply
+
+GO = -1  # the message number of "take the device" (parent to child) and of "ready" (child to parent)
 
 
 def main(fd: int, threads: int, name: str) -> None:
