@@ -105,21 +105,29 @@ def test_the_line_names_the_holder_then_the_runs_waiting_in_the_order_they_will_
     def wait_to_build():
         builds.append(threading.get_ident())
         with d.building():
-            time.sleep(0.3)
+            time.sleep(0.6)
+
+    def in_line(n: int) -> None:  # each arrives once the one before is in line (fixed sleeps raced on a busy CI)
+        deadline = time.monotonic() + 10
+        while len(d.line().runs) + len(d.line().builds) < n and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     done = []
     for i in range(3):
         done.append(_started(lambda i=i: wait_to_run(i)))
-        time.sleep(0.05)
+        in_line(len(done))
         if i == 0:
             done.append(_started(wait_to_build))
-            time.sleep(0.05)
+            in_line(len(done))
     now = d.line()
     assert now.holder is not None and now.holder not in now.runs and now.building == ()
     assert now.runs == tuple(t for _, t in sorted(runs)) and now.builds == tuple(builds)
     release.set()
-    time.sleep(0.15)  # the first run goes, then the build that came before the other two compiles, alone on the line
-    assert d.line() == admission.Line(None, tuple(t for i, t in sorted(runs) if i), (), tuple(builds))
+    # the first run goes, then the build that came before the other two compiles, alone on the line (for 0.6 s)
+    expected, deadline = admission.Line(None, tuple(t for i, t in sorted(runs) if i), (), tuple(builds)), time.monotonic() + 5
+    while d.line() != expected and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert d.line() == expected
     assert all(e.wait(10) for e in done) and d.line() == admission.Line(None, (), (), ())
 
 
