@@ -328,6 +328,17 @@ def test_programs_compiled_without_autotuning_build_quietly_and_tuned_ones_take_
     assert seen[0] is False and seen[-1] is True
 
 
+def _in_line(d, runs=0, builds=0):
+    """Wait until the line holds this many runs and builds (a fixed sleep raced on a busy CI)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        line = d.line()
+        if len(line.runs) >= runs and len(line.builds) >= builds:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"the line never held {runs} runs and {builds} builds: {d.line()}")
+
+
 def test_a_build_goes_before_the_runs_that_come_after_it():
     """One line for runs and builds: a build that waits behind a run is not passed by runs that arrive later (a
     class's stream of runs kept tuned builds waiting, and so every timing)."""
@@ -344,9 +355,9 @@ def test_a_build_goes_before_the_runs_that_come_after_it():
             order.append("later run")
 
     build = _started(a_build)
-    time.sleep(0.1)  # the build waits first
+    _in_line(d, builds=1)  # the build waits first
     later = _started(a_later_run)
-    time.sleep(0.1)
+    _in_line(d, runs=1, builds=1)
     release.set()
     assert build.wait(10) and later.wait(10)
     assert order == ["build", "later run"]
@@ -374,11 +385,11 @@ def test_builds_in_line_go_together_past_the_runs_between_them():
             order.append("run")
 
     first = _started(lambda: a_build("first build"))
-    time.sleep(0.1)
+    _in_line(d, builds=1)
     run = _started(a_run)
-    time.sleep(0.1)
+    _in_line(d, runs=1, builds=1)
     second = _started(lambda: a_build("second build"))
-    time.sleep(0.1)
+    _in_line(d, runs=1, builds=2)
     assert d.waiting == 1
     release.set()
     assert first.wait(10) and run.wait(10) and second.wait(10)
@@ -429,8 +440,12 @@ def test_a_build_phase_takes_at_most_max_builds_and_the_runs_that_waited_go_befo
         with d.use():
             order.append("run")
 
-    builds = [_started(lambda i=i: a_build(f"build {i}")) for i in range(3)]
-    time.sleep(0.2)
+    builds = []
+    for i in range(3):  # each in line before the next starts (thread start order alone raced on CI at e47d9d3)
+        builds.append(_started(lambda i=i: a_build(f"build {i}")))
+        deadline = time.monotonic() + 10
+        while len(d.line().builds) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
     release.set()  # builds 0 and 1 go together; build 2 waits for the next phase
     deadline = time.monotonic() + 10
     while len(order) < 2 and time.monotonic() < deadline:  # the first phase under way (a sleep alone raced on a busy CI)
