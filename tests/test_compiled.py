@@ -133,3 +133,42 @@ def test_one_cache_holds_each_program_once_under_every_name_and_its_bound_takes_
         exe, first, key = small.compile(jitted.lower(arg), f"f{n}", None)
         small.name(("f", n), key, (exe, 0.0, first))
     assert len(small) == 1 and small.named(("f", 0)) is None and small.named(("f", 1)) is not None
+
+
+def test_a_program_compiled_after_its_check_is_not_traced_again_and_runs_on_q_k_v(monkeypatch):
+    """compile_backend lowers the function the check traced (Backend.program), so JAX's trace cache hands the
+    lowering that jaxpr: one trace per backend and shape, not one for the check and one for the program."""
+    import dataclasses
+
+    import numpy as np
+
+    from attnlab import device
+    from attnlab.backends import REGISTRY, get
+
+    calls = []
+    naive = get("naive")
+    counting = dataclasses.replace(naive, fn=lambda q, k, v, shape: calls.append(shape) or naive.fn(q, k, v, shape))
+    monkeypatch.setitem(REGISTRY, "naive", counting)
+    shape = TINY.replace(q_len=20, kv_len=44)  # a shape no other test compiles
+    assert counting.unmet(shape, device.info()) is None and len(calls) == 1
+    exe = compiled.compile_backend("naive", shape, tuned=False)[0]
+    assert len(calls) == 1  # the lowering found the check's trace
+    q, k, v = (np.ones(s.shape, s.dtype) for s in compiled.abstract_inputs(shape))
+    assert exe(q, k, v).shape == shape.q_shape()
+
+
+def test_two_backends_lowered_to_the_same_text_but_their_names_are_one_program(compiles):
+    """The program's key leaves out the module's name (the Python function's), so the same program reached
+    through two functions compiles once."""
+    import jax.numpy as jnp
+
+    def one(x):
+        return jnp.sin(x) * 3
+
+    def two(x):
+        return jnp.sin(x) * 3
+
+    args = [jax.ShapeDtypeStruct((5, 7), jnp.float32)]
+    first = compiled.compile_timed(one, args, "one")
+    second = compiled.compile_timed(two, args, "two")
+    assert len(compiles) == 1 and second[0] is first[0] and second[2] == "one"

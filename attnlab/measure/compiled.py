@@ -79,10 +79,11 @@ def compile_backend(name: str, shape: AttentionShape, backward: bool = False, tu
     why = known_aborts.refusal(name, shape, device.info())  # every path to a compile, not only the run layer's
     if why:
         raise ValueError(why)
-    fn = get(name).jit(shape)
     if backward:
-        fn = forward_backward(fn)
-    return compile_timed(fn, abstract_inputs(shape), f"{name}{' backward' if backward else ''} at {shape.describe()}",
+        fn, args = forward_backward(get(name).jit(shape)), abstract_inputs(shape)
+    else:  # the function its check traced: the lowering finds that trace
+        fn, args = get(name).program(shape)
+    return compile_timed(fn, args, f"{name}{' backward' if backward else ''} at {shape.describe()}",
                          None if tuned else check_options(), name=name_key)
 
 
@@ -155,7 +156,8 @@ class Programs:
 
     def compile(self, lowered, who: str, options: dict | None) -> tuple[object, str | None, int]:
         """(the executable, who compiled it first when it was kept already else None, the program's key)."""
-        key = hash((lowered.as_text(), tuple(sorted((options or {}).items()))))
+        # the module's name is the Python function's: two backends' identical programs are one program
+        key = hash((_MODULE_NAME.sub("module", lowered.as_text(), count=1), tuple(sorted((options or {}).items()))))
         while True:
             with self._lock:
                 seen = self._programs.get(key)
@@ -188,6 +190,7 @@ class Programs:
 
 
 PROGRAMS = Programs()
+_MODULE_NAME = re.compile(r"^module @\S+", re.MULTILINE)
 
 
 def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tuple | None = None):
@@ -195,7 +198,7 @@ def compile_timed(fn, args, who: str = "", options: dict | None = None, name: tu
     naming its first compiler (a page says so rather than show a lookup as a compile); kept under `name` if given."""
     t0 = time.perf_counter()
     quiet = untuned(options)  # no autotuning: nothing runs on the device
-    lowered = lower(jax.jit(fn), args)  # no turn: lowering launches nothing
+    lowered = lower(fn if hasattr(fn, "trace") else jax.jit(fn), args)  # no turn: lowering launches nothing
     with DEVICE.building(quiet, who):  # the autotuner runs kernels: between runs
         compiled, first, key = PROGRAMS.compile(lowered, who, options)
     answer = (compiled, (time.perf_counter() - t0) * 1e3, first)
