@@ -63,11 +63,12 @@ def merged(intervals: list[tuple[float, float]]) -> float:
 def line_use(spans: Path, since: float, until: float) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
     ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
-    not): seconds any ran and their average number at once; and what the turns' seconds went to ('part': a run's
+    not): seconds any ran and their average number at once; the lowerings before them ('lower', one at a time) and a
+    check's traces ('trace'), Python's share of a window; and what the turns' seconds went to ('part': a run's
     inputs, its float64 reference, each output's first run, each check; 'timings'; 'in no part': the rest).
     The spans' clock read as this machine's."""
     offset = time.time() - time.monotonic()
-    kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": []}
+    kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": [], "lower": [], "trace": []}
     tuned, within = 0, {}
     for row in spans.read_text().splitlines():
         parts = row.split()
@@ -90,6 +91,9 @@ def line_use(spans: Path, since: float, until: float) -> dict:
             "builds": len(kept["build"]), "compiling_s": merged(kept["compile"]), "compiles": len(kept["compile"]),
             "tuned_compiles": tuned, "compile_s_summed": sum(b - a for a, b in kept["compile"]),
             "compiles_at_once": sum(b - a for a, b in kept["compile"]) / max(until - since, 1e-9),
+            # Python's share: lowerings go one at a time (backends.base.lower), traces are a check's (GIL held)
+            "lowering_s": merged(kept["lower"]), "lowerings": len(kept["lower"]),
+            "tracing_s_summed": sum(b - a for a, b in kept["trace"]), "traces": len(kept["trace"]),
             "in_turns": {k: round(v, 2) for k, v in sorted(within.items(), key=lambda kv: -kv[1])}}
 
 

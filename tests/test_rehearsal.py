@@ -297,13 +297,16 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
         (1, 3, "build"), (2, 4, "build"),  # one phase of two builds: 3 s
         (4, 5, "turn"), (4.2, 4.8, "timing"), (5, 6, "turn"), (9, 12, "turn"),  # the last ends after it
         (1, 3, "compile tuned naive at B1"), (2, 3, "compile untuned naive at B1"), (6, 8, "compile untuned x"),
-        (4, 4.5, "part inputs"), (4.5, 4.75, "part run naive"), (9, 9.5, "part run naive"))))
+        (4, 4.5, "part inputs"), (4.5, 4.75, "part run naive"), (9, 9.5, "part run naive"),
+        (0.5, 1, "lower"), (1, 1.2, "lower"), (7, 7.1, "trace"), (7.5, 7.6, "trace"), (-3, -2, "lower"))))
     assert request_log.merged([(1, 3), (2, 4), (6, 7)]) == 4
     use = request_log.line_use(spans, now, now + 10)
     assert use["build_phase_s"] == pytest.approx(3, abs=0.01) and use["run_holds_s"] == pytest.approx(3, abs=0.01)
     assert use["neither_s"] == pytest.approx(4, abs=0.01) and (use["runs"], use["builds"]) == (3, 2)
     assert use["compiling_s"] == pytest.approx(4, abs=0.01) and (use["compiles"], use["tuned_compiles"]) == (3, 1)
     assert use["compiles_at_once"] == pytest.approx(0.5, abs=0.01)  # 5 compile-seconds in 10 s
+    assert use["lowering_s"] == pytest.approx(0.7, abs=0.01) and use["lowerings"] == 2  # the one before left out
+    assert use["tracing_s_summed"] == pytest.approx(0.2, abs=0.01) and use["traces"] == 2
     assert use["in_turns"] == {"in no part": 1.15, "run naive": 0.75, "timings": 0.6, "inputs": 0.5}  # 3 s held
     log = tmp_path / "req.log"
     log.write_text(json.dumps({"t": now + 6, "worker": "w", "fn": "f", "what": "f", "how": "computed", "s": 2.0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import jax
 from attnlab.device import DeviceInfo
 from attnlab.masks import MaskType
 from attnlab.shapes import AttentionShape
+from attnlab.spans import log_span
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,16 +83,23 @@ _LOWERING = threading.Lock()
 def lower(jitted, args):
     """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn."""
     with _LOWERING:
-        return jitted.lower(*args)
+        began = time.perf_counter()
+        try:
+            return jitted.lower(*args)
+        finally:  # 'lower' spans: how much of a window Python spent lowering (scripts/request_log.py --spans)
+            log_span("lower", began, time.perf_counter())
 
 
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
     """The backend's own error text when it refuses `shape` while tracing, or None: libraries refuse a shape while
     they trace, so a refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
+    began = time.perf_counter()
     try:
         backend._checked.trace(*abstract_inputs(shape), shape)
     except Exception as e:  # the backend's own words are the lesson here
         return error_text(e)
+    finally:  # 'trace' spans: a check's Python (JAX's cache answers a shape traced before in microseconds)
+        log_span("trace", began, time.perf_counter())
     return None
 
 
