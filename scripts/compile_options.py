@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What a check program's compile costs under other XLA options, and whether its output changes.
 
-    python scripts/compile_options.py [--shapes 6] [--json out.json]
+    python scripts/compile_options.py [--shapes 6] [--json out.json] [--only "in-process ptx" nvjitlink]
 
 A class moved to new shapes waits mostly for compiles of programs that are only run to check their output
 (`compiled.CHECK_OPTIONS`: untuned, `scripts/request_log.py --spans` says how many ran at once). This compiles
@@ -37,6 +37,10 @@ CANDIDATES = {
     # a check program runs once: a CUDA graph's capture at its first run buys it nothing (on the H100 2026-12-06
     # turns held the device 9.5 of a class's 12.4 s for checks the GPU computes in microseconds)
     "no CUDA graphs": {"xla_gpu_enable_command_buffer": ""},
+    # PTX to SASS inside the process rather than a ptxas child each: the H100's 12 compiles at once kept only 5-7 of
+    # 16 cores busy (2026-12-06: cpu_s 54-59 s in 11 s), ptxas's children 1.6 of them; an error if jaxlib lacks it
+    "in-process ptx": {"xla_gpu_enable_libnvptxcompiler": True},
+    "nvjitlink": {"xla_gpu_enable_libnvjitlink": True},
 }
 
 
@@ -88,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--only", nargs="*", choices=list(CANDIDATES), help="these candidates (default: all)")
     args = ap.parse_args(argv)
     import jax
     import numpy as np
@@ -100,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     info = device.info()
     rows = []
     for label, extra in CANDIDATES.items():
+        if args.only and label not in args.only:
+            continue
+        try:  # a flag this jaxlib was built without fails its first compile: said, and the next candidate goes
+            compile_all([("naive", new_shapes(1, args.seed + 7)[0])], {**CHECK_OPTIONS, **extra})
+        except Exception as e:
+            rows.append({"options": label, "extra": extra, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            print(f"{label:12s} cannot compile here: {rows[-1]['error']}", flush=True)
+            continue
         figures = {"check": [], label: []}
         for round_ in range(2):  # A B A B, each on shapes of its own round (nothing compiled twice)
             shapes = new_shapes(args.shapes, args.seed + 100 * round_ + 10 * len(rows))
