@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
     os.environ.setdefault("ATTNLAB_WARM", "0")
+    # the device work in this process: its compiles are what the listener below counts (with the default, a child
+    # worker's, it counted none and the pages' seconds were the round trips')
+    os.environ.setdefault("ATTNLAB_DEVICE", "inprocess")
     os.environ.setdefault("ATTNLAB_RESULTS_DIR", f"/tmp/attnlab-page-costs-{os.getpid()}")  # an empty store
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     import jax.monitoring
