@@ -40,7 +40,7 @@ CANDIDATES = {
     # PTX to SASS inside the process rather than a ptxas child each: the H100's 12 compiles at once kept only 5-7 of
     # 16 cores busy (2026-12-06: cpu_s 54-59 s in 11 s), ptxas's children 1.6 of them; an error if jaxlib lacks it
     "in-process ptx": {"xla_gpu_enable_libnvptxcompiler": True},
-    "nvjitlink": {"xla_gpu_enable_libnvjitlink": True},
+    "nvjitlink": {"xla_gpu_libnvjitlink_mode": "LIB_NV_JIT_LINK_MODE_ENABLED"},
 }
 
 
