@@ -1,9 +1,11 @@
 """Shared test setup: GPU tests skip cleanly without a GPU; browser tests skip without Chromium
 unless ATTNLAB_REQUIRE_BROWSER=1 (CI), where a missing browser is a failure, not a skip."""
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,14 @@ os.environ.setdefault("ATTNLAB_WARM", "0")
 # AppTests and unit tests call the device worker's code in this process (a server started by a test gets
 # the real default, a child process: see tests/test_service.py and the browser tests)
 os.environ.setdefault("ATTNLAB_DEVICE", "inprocess")
+# learners' programs that stopped a worker are remembered in a folder (attnlab/yourturn/suspects.py), by default
+# one per user on the machine: a test process killed while it ran a mistake's program (a CI run stopped by hand)
+# left a marker that later runs read as a crash, and refused that program in every test after (the digests
+# include the checkout's path, so a clone at the same path met it again). Each test run has its own, removed by
+# the process that made it (pytest-xdist's workers inherit the controller's).
+if not os.environ.get("ATTNLAB_SUSPECTS_DIR"):
+    os.environ["ATTNLAB_SUSPECTS_DIR"] = tempfile.mkdtemp(prefix="attnlab-suspects-tests-")
+    atexit.register(shutil.rmtree, os.environ["ATTNLAB_SUSPECTS_DIR"], ignore_errors=True)
 sys.path.insert(0, str(ROOT))
 # as the UI server and the device workers run (attnlab.threads), from the first test on: an in-process device
 # worker sets it when a test first makes one, and tests after it would otherwise see other pandas strings
