@@ -39,7 +39,7 @@ fi
 gzip -f "$OUT_DIR/own-req.log" "$OUT_DIR/own-spans.log"
 [ "${SHAPES:-4}" = 0 ] && exit 0  # the rehearsal alone (an A/B's second arm)
 # the candidates not yet measured on a GPU (the others: measurements/h100_compile_options_2026-12-06.json)
-CANDS=("in-process ptx" nvjitlink)
+CANDS=("in-process ptx" nvjitlink "LLVM -O0")
 [ -n "$CANDIDATES" ] && eval "CANDS=($CANDIDATES)"  # e.g. CANDIDATES='"no CUDA graphs" "ptxas -O0"'
 $PY scripts/compile_options.py --shapes "${SHAPES:-4}" --json "$OUT_DIR/compile_options.json" \
   --only "${CANDS[@]}" > "$OUT_DIR/compile_options.txt" 2>&1
