@@ -6,8 +6,8 @@
 #    slows the processes it samples: the times are then for locating, not for the issue's figures);
 # 2. request_log.py per window of the rehearsal (`in_turns`: seconds by part of a turn), and with --sample
 #    samples.py --inside runs.py:_run_held per window (the lines a turn's samples were at);
-# 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without PTX compiled in the
-#    process (CANDIDATES="..." for others: compile_options.py's names).
+# 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without each candidate not yet
+#    measured on a GPU: PTX compiled in the process (two ways), LLVM -O0 (CANDIDATES="..." for others: its names).
 # An A/B's other arm, the rehearsal alone: e.g. Python's 5 ms switch interval in turns too (the "before" of
 # threads.held_turn): SHAPES=0 bash scripts/gpu_turns.sh OUT/before --set-env workers:ATTNLAB_TURN_SWITCH_S=0
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
