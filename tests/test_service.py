@@ -611,18 +611,24 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
     monkeypatch.setitem(client._actors, name, type("Restarting", (), {"call": method("call"), "info": method("info")}))
     if resent:
         # each refused call waits for a probe (`info`) to be answered, then is sent again: the first probe answered
-        # is the fourth (three refused), and each later refusal of the call needs one more
+        # is the fourth (three refused), and each later refusal of the call needs one more. A probe is sent every
+        # POLL_S without waiting for the last, so a real one slower than that (a loaded CI machine) adds one more
         assert client.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok and sent.count("call") == 4
-        assert sent[:5] == ["call", "info", "info", "info", "info"] and sent.count("info") == 6
+        assert sent[:5] == ["call", "info", "info", "info", "info"]
+        between = "".join(w[0] for w in sent).split("c")[1:]  # the probes after each call: "iiii", "i", "i", ""
+        assert between[-1] == "" and all(between[:-1]) and sent.count("info") >= 6
         assert said and all(said)  # while it was being restarted (a look at the workers after is not)
-        assert [i.name for i in client.infos()] == [name] and sent.count("info") == 7
+        probes = sent.count("info")
+        assert [i.name for i in client.infos()] == [name] and sent.count("info") > probes
     else:
         for _ in range(2):
             with pytest.raises(WorkerLost, match="Ray is starting it again"):
                 client.call(Request.of(runs.run, TINY, ("naive",)))
         # never sent again; the worker is probed in the background until it answers (three probes refused, the
-        # fourth answered), and the next call waited for that before it was sent
-        assert sent[:6] == ["call", "info", "info", "info", "info", "call"]
+        # fourth answered, or a later one where a real probe took longer than POLL_S), and the next call waited for
+        # that before it was sent
+        seq = "".join(w[0] for w in sent)  # c: call, i: info
+        assert seq.startswith("ciiii") and "c" in seq[5:]
         # that call met a death too (this fake's third), so a watch is under way again: the pages say restarting
         assert client.restarting()
         ray_restart.REVIVAL.join(name, time.monotonic() + 30)
