@@ -625,8 +625,8 @@ def test_a_request_ray_refuses_while_it_restarts_the_worker_waits_for_it_and_one
             with pytest.raises(WorkerLost, match="Ray is starting it again"):
                 client.call(Request.of(runs.run, TINY, ("naive",)))
         # never sent again; the worker is probed in the background until it answers (three probes refused, the
-        # fourth answered, or a later one where a real probe took longer than POLL_S), and the next call waited for
-        # that before it was sent
+        # fourth answered; a fifth may go out meanwhile where the real probe takes longer than POLL_S), and the next
+        # call waited for that before it was sent
         seq = "".join(w[0] for w in sent)  # c: call, i: info
         assert seq.startswith("ciiii") and "c" in seq[5:]
         # that call met a death too (this fake's third), so a watch is under way again: the pages say restarting
