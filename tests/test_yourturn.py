@@ -210,12 +210,21 @@ def test_code_the_allowlist_admits_is_stopped_by_its_limits(case):
 
 
 def test_a_sandbox_that_waited_for_a_cpu_says_the_server_was_busy_not_that_the_code_loops(monkeypatch):
-    # the wall limit passes while the process has used little CPU (here: still importing JAX): the load is the
+    # both wall limits pass while the process has used little CPU (here: still importing JAX): the load is the
     # server's, so the learner is told to press again, not that their code does not end
     monkeypatch.setattr(sandbox, "WALL_S", 0.3)
+    monkeypatch.setattr(sandbox, "BUSY_WALL_S", 0.6)
     v = grade.check("attention", exercises.ATTENTION.solution)
     assert v.status == "stopped" and "too busy" in v.message and "press Check again" in v.message, v.message
-    assert "loop" not in v.message
+    assert "within 1 s" in v.message and "loop" not in v.message  # BUSY_WALL_S, the limit it met
+
+
+def test_a_sandbox_still_waiting_for_a_cpu_at_the_wall_limit_is_given_its_turn_not_stopped(monkeypatch):
+    # a solution needs 2-3 s of CPU: at 0.3 s it has had far less than CPU_S / 2, so the lab waits on (killed, it
+    # would start again from nothing), up to BUSY_WALL_S
+    monkeypatch.setattr(sandbox, "WALL_S", 0.3)
+    v = grade.check("attention", exercises.ATTENTION.solution)
+    assert v.status == "passed", v.message
 
 
 @pytest.mark.alone  # a CPU limit reached in time: on cores another test keeps busy, the wall limit comes first
