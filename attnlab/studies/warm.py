@@ -49,7 +49,8 @@ def spare_start() -> None:
 def worker_start(busy=lambda: False) -> None:
     """A new device worker's one-time costs, in the background: JAX's device at once; then, once `busy()` (requests
     in flight) has been false for QUIET_S, the imports of pandas (with attnlab.threads' setting), every entry
-    point's module, tokamax and TransformerEngine where they are installed. On an H100 the device, tokamax and TE are 0.4, 2.1 and 2.9 s
+    point's module, tokamax and TransformerEngine where they are installed, and the learners' sandbox's fork server
+    (a process of its own: attnlab/yourturn/forks.py). On an H100 the device, tokamax and TE are 0.4, 2.1 and 2.9 s
     (`scripts/first_uses.py`), pandas 0.4 s here, and an import holds Python's GIL: the pages a class opens first
     after Ray restarts a worker (4, 5, 6, 8) need none of them, so the imports wait for a quiet moment instead of
     slowing every request in the first seconds; a request that needs one first imports it."""
@@ -64,6 +65,9 @@ def worker_start(busy=lambda: False) -> None:
     spare_start()  # done already where this worker was a spare
     tokamax.import_error()
     te.import_error()
+    from attnlab.yourturn import sandbox
+
+    sandbox.start_server()  # a learner's first check then forks a sandbox: JAX loaded in it already
 
 
 def warm_shape(shape: AttentionShape, among: tuple[str, ...]) -> list[str]:

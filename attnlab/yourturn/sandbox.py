@@ -3,16 +3,16 @@
     blobs = export(source, "attention", [specs_of_case_1, ...], platform="cuda")   # -> [bytes, ...]
 
 The code passes the allowlist (attnlab/yourturn/allowlist.py) before it gets here and again here. A fresh
-Python process (`python -m attnlab.yourturn.sandbox`) that sees no GPU runs it with only the allowed names,
-under limits set first: CPU seconds, address space, no file written (RLIMIT_FSIZE 0), no new descriptor
-(RLIMIT_NOFILE). It traces the function at each case, refuses a program past the exercise's limits
+process that sees no GPU (forked from a server that loaded JAX once: attnlab/yourturn/forks.py) runs it with only
+the allowed names, under limits set first: CPU seconds, address space, no file written (RLIMIT_FSIZE 0), no new
+descriptor (RLIMIT_NOFILE). It traces the function at each case, refuses a program past the exercise's limits
 (attnlab/yourturn/bounds.py), compiles it for its CPU (a compile that aborts or never ends ends here) and
 exports it with `jax.export`; the parent kills it after WALL_S, or after BUSY_WALL_S where it spent that time
 waiting for a CPU (a busy server, not the learner's code). The learner's Python never runs in a process that
 holds a GPU or a learner's session.
 
-The process and its limits are hand-written: `multiprocessing` would fork the device worker (JAX's threads, a
-GPU context); a fresh interpreter limited by `resource` is the smallest thing that holds it."""
+The limits are hand-written (`resource`): no library sets them on a process before it runs untrusted code; the
+process is forked from a fresh interpreter, never from the device worker (JAX's threads, a GPU context)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ import sys
 import time
 from types import SimpleNamespace
 
-WALL_S = 30.0  # to trace and export at every case (a solution: 2-3 s of CPU on a laptop's core)
+from attnlab.yourturn import forks
+
+WALL_S = 30.0  # to trace and export at every case (a solution: 1-2 s of CPU on a laptop's core)
 # ...and, where by WALL_S it had less than CPU_S / 2 of CPU (it ran at NICE on busy cores), at most this in all: killed
 # and retried it would start again from nothing (at 5 % of a core on a loaded 2-core machine, a solution needs 60 s)
 BUSY_WALL_S = 120.0
@@ -55,15 +57,12 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     why = allowlist.refusal(source, entry)
     if why:
         raise Stopped(why)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
-           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")])),
-           "HOME": os.environ.get("TMPDIR", "/tmp"), "PYTHONDONTWRITEBYTECODE": "1",
-           "XLA_FLAGS": "", "JAX_ENABLE_X64": "0", **({"JAX_DEFAULT_MATMUL_PRECISION": precision} if precision else {})}
-    request = pickle.dumps((source, entry, cases, platform, limits))
+    request = pickle.dumps((source, entry, cases, platform, limits, precision))
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab.yourturn.sandbox"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root)
+    try:
+        proc = forks.start(*_environment())
+    except OSError as e:
+        raise Stopped(f"the lab could not start a process to trace your function ({e}): press Check again") from None
     try:
         stdout, stderr = _communicate(proc, request)
     except subprocess.TimeoutExpired:
@@ -72,25 +71,25 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
         proc.communicate()
         if used is not None and used < CPU_S / 2:  # it waited for a CPU: the server's load, not the learner's code
             raise Stopped(f"the lab's server was too busy to trace your function within {BUSY_WALL_S:.0f} s (it had "
-                          f"{used:.1f} s of CPU; a solution needs 2-3): press Check again in a moment") from None
+                          f"{used:.1f} s of CPU; a solution needs 1-2): press Check again in a moment") from None
         raise Stopped(f"tracing your function took more than {WALL_S:.0f} s, so the lab stopped it "
                       "(a loop or recursion that does not end?)") from None
     except BaseException:  # as subprocess.run does: never leave the process behind
         proc.kill()
         proc.communicate()
         raise
-    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    if out.returncode != 0 or not out.stdout:
-        tail = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        how = (f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit code {out.returncode}")
-        if "MemoryError" in tail[0] or out.returncode in (-9, -6, -11):
+    code = proc.returncode if proc.returncode is not None else 1
+    if code != 0 or not stdout:
+        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        if "MemoryError" in tail[0] or code in (-9, -6, -11):
             raise Stopped(f"tracing or compiling your function ran out of the memory the lab gives it, or its "
                           f"compiler gave up ({how}): a huge number or array?")
-        if out.returncode == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU (a process killed on a long run)
+        if code == -24 or time.monotonic() - start > CPU_S:  # SIGXCPU (a process killed on a long run)
             raise Stopped(f"tracing and compiling your function used more than {CPU_S} s of CPU, so the lab stopped "
                           "it (a solution takes about one): a huge program, or a huge constant to fold?")
         raise Stopped(f"the lab could not trace your function ({how}): {tail[0][:300]}")
-    status, payload = pickle.loads(out.stdout)
+    status, payload = pickle.loads(stdout)
     if status == "refused":
         raise Refused(payload)
     if status != "ok":
@@ -101,7 +100,22 @@ def export(source: str, entry: str, cases: list[tuple[list[tuple[tuple[int, ...]
     return blobs
 
 
-def _communicate(proc: subprocess.Popen, request: bytes) -> tuple[bytes, bytes]:
+def _environment() -> tuple[dict[str, str], str]:
+    """The sandbox's environment (the CPU alone, no GPU, no flags, none of the server's variables) and directory."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH", "")])),
+           "HOME": os.environ.get("TMPDIR", "/tmp"), "PYTHONDONTWRITEBYTECODE": "1",
+           "XLA_FLAGS": "", "JAX_ENABLE_X64": "0", "OPENBLAS_NUM_THREADS": "1"}
+    return env, root
+
+
+def start_server() -> None:
+    """The fork server started now (attnlab/yourturn/forks.py: JAX's import, 1-2 s of CPU), not at a first check."""
+    forks.start_server(*_environment())
+
+
+def _communicate(proc: forks.Forked, request: bytes) -> tuple[bytes, bytes]:
     """The process's output once it ends: within WALL_S, or within BUSY_WALL_S where by WALL_S it had had
     less than CPU_S / 2 of CPU (still waiting its turn: nothing it ran could block, the allowlist sees to that).
     Raises subprocess.TimeoutExpired past either, the process still running."""
@@ -189,7 +203,8 @@ def main() -> None:
 
     from attnlab.yourturn import allowed_names, allowlist
 
-    source, entry, cases, platform, limits = pickle.loads(request)
+    source, entry, cases, platform, limits, precision = pickle.loads(request)
+    jax.config.update("jax_default_matmul_precision", precision)
     why = allowlist.refusal(source, entry)
     if why:
         out.write(pickle.dumps(("refused", why)))
