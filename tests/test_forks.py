@@ -35,6 +35,7 @@ def test_a_sandbox_is_forked_by_the_server_with_only_its_pipes_and_the_sandboxs_
     assert child.nice() == sandbox.NICE
     stdout, stderr = proc.communicate(_request(exercises.ATTENTION.solution), timeout=60)
     assert proc.returncode == 0 and pickle.loads(stdout)[0] == "ok", stderr[-2000:]
+    assert 0.05 < proc.cpu_s < sandbox.CPU_S  # its own CPU seconds, as its watcher read them when it ended
 
 
 def test_a_killed_sandbox_reports_its_signal_and_the_server_serves_the_next():

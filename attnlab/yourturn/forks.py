@@ -4,12 +4,13 @@ of CPU as a new interpreter, 1.1-1.3 s forked, on this 2-core machine).
 
     proc = start(env, cwd)    # a new sandbox process, like subprocess.Popen([python, "-m", sandbox], ...)
     proc.communicate(request, timeout) -> (stdout, stderr)    # raises subprocess.TimeoutExpired
-    proc.pid, proc.returncode, proc.kill()
+    proc.pid, proc.kill(); once it has ended: proc.returncode, proc.cpu_s (its CPU seconds, user and system)
 
 The server (`python -m attnlab.yourturn.forks`) is a fresh interpreter started with the sandbox's environment, never
 a fork of the device worker (whose JAX holds threads and a GPU). It imports JAX (no backend: importing makes none)
 and waits on a socket; for each process it is sent the ends of four pipes and forks a watcher, which forks the
-sandbox on those pipes (stdin, stdout, stderr) and writes the sandbox's pid, then its exit status, on the fourth.
+sandbox on those pipes (stdin, stdout, stderr) and writes the sandbox's pid, then its exit status and CPU
+seconds, on the fourth.
 It ends when the process that started it closes the socket; one that died is started again on the next call.
 
 Hand-written, not multiprocessing's forkserver: each of that server's children first re-imports the parent's
@@ -41,6 +42,7 @@ class Forked:
     def __init__(self, pid: int, stdin: int, stdout: int, stderr: int, status: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.cpu_s: float | None = None
         self._in, self._status = stdin, status
         self._out: dict[int, bytearray] = {stdout: bytearray(), stderr: bytearray()}
         self._stdout, self._stderr = stdout, stderr
@@ -86,7 +88,8 @@ class Forked:
             self._sel.unregister(fd)
             os.close(fd)
             if fd == self._status:  # the watcher wrote the exit status and ended
-                self.returncode = int(self._status_text.split()[-1])
+                code, cpu = self._status_text.split()[-2:]  # the watcher's last line (start() read the first)
+                self.returncode, self.cpu_s = int(code), float(cpu)
 
     def _close_stdin(self) -> None:
         if self._in in self._sel.get_map():
@@ -212,8 +215,9 @@ def _watch(sock: socket.socket, fds: list[int]) -> None:
         for fd in (stdin, stdout, stderr):
             os.close(fd)
         os.write(status, f"{pid}\n".encode())
-        _, wait_status = os.waitpid(pid, 0)
-        os.write(status, f"{os.waitstatus_to_exitcode(wait_status)}\n".encode())
+        _, wait_status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
+        os.write(status, f"{os.waitstatus_to_exitcode(wait_status)} {cpu:.3f}\n".encode())
         code = 0
     finally:
         os._exit(code)
