@@ -88,8 +88,11 @@ class Forked:
             self._sel.unregister(fd)
             os.close(fd)
             if fd == self._status:  # the watcher wrote the exit status and ended
-                code, cpu = self._status_text.split()[-2:]  # the watcher's last line (start() read the first)
-                self.returncode, self.cpu_s = int(code), float(cpu)
+                words = self._status_text.split()  # its exit code and CPU seconds (start() read the pid)
+                if len(words) == 2:
+                    self.returncode, self.cpu_s = int(words[0]), float(words[1])
+                else:  # the watcher itself was killed: the sandbox's end is not known
+                    self.returncode = 1
 
     def _close_stdin(self) -> None:
         if self._in in self._sel.get_map():
@@ -128,13 +131,18 @@ def start(env: dict[str, str], cwd: str) -> Forked:
                         pass
             break
     stdin, stdout, stderr, status = pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]
-    line = b""
-    while not line.endswith(b"\n"):  # the watcher's first line: the sandbox's pid
+    text = b""
+    while b"\n" not in text:  # the watcher's first line: the sandbox's pid
         chunk = os.read(status, 64)
         if not chunk:
+            for fd in (stdin, stdout, stderr, status):
+                os.close(fd)
             raise OSError("the sandbox's fork server ended before it forked")
-        line += chunk
-    return Forked(int(line), stdin, stdout, stderr, status)
+        text += chunk
+    pid, rest = text.split(b"\n", 1)
+    proc = Forked(int(pid), stdin, stdout, stderr, status)
+    proc._status_text = rest  # where the sandbox ended already, its exit line came with the pid
+    return proc
 
 
 def start_server(env: dict[str, str], cwd: str) -> None:
