@@ -10,8 +10,8 @@ The server (`python -m attnlab.yourturn.forks`) is a fresh interpreter started w
 a fork of the device worker (whose JAX holds threads and a GPU). It imports JAX (no backend: importing makes none)
 and waits on a socket; for each process it is sent the ends of four pipes and forks a watcher, which forks the
 sandbox on those pipes (stdin, stdout, stderr) and writes the sandbox's pid, then its exit status and CPU
-seconds, on the fourth.
-It ends when the process that started it closes the socket; one that died is started again on the next call.
+seconds, on the fourth. It ends when the process that started it closes the socket; one that died is started
+again on the next call.
 
 Hand-written, not multiprocessing's forkserver: each of that server's children first re-imports the parent's
 `__main__` (the device worker's own module; under Ray, Ray's worker), and none gets its own stdin, stdout and
@@ -101,6 +101,9 @@ class Forked:
         self._in = -1
 
     def kill(self) -> None:
+        """SIGKILL to the sandbox, unless its watcher has reported its end (then its pid may be another's)."""
+        if self.returncode is not None:
+            return
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
