@@ -5,8 +5,8 @@
 
 `python -m attnlab.service.child FD` is the child: a `DeviceWorker` serving requests from one socket (a
 socketpair made by the parent), each in a thread of its pool. A native abort (SIGABRT, SIGSEGV in XLA, cuDNN
-or a Pallas lowering) ends only the child: the parent fails its requests in flight with `WorkerLost` and
-hands the device to its spare. A child that keeps dying within QUICK_S of its start is given up on, but a death
+or a Pallas lowering) ends only the child: the parent fails the requests it had read (RECEIVED) with `WorkerLost`,
+hands the device to its spare and sends it the rest. A child that keeps dying within QUICK_S of its start is given up on, but a death
 while a learner's program ran (the markers of attnlab/yourturn/suspects.py) never counts: that program is
 refused from then on, so no learner can stop the lab for the class.
 
@@ -38,7 +38,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from attnlab.service.child_process import GO
+from attnlab.service.child_process import GO, RECEIVED
 from attnlab.service.request import Reply, Request, WorkerLost
 
 START_TIMEOUT_S = 180.0
@@ -47,6 +47,7 @@ START_TIMEOUT_S = 180.0
 QUICK_DEATHS = 3
 QUICK_S = 20.0
 DIED = "attnlab: the device worker (pid"  # how the log begins each line about the serving worker's death
+UNREAD = object()  # a request's result where its child died before reading it: sent to the next child
 
 
 def signal_words(returncode: int | None) -> str:
@@ -82,6 +83,7 @@ class ChildWorker:
         self._send_lock = threading.Lock()
         self._ids = itertools.count()
         self._pending: dict[int, concurrent.futures.Future] = {}
+        self._received: set[int] = set()  # requests in flight the child said it read (only these can die with it)
         self._ready = threading.Event()
         self._quick_deaths = 0  # deaths in a row, each within QUICK_S of its start (a learner's program's not counted)
         self.learner_deaths = 0  # deaths while a learner's program ran (attnlab/yourturn/suspects.py remembers it)
@@ -145,6 +147,10 @@ class ChildWorker:
                                 self._spare = self._spawn()
                     continue
                 with self._lock:
+                    if number == RECEIVED:  # the child read request `reply` and is about to serve it
+                        self._received.add(reply) if reply in self._pending else None
+                        continue
+                    self._received.discard(number)
                     future = self._pending.pop(number, None)
                 if future is not None:
                     future.set_result(reply)
@@ -185,14 +191,15 @@ class ChildWorker:
                               "the button again, or choose another shape.")
         with self._lock:  # from here no request is sent to the dead child; the next one takes them when ready
             pending, self._pending, self._active = self._pending, {}, None
+            received, self._received = self._received, set()
             self._ready.clear()
-            if not learners and not pending:
+            if not learners and not received:
                 self._quick_deaths = self._quick_deaths + 1 if time.monotonic() - child.started < QUICK_S else 1
             quick = self._quick_deaths >= QUICK_DEATHS
             if quick:
                 self.gave_up = f"the device worker {how} {QUICK_DEATHS} times in a row within {QUICK_S:.0f} s of starting"
-        for future in pending.values():
-            future.set_exception(lost)
+        for number, future in pending.items():  # one it never read did not die with it: it goes to the next
+            future.set_exception(lost) if number in received else future.set_result(UNREAD)
         with self._lock:
             spare = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
             print(f"{DIED} {child.proc.pid}) {how}; "
@@ -229,8 +236,22 @@ class ChildWorker:
 
     # -- requests --------------------------------------------------------------------------------
     def send(self, op: str, payload=None, timeout: float | None = None):
-        """One message to the child and its answer (op: "call" with a Request, "info", "forget", "drop")."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        """One message to the child and its answer (op: "call" with a Request, "info", "forget", "drop"); one the
+        child never read (RECEIVED) is sent to the next child if it dies (not told it died "serving" it)."""
+        while True:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            number, conn = self._register(future)
+            try:
+                with self._send_lock:
+                    conn.send((number, op, payload))
+            except OSError:  # the child is gone, unread: its reader sends this request on with the others
+                pass
+            result = future.result(timeout)
+            if result is not UNREAD:
+                return result
+
+    def _register(self, future: concurrent.futures.Future) -> tuple[int, Connection]:
+        """A number for a request in flight, and the connection of the child that is ready to take it."""
         while True:
             if not self._ready.wait(START_TIMEOUT_S):
                 raise WorkerLost(f"The device worker did not start within {START_TIMEOUT_S:.0f} s. Try again shortly.")
@@ -241,13 +262,7 @@ class ChildWorker:
                 if conn is not None:  # a live child: this request is its to answer, or to fail by dying
                     number = next(self._ids)
                     self._pending[number] = future
-                    break
-        try:
-            with self._send_lock:
-                conn.send((number, op, payload))
-        except OSError:  # the child is gone; its reader fails this request as it fails the others
-            pass
-        return future.result(timeout)
+                    return number, conn
 
     def call(self, request: Request) -> Reply:
         return self.send("call", request)

@@ -16,6 +16,8 @@ from multiprocessing.connection import Connection
 from attnlab.service.request import Reply
 
 GO = -1  # the message number of "take the device" (parent to child) and of "ready" (child to parent)
+RECEIVED = -2  # (RECEIVED, number): the child read request `number` and serves it now (a request it never read
+# cannot have caused its death: the parent sends that one to the next child)
 
 
 def main(fd: int, threads: int, name: str) -> None:
@@ -39,6 +41,7 @@ def main(fd: int, threads: int, name: str) -> None:
 
     def serve(number: int, op: str, payload) -> None:
         answer: Reply | WorkerInfo | int
+        reply(RECEIVED, number)  # before any of its work
         try:
             if op == "call":
                 answer = worker.call(payload)
