@@ -25,7 +25,7 @@ $PY scripts/rehearse.py "${RENDERED[@]}" --ui 2 --workers 1 --learners "${LEARNE
   --faults shapes worker --set-env "workers:ATTNLAB_REQUEST_LOG=$OUT_DIR/own-req.log" \
   --set-env "workers:ATTNLAB_TIMING_LOG=$OUT_DIR/own-spans.log" "${SAMPLE[@]}" --json "$OUT_DIR/own.json" \
   --logs "$OUT_DIR/own-logs" "$@" > "$OUT_DIR/own.txt" 2>&1
-echo "rehearsal: exit $?"; grep -E "^(class|fault|missed)" "$OUT_DIR/own.txt" | cut -c1-220
+echo "rehearsal: exit $?"; grep -E "^(class|fault|missed)" "$OUT_DIR/own.txt" | cut -c1-330
 $PY scripts/request_log.py "$OUT_DIR/own-req.log" --rehearsal "$OUT_DIR/own.json" --spans "$OUT_DIR/own-spans.log" \
   > "$OUT_DIR/own-request-log.txt" 2>&1
 grep -E "^===|in_turns|^the first request computed" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*'in_turns'/  in_turns/" | cut -c1-300

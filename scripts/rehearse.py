@@ -664,6 +664,7 @@ def summary(r: dict) -> str:
                      f"{_s(f['every_learner_served_again_s'])} s, {_s(f['served_again_after_started_again_s'])} s after "
                      f"it was started again ({aim}), {f['learners_served_again']}/"
                      f"{f['learners']} learners, lost on survivors {f['sessions_lost_on_surviving_replicas']}, "
+                     f"pages that said their work was lost {f.get('pages_that_said_lost', '-')}, "
                      f"readiness failures {f['readiness_failures_after']}")
         if f.get("last_served_again"):
             lines.append("  the last served again: " + ", ".join(f"learner {s_} on {page} (began {a:.1f} s, ended {b:.1f} s"
