@@ -5,26 +5,26 @@
 
 `python -m attnlab.service.child FD` is the child: a `DeviceWorker` serving requests from one socket (a
 socketpair made by the parent), each in a thread of its pool. A native abort (SIGABRT, SIGSEGV in XLA, cuDNN
-or a Pallas lowering) ends only the child: the parent fails the requests it had read (RECEIVED) with `WorkerLost`,
-hands the device to its spare and sends it the rest. A child that keeps dying within QUICK_S of its start is given up on, but a death
-while a learner's program ran (the markers of attnlab/yourturn/suspects.py) never counts: that program is
-refused from then on, so no learner can stop the lab for the class.
+or a Pallas lowering) ends only the child: the parent fails the requests it had read (RECEIVED) with
+`WorkerLost`, hands the device to its spare and sends it the rest. A child that keeps dying within QUICK_S of
+its start is given up on, but a death while a learner's program ran (the markers of attnlab/yourturn/suspects.py)
+never counts: that program is refused from then on, so no learner can stop the lab for the class.
 
 The spare (ATTNLAB_SPARE_WORKER, default on): a second child started once the first answers, with Python, JAX and
 the lab's modules imported but no device (no JAX backend, no GPU memory), waiting for the word to take over. A
 death then costs JAX's device (0.4 s on an H100) instead of a new Python's start and imports (a Ray actor's
 restart on the H100 took 2.4-3.4 s to its first request), and a new spare is started once the new child answers.
 
-Not `ProcessPoolExecutor` (one task per worker; one dead worker breaks the pool) nor
-`multiprocessing.managers` (a connection per calling thread, and Streamlit runs each page in a new thread):
-one connection, many numbered requests in flight on it, a restart when the child dies, and a spare that
-has done its imports; Ray (attnlab/service/ray_workers.py) across machines, a Ray actor's process per GPU
-(Ray starts a new Python for each restart of an actor: its prestarted workers and `RAY_preload_python_modules`
-did not shorten it, docs/design-notes.md)."""
+Not `ProcessPoolExecutor` (one task per worker; one dead worker breaks the pool) nor `multiprocessing.managers`
+(a connection per calling thread; Streamlit runs each page in a new thread): one connection, many numbered
+requests in flight on it, a restart when the child dies, and a spare that has done its imports. Ray
+(attnlab/service/ray_workers.py) across machines: a Ray actor per GPU, this inside it (Ray starts a new Python
+for each restart of an actor, docs/design-notes.md)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -127,11 +127,8 @@ class ChildWorker:
         child, self._spare = self._spare or self._spawn(), None
         child.started = time.monotonic()
         self._active, self.proc = child, child.proc
-        try:
-            with self._send_lock:
-                child.conn.send((GO, "go", None))
-        except OSError:  # it died meanwhile: its reader starts the next
-            pass
+        with contextlib.suppress(OSError), self._send_lock:  # it died meanwhile: its reader starts the next
+            child.conn.send((GO, "go", None))
 
     def _read(self, child: _Child) -> None:
         """Replies from one child until its end; then, if it served, every request in flight fails and the spare
@@ -148,7 +145,7 @@ class ChildWorker:
                     continue
                 with self._lock:
                     if number == RECEIVED:  # the child read request `reply` and is about to serve it
-                        self._received.add(reply) if reply in self._pending else None
+                        self._received.update({reply} & self._pending.keys())
                         continue
                     self._received.discard(number)
                     future = self._pending.pop(number, None)
@@ -198,8 +195,11 @@ class ChildWorker:
             quick = self._quick_deaths >= QUICK_DEATHS
             if quick:
                 self.gave_up = f"the device worker {how} {QUICK_DEATHS} times in a row within {QUICK_S:.0f} s of starting"
-        for number, future in pending.items():  # one it never read did not die with it: it goes to the next
-            future.set_exception(lost) if number in received else future.set_result(UNREAD)
+        for number, future in pending.items():
+            if number in received:
+                future.set_exception(lost)
+            else:  # one it never read did not die with it: it goes to the next
+                future.set_result(UNREAD)
         with self._lock:
             spare = self._spare if self._spare is not None and self._spare.proc.poll() is None else None
             print(f"{DIED} {child.proc.pid}) {how}; "
@@ -241,11 +241,8 @@ class ChildWorker:
         while True:
             future: concurrent.futures.Future = concurrent.futures.Future()
             number, conn = self._register(future)
-            try:
-                with self._send_lock:
-                    conn.send((number, op, payload))
-            except OSError:  # the child is gone, unread: its reader sends this request on with the others
-                pass
+            with contextlib.suppress(OSError), self._send_lock:  # gone, unread: its reader sends it on with the rest
+                conn.send((number, op, payload))
             result = future.result(timeout)
             if result is not UNREAD:
                 return result
