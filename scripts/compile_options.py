@@ -44,6 +44,12 @@ CANDIDATES = {
     # LLVM's opt level for the generated kernels: on this CPU it cut check programs' compiles by 42% (4 shapes, 16
     # programs: 3.96 -> 2.28 s) but ran them 2-4x slower at T=2048; on a GPU a check runs microseconds
     "LLVM -O0": {"xla_backend_optimization_level": 0},
+    # dots to cuBLAS rather than Triton's generated GEMMs: in the H100's own-shape window of 2026-12-07 the XLA
+    # attentions compiled 0.8-1.3 s a program (naive, sdpa_xla) against cuDNN's 0.2 s; a check's program
+    # described otherwise than XLA's default would be a figure whose label is not true (see "described alike")
+    "no triton gemm": {"xla_gpu_enable_triton_gemm": False},
+    # one thread per compile: 9-10 compiles ran at once in that window, each splitting its LLVM module to threads
+    "one thread a compile": {"xla_gpu_force_compilation_parallelism": 1},
 }
 
 
@@ -96,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", nargs="*", choices=list(CANDIDATES), help="these candidates (default: all)")
+    ap.add_argument("--backends", nargs="*", help="only these backends (default: every one that runs a shape here); "
+                    "the own-shape window's: naive sdpa_xla sdpa_auto sdpa_cudnn")
     args = ap.parse_args(argv)
     import jax
     import numpy as np
 
     from attnlab import device
     from attnlab.backends import REGISTRY
-    from attnlab.measure.compiled import CHECK_OPTIONS
+    from attnlab.measure.compiled import CHECK_OPTIONS, describe_compiled, which_kernel
     from attnlab.measure.runs import make_inputs
 
     info = device.info()
@@ -116,15 +124,19 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"options": label, "extra": extra, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             print(f"{label:12s} cannot compile here: {rows[-1]['error']}", flush=True)
             continue
-        figures = {"check": [], label: []}
+        figures, alike, described, worst = {"check": [], label: []}, 0, 0, 0.0
         for round_ in range(2):  # A B A B, each on shapes of its own round (nothing compiled twice)
             shapes = new_shapes(args.shapes, args.seed + 100 * round_ + 10 * len(rows))
-            jobs = [(n, s) for s in shapes for n in REGISTRY if REGISTRY[n].unmet(s, info) is None]
+            jobs = [(n, s) for s in shapes for n in REGISTRY
+                    if (not args.backends or n in args.backends) and REGISTRY[n].unmet(s, info) is None]
             base, f_base = compile_all(jobs, dict(CHECK_OPTIONS))
             other, f_other = compile_all(jobs, {**CHECK_OPTIONS, **extra})
             figures["check"].append(f_base)
             figures[label].append(f_other)
-            worst, first = 0.0, {"check": 0.0, label: 0.0}
+            first = {"check": 0.0, label: 0.0}
+            alike += sum(which_kernel(describe_compiled(base[j])) == which_kernel(describe_compiled(other[j]))
+                         for j in jobs)
+            described += len(jobs)
             for i, job in enumerate(jobs):
                 q, k, v = jax.block_until_ready(make_inputs(job[1]))
                 outs = {}
@@ -139,14 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in figures.items():
             sums[k]["by_backend"] = {n: round(sum(f["by_backend"].get(n, 0) for f in v), 2) for n in v[0]["by_backend"]}
         row = {"options": label, "extra": extra, "device": jax.devices()[0].device_kind, "check": sums["check"],
-               "with": sums[label], "largest_relative_difference": worst}
+               "with": sums[label], "largest_relative_difference": worst, "described_alike": [alike, described]}
         rows.append(row)
         c, w = row["check"], row["with"]
         print(f"{label:12s} {w['compiles']:4d} compiles: wall {c['wall_s']:6.2f} -> {w['wall_s']:6.2f} s, "
               f"cpu {c['cpu_s']:6.1f} -> {w['cpu_s']:6.1f} s, children {c['children_cpu_s']:5.1f} -> "
               f"{w['children_cpu_s']:5.1f} s, first runs {c['first_runs_s']:5.2f} -> {w['first_runs_s']:5.2f} s, "
-              f"outputs differ by at most {worst:.2e} of their scale", flush=True)
-        print("   compile seconds by backend (check options, summed):", c["by_backend"], flush=True)
+              f"outputs differ by at most {worst:.2e} of their scale, described alike {alike} of {described}",
+              flush=True)
+        print("   compile seconds by backend, summed (check options):", c["by_backend"], flush=True)
+        print(f"   compile seconds by backend, summed ({label}):", w["by_backend"], flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     return 0

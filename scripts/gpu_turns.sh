@@ -6,8 +6,9 @@
 #    slows the processes it samples: the times are then for locating, not for the issue's figures);
 # 2. request_log.py per window of the rehearsal (`in_turns`: seconds by part of a turn), and with --sample
 #    samples.py --inside runs.py:_run_held per window (the lines a turn's samples were at);
-# 3. compile_options.py --shapes 4: check programs' compiles and first runs, with and without each candidate not yet
-#    measured on a GPU: PTX compiled in the process (two ways), LLVM -O0 (CANDIDATES="..." for others: its names).
+# 3. compile_options.py --shapes 4 --backends (the own-shape window's four): check programs' compiles and first runs,
+#    with and without each candidate not yet measured on a GPU: Triton's GEMMs off, one thread a compile, LLVM -O0,
+#    PTX compiled in the process (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
 # An A/B's other arm, the rehearsal alone: e.g. Python's 5 ms switch interval in turns too (the "before" of
 # threads.held_turn): SHAPES=0 bash scripts/gpu_turns.sh OUT/before --set-env workers:ATTNLAB_TURN_SWITCH_S=0
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
@@ -39,8 +40,8 @@ fi
 gzip -f "$OUT_DIR/own-req.log" "$OUT_DIR/own-spans.log"
 [ "${SHAPES:-4}" = 0 ] && exit 0  # the rehearsal alone (an A/B's second arm)
 # the candidates not yet measured on a GPU (the others: measurements/h100_compile_options_2026-12-06.json)
-CANDS=("in-process ptx" nvjitlink "LLVM -O0")
+CANDS=("no triton gemm" "one thread a compile" "LLVM -O0" "in-process ptx")
 [ -n "$CANDIDATES" ] && eval "CANDS=($CANDIDATES)"  # e.g. CANDIDATES='"no CUDA graphs" "ptxas -O0"'
 $PY scripts/compile_options.py --shapes "${SHAPES:-4}" --json "$OUT_DIR/compile_options.json" \
-  --only "${CANDS[@]}" > "$OUT_DIR/compile_options.txt" 2>&1
-echo "compile_options: exit $?"; grep -E "compiles:" "$OUT_DIR/compile_options.txt" | cut -c1-220
+  --only "${CANDS[@]}" --backends ${BACKENDS-naive sdpa_xla sdpa_auto sdpa_cudnn} > "$OUT_DIR/compile_options.txt" 2>&1
+echo "compile_options: exit $?"; grep -E "compiles:|by backend|cannot" "$OUT_DIR/compile_options.txt" | cut -c1-300
