@@ -5,7 +5,8 @@
 #    and its spans (ATTNLAB_TIMING_LOG: turns, their parts, builds, compiles); --sample: py-spy records it too (it
 #    slows the processes it samples: the times are then for locating, not for the issue's figures);
 # 2. request_log.py per window of the rehearsal (`in_turns`: seconds by part of a turn), and with --sample
-#    samples.py --inside runs.py:_run_held per window (the lines a turn's samples were at);
+#    samples.py per window: every counted thread by the lab's frame (where a restarted worker's window went beside
+#    the control's), and --inside runs.py:_run_held (the lines a turn's samples were at);
 # 3. compile_options.py --shapes 4 --backends (the own-shape window's four): check programs' compiles and first runs,
 #    with and without each candidate not yet measured on a GPU: Triton's GEMMs off, one thread a compile, LLVM -O0,
 #    PTX compiled in the process (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
@@ -32,6 +33,8 @@ $PY scripts/request_log.py "$OUT_DIR/own-req.log" --rehearsal "$OUT_DIR/own.json
 grep -E "^===|in_turns|^the first request computed" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*'in_turns'/  in_turns/" | cut -c1-300
 if [ ${#SAMPLE[@]} -gt 0 ]; then
   for d in "$OUT_DIR"/samples/*/; do
+    echo "== py-spy, every counted thread: $(basename "$d")"  # the killed worker's window against the control's
+    $PY scripts/samples.py "$d" --top 10 2>&1 | sed -n '/by thread and the lab/,/^$/p' | head -11
     echo "== py-spy inside turns: $(basename "$d")"
     $PY scripts/samples.py "$d" --inside runs.py:_run_held --top 8 2>&1 | sed -n '/by all three/,$p' | head -9
   done > "$OUT_DIR/turn-samples.txt"
