@@ -37,18 +37,21 @@ CANDIDATES = {
     # a check program runs once: a CUDA graph's capture at its first run buys it nothing (on the H100 2026-12-06
     # turns held the device 9.5 of a class's 12.4 s for checks the GPU computes in microseconds)
     "no CUDA graphs": {"xla_gpu_enable_command_buffer": ""},
-    # PTX to SASS inside the process rather than a ptxas child each: the H100's 12 compiles at once kept only 5-7 of
+    # PTX to SASS inside the process rather than a ptxas child each (2026-12-07, JAX 0.11.2: fails, "No supported
+    # config found" for a Triton GEMM fusion): the H100's 12 compiles at once kept only 5-7 of
     # 16 cores busy (2026-12-06: cpu_s 54-59 s in 11 s), ptxas's children 1.6 of them; an error if jaxlib lacks it
     "in-process ptx": {"xla_gpu_enable_libnvptxcompiler": True},
     "nvjitlink": {"xla_gpu_libnvjitlink_mode": "LIB_NV_JIT_LINK_MODE_ENABLED"},
     # LLVM's opt level for the generated kernels: on this CPU it cut check programs' compiles by 42% (4 shapes, 16
-    # programs: 3.96 -> 2.28 s) but ran them 2-4x slower at T=2048; on a GPU a check runs microseconds
+    # programs: 3.96 -> 2.28 s) but ran them 2-4x slower at T=2048; on a GPU a check runs microseconds. On the H100
+    # (2026-12-07): the process's CPU 28.1 -> 19.5 s, outputs equal, 32 of 32 described alike
     "LLVM -O0": {"xla_backend_optimization_level": 0},
-    # dots to cuBLAS rather than Triton's generated GEMMs: in the H100's own-shape window of 2026-12-07 the XLA
-    # attentions compiled 0.8-1.3 s a program (naive, sdpa_xla) against cuDNN's 0.2 s; a check's program
-    # described otherwise than XLA's default would be a figure whose label is not true (see "described alike")
+    # dots to cuBLAS rather than Triton's generated GEMMs (XLA's own attentions compiled 0.9-1.5 s a program in the
+    # H100's own-shape windows of 2026-12-07, cuDNN's 0.2 s). On the H100 (measurements/h100_own_2026-12-07_30th/):
+    # the process's CPU 25.6 -> 18.2 s, but 8 of 32 programs described alike: a page would describe a program
+    # other than XLA's default, so not for programs a page describes
     "no triton gemm": {"xla_gpu_enable_triton_gemm": False},
-    # one thread per compile: 9-10 compiles ran at once in that window, each splitting its LLVM module to threads
+    # one thread per compile, as about ten compiles run at once there: no gain on the H100 (wall 3.47 -> 3.75 s)
     "one thread a compile": {"xla_gpu_force_compilation_parallelism": 1},
 }
 

@@ -8,8 +8,8 @@
 #    samples.py per window: every counted thread by the lab's frame (where a restarted worker's window went beside
 #    the control's), and --inside runs.py:_run_held (the lines a turn's samples were at);
 # 3. compile_options.py --shapes 4 --backends (the own-shape window's four): check programs' compiles and first runs,
-#    with and without each candidate not yet measured on a GPU: Triton's GEMMs off, one thread a compile, LLVM -O0,
-#    PTX compiled in the process (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
+#    with and without LLVM -O0 (the one measured candidate that kept every program described alike) and nvjitlink
+#    (never measured) (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
 # An A/B's other arm, the rehearsal alone: e.g. Python's 5 ms switch interval in turns too (the "before" of
 # threads.held_turn): SHAPES=0 bash scripts/gpu_turns.sh OUT/before --set-env workers:ATTNLAB_TURN_SWITCH_S=0
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
@@ -42,8 +42,8 @@ if [ ${#SAMPLE[@]} -gt 0 ]; then
 fi
 gzip -f "$OUT_DIR/own-req.log" "$OUT_DIR/own-spans.log"
 [ "${SHAPES:-4}" = 0 ] && exit 0  # the rehearsal alone (an A/B's second arm)
-# the candidates not yet measured on a GPU (the others: measurements/h100_compile_options_2026-12-06.json)
-CANDS=("no triton gemm" "one thread a compile" "LLVM -O0" "in-process ptx")
+# the others: measurements/h100_compile_options_2026-12-06.json and h100_own_2026-12-07_30th/compile_options.txt
+CANDS=("LLVM -O0" nvjitlink)
 [ -n "$CANDIDATES" ] && eval "CANDS=($CANDIDATES)"  # e.g. CANDIDATES='"no CUDA graphs" "ptxas -O0"'
 $PY scripts/compile_options.py --shapes "${SHAPES:-4}" --json "$OUT_DIR/compile_options.json" \
   --only "${CANDS[@]}" --backends ${BACKENDS-naive sdpa_xla sdpa_auto sdpa_cudnn} > "$OUT_DIR/compile_options.txt" 2>&1
