@@ -18,6 +18,9 @@ them for a test.
     ATTNLAB_SPARE_WORKER      1 (default): a device worker in a child process keeps a spare child with the lab
                               imported and no device, which takes over when the worker dies
                               (attnlab/service/child.py); 0: a new child is started then
+    ATTNLAB_SPARE_DEVICE      1: that spare also opens JAX's device and meets the first uses of XLA's compiler,
+                              cuDNN and the float64 check at one tiny shape before it is needed (a GPU context's
+                              memory beside the worker's); default 0: a spare opens no device (warm.spare_device)
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
     ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may
                               hold, in GiB (default 8: the worker pods' volume is 10 GiB; 0: no bound), kept
@@ -108,6 +111,7 @@ class Settings:
     fake_gpus: int = 0
     worker_threads: int = 64
     spare_worker: bool = True
+    spare_device: bool = False
     compile_threads: int | None = None
     compile_cache_gib: float = 8.0
     turn_switch_s: float = 0.0001
@@ -159,6 +163,7 @@ class Settings:
             fake_gpus=_whole(env, "ATTNLAB_FAKE_GPUS", 0) or 0,
             worker_threads=_whole(env, "ATTNLAB_WORKER_THREADS", 64) or 64,
             spare_worker=_flag(env, "ATTNLAB_SPARE_WORKER", True),
+            spare_device=_flag(env, "ATTNLAB_SPARE_DEVICE", False),
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             compile_cache_gib=_amount(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
             turn_switch_s=_amount(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),

@@ -237,6 +237,21 @@ def test_a_spare_imports_the_lab_and_opens_no_device():
     assert out.stdout.strip() == "backends 0"
 
 
+def test_a_spare_asked_to_meet_its_device_opens_it_and_compiles_the_codelab_s_implementations_until_needed():
+    """ATTNLAB_SPARE_DEVICE's steps (`warm.spare_device`): none once the word to take the device came (no backend
+    opened); else JAX's device, the codelab's four implementations at a tiny shape, then the optional imports.
+    Checked in a fresh Python."""
+    code = ("import attnlab.service.child_process, attnlab.service.worker\n"
+            "from attnlab.studies import warm\n"
+            "from jax._src import xla_bridge\n"
+            "print(warm.spare_device(needed=lambda: True), len(xla_bridge._backends))\n"
+            "print(warm.spare_device(), len(xla_bridge._backends))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **CPU}, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[] 0", "['device', 'codelab', 'tokamax', 'te'] 1"], out.stdout
+
+
 def test_a_spare_that_dies_costs_nothing_and_without_spares_a_new_worker_is_started():
     """A spare killed before it was needed: the worker serves on, and at its own death a new child starts (as with
     ATTNLAB_SPARE_WORKER=0, whose worker never has one)."""

@@ -4,7 +4,8 @@
 
 It imports the lab; if the word to take the device (GO) has not come yet it is a spare, and imports every entry
 point's module too (`warm.spare_start`); then it waits for GO, opens JAX's device, says "ready" and serves each
-request in a thread of its pool. No JAX backend is opened before GO: a spare holds no GPU memory."""
+request in a thread of its pool. No JAX backend is opened before GO (a spare holds no GPU memory) unless
+ATTNLAB_SPARE_DEVICE asks the spare to meet its device's first uses too (`warm.spare_device`)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ RECEIVED = -2  # (RECEIVED, number): the child read request `number` and serves 
 
 def main(fd: int, threads: int, name: str) -> None:
     from attnlab.service.worker import DeviceWorker, WorkerInfo
+    from attnlab.settings import settings
     from attnlab.studies import warm
 
     conn = Connection(fd)
     try:
         if not conn.poll(0):  # a spare: the rest of its imports while nothing waits for it
             warm.spare_start()
+            if settings().spare_device:
+                warm.spare_device(needed=lambda: conn.poll(0))
         conn.recv()  # GO
     except (EOFError, OSError):  # the parent is gone (or closed its spare)
         os._exit(0)

@@ -46,6 +46,27 @@ def spare_start() -> None:
         entries.get(name)
 
 
+SPARE_SHAPE = AttentionShape(batch=1, q_len=64, kv_len=64, heads=2, kv_heads=2, head_dim=64, dtype="bfloat16")
+
+
+def spare_device(needed=lambda: False) -> list[str]:
+    """ATTNLAB_SPARE_DEVICE: a spare's first uses of its device before it is needed, so that the process taking
+    over from a dead worker pays none of them: JAX's device (a GPU client, holding a CUDA context's memory beside
+    the worker's), one tiny bfloat16 shape checked against float64 by the codelab's four implementations (XLA's
+    compiler, cuDNN's attention and the check's first uses), then tokamax's and TransformerEngine's imports. Stops
+    between steps once `needed()` (the word to take the device came). The steps done, by name."""
+    from attnlab.backends import te, tokamax
+
+    done = []
+    for name, step in (("device", device.info), ("codelab", lambda: warm_shape(SPARE_SHAPE, CODELAB)),
+                       ("tokamax", tokamax.import_error), ("te", te.import_error)):
+        if needed():
+            break
+        step()
+        done.append(name)
+    return done
+
+
 def worker_start(busy=lambda: False) -> None:
     """A new device worker's one-time costs, in the background: JAX's device at once; then, once `busy()` (requests
     in flight) has been false for QUIET_S, the imports of pandas (with attnlab.threads' setting), every entry
