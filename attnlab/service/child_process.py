@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from attnlab.service.request import Reply
@@ -31,7 +33,10 @@ def main(fd: int, threads: int, name: str) -> None:
         if not conn.poll(0):  # a spare: the rest of its imports while nothing waits for it
             warm.spare_start()
             if settings().spare_device:
-                warm.spare_device(needed=lambda: conn.poll(0))
+                t0 = time.perf_counter()
+                done = warm.spare_device(needed=lambda: conn.poll(0))
+                print(f"attnlab: spare {name} (pid {os.getpid()}) met {', '.join(done) or 'nothing'} before it was "
+                      f"needed, in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
         conn.recv()  # GO
     except (EOFError, OSError):  # the parent is gone (or closed its spare)
         os._exit(0)
