@@ -46,19 +46,22 @@ def spare_start() -> None:
         entries.get(name)
 
 
-SPARE_SHAPE = AttentionShape(batch=1, q_len=64, kv_len=64, heads=2, kv_heads=2, head_dim=64, dtype="bfloat16")
+SPARE_SHAPES = (AttentionShape(batch=1, q_len=64, kv_len=64, heads=2, kv_heads=2, head_dim=64, dtype="bfloat16"),
+                AttentionShape(batch=1, q_len=64, kv_len=64, heads=2, kv_heads=1, head_dim=64, causal=True))
 
 
 def spare_device(needed=lambda: False) -> list[str]:
     """ATTNLAB_SPARE_DEVICE: a spare's first uses of its device before it is needed, so that the process taking
     over from a dead worker pays none of them: JAX's device (a GPU client, holding a CUDA context's memory beside
-    the worker's), one tiny bfloat16 shape checked against float64 by the codelab's four implementations (XLA's
-    compiler, cuDNN's attention and the check's first uses), then tokamax's and TransformerEngine's imports. Stops
-    between steps once `needed()` (the word to take the device came). The steps done, by name."""
+    the worker's), two tiny shapes (bfloat16; float32, causal, grouped) checked against float64 by the codelab's four
+    implementations (JAX's tracing and lowering, XLA's compiler, cuDNN's attention and the check's first uses: on an
+    H100 a restarted worker traced and compiled little in its first two seconds), then tokamax's and
+    TransformerEngine's imports. Stops between steps once `needed()` (the word to take the device came). The steps
+    done, by name."""
     from attnlab.backends import te, tokamax
 
     done = []
-    for name, step in (("device", device.info), ("codelab", lambda: warm_shape(SPARE_SHAPE, CODELAB)),
+    for name, step in (("device", device.info), ("codelab", lambda: [warm_shape(s, CODELAB) for s in SPARE_SHAPES]),
                        ("tokamax", tokamax.import_error), ("te", te.import_error)):
         if needed():
             break
