@@ -24,6 +24,7 @@ RECEIVED = -2  # (RECEIVED, number): the child read request `number` and serves 
 
 
 def main(fd: int, threads: int, name: str) -> None:
+    from attnlab import spans
     from attnlab.service.worker import DeviceWorker, WorkerInfo
     from attnlab.settings import settings
     from attnlab.studies import warm
@@ -34,9 +35,10 @@ def main(fd: int, threads: int, name: str) -> None:
             warm.spare_start()
             if settings().spare_device:
                 t0 = time.perf_counter()
-                done = warm.spare_device(needed=lambda: conn.poll(0))
-                print(f"attnlab: spare {name} (pid {os.getpid()}) met {', '.join(done) or 'nothing'} before it was "
-                      f"needed, in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
+                done = ", ".join(warm.spare_device(needed=lambda: conn.poll(0))) or "nothing"
+                spans.log_span("spare", t0, time.perf_counter(), done)  # for scripts/request_log.py --spans
+                print(f"attnlab: spare {name} (pid {os.getpid()}) met {done} before it was needed, in "
+                      f"{time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
         conn.recv()  # GO
     except (EOFError, OSError):  # the parent is gone (or closed its spare)
         os._exit(0)
