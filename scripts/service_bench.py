@@ -13,7 +13,7 @@ Each kind runs in a fresh Python process of its own (a cold start, as `make run`
                 (a child worker imports tokamax in the background after it answers; that import holds the
                 GIL for seconds on a GPU machine)
   restart_s     with --restarts R: from SIGKILLing the idle worker to the answer of a request at a shape new to
-                the process (two implementations checked against float64, as page 4 asks), sent at once; a request
+                the process (`--impls`, by default page 4's two, checked against float64), sent at once; a request
                 that met the dying process and came back WorkerLost is sent again (counted: lost). Median of R.
   control_s     the same request at another new shape, nothing killed: restart_s less control_s is what the
                 restart itself costs (issue 40's device fault, without a class's compiles around it)
@@ -40,11 +40,13 @@ from attnlab.measure import runs
 from attnlab.service.request import Request, WorkerLost
 from attnlab.shapes import AttentionShape
 kind, calls, restarts, slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+impls, dtype = tuple(sys.argv[5].split(",")), sys.argv[6]
 imported = time.perf_counter() - t0
 t0 = time.perf_counter()
 env = {"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")}
 if slow:  # a worker process whose start takes longer (sitecustomize sleeps), as a GPU worker's does
     env["PYTHONPATH"] = os.pathsep.join([slow, os.environ["PYTHONPATH"]])
+from attnlab.service.child import QUICK_S
 if kind == "child":
     from attnlab.service.child import ChildWorker
     client = ChildWorker(env=env)
@@ -72,7 +74,7 @@ def answered(shape):  # seconds until a page-4 request at `shape` is answered; h
     t0, lost = time.perf_counter(), 0
     while True:
         try:
-            reply = client.call(Request.of(runs.run, shape, ("naive", "sdpa_xla")))
+            reply = client.call(Request.of(runs.run, shape, impls))
             assert reply.error is None and all(r.ok for r in reply.value), reply
             return time.perf_counter() - t0, lost
         except WorkerLost:
@@ -83,11 +85,13 @@ def answered(shape):  # seconds until a page-4 request at `shape` is answered; h
 
 restart, control, lost = [], [], 0
 for i in range(restarts):
-    control.append(answered(AttentionShape(batch=20 + 2 * i, q_len=64, kv_len=64))[0])
-    time.sleep(3)
+    control.append(answered(AttentionShape(batch=20 + 2 * i, q_len=64, kv_len=64, dtype=dtype))[0])
+    # 3 s idle, and past QUICK_S of its start: an idle child killed sooner counts as dying at start, and the third
+    # such death in a row makes the client give up on the worker (attnlab/service/child.py)
+    time.sleep(max(3.0, QUICK_S + 1.0 - client.infos()[0].started_s_ago))
     pid = client.infos()[0].pid
     os.kill(pid, 9)
-    s, n = answered(AttentionShape(batch=21 + 2 * i, q_len=64, kv_len=64))
+    s, n = answered(AttentionShape(batch=21 + 2 * i, q_len=64, kv_len=64, dtype=dtype))
     restart.append(s)
     lost += n
     time.sleep(8)  # the new worker's quiet-time imports (warm.worker_start) done before the next control
@@ -111,6 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--start-delay", type=float, default=0.0,
                     help="each worker process starts this many seconds later (a sitecustomize that sleeps): a "
                          "restart as slow as a GPU worker's (imports, JAX's GPU client) on this machine")
+    ap.add_argument("--impls", nargs="+", default=["naive", "sdpa_xla"],
+                    help="the implementations of the restart's and the control's request (page 4's two by default)")
+    ap.add_argument("--dtype", default="float32", help="their shapes' dtype (cuDNN's attention needs bfloat16)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     rows, slow = [], ""
@@ -118,7 +125,8 @@ def main(argv=None) -> int:
         slow = tempfile.mkdtemp(prefix="attnlab-slow-start-")
         Path(slow, "sitecustomize.py").write_text(f"import time\ntime.sleep({a.start_delay})\n")
     for kind in a.kinds:
-        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls), str(a.restarts), slow], cwd=ROOT, capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-c", ONE, kind, str(a.calls), str(a.restarts), slow,
+                            ",".join(a.impls), a.dtype], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))})
         line = next((ln for ln in p.stdout.splitlines() if ln.startswith("{")), None)
         if line is None:
