@@ -222,6 +222,30 @@ def test_a_killed_worker_is_replaced_by_its_spare_and_a_new_spare_follows(child)
     assert _spare_of(child) not in (spare, before)
 
 
+def test_with_spare_device_the_spare_meets_its_device_before_the_worker_dies_and_then_serves(tmp_path):
+    """ATTNLAB_SPARE_DEVICE=1 through the child's own start: the spare logs its span (the steps it met, the device
+    and the codelab's shapes among them) while the worker still serves, and takes over at the worker's death."""
+    log = tmp_path / "spans.log"
+    c = ChildWorker(env={**CPU, "ATTNLAB_SPARE_DEVICE": "1", "ATTNLAB_TIMING_LOG": str(log)}, threads=2)
+    try:
+        assert c.call(Request.of(runs.run, TINY, ("naive",))).value[0].ok
+        spare, before = _spare_of(c), c.proc.pid
+        deadline = time.monotonic() + 120
+        while not (spans := [ln for ln in (log.read_text() if log.exists() else "").splitlines()
+                             if ln.split()[3] == str(spare) and ln.split()[4] == "spare"]):
+            assert time.monotonic() < deadline, "the spare logged no span"
+            time.sleep(0.2)
+        assert spans[0].split(None, 5)[5] == "device, codelab, tokamax, te"
+        os.kill(before, signal.SIGKILL)
+        while c.proc.pid == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.call(Request.of(runs.run, TINY.replace(batch=3), ("naive",))).value[0].ok
+        assert c.infos()[0].pid == spare
+    finally:
+        c.close()
+
+
 def test_a_spare_imports_the_lab_and_opens_no_device():
     """What a spare does before it is needed (`warm.spare_start`, after the worker's imports) opens no JAX backend:
     on a GPU a backend would hold GPU memory beside the worker's. Checked in a fresh Python."""
