@@ -255,10 +255,7 @@ def test_a_spare_imports_the_lab_and_opens_no_device():
             "import sys\nfrom jax._src import xla_bridge\n"
             "assert 'pandas' in sys.modules and 'attnlab.measure.runs' in sys.modules\n"
             "print('backends', len(xla_bridge._backends))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **CPU}, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "backends 0"
+    assert _in_a_fresh_python(code).strip() == "backends 0"
 
 
 def test_a_spare_asked_to_meet_its_device_opens_it_and_compiles_the_codelab_s_implementations_until_needed():
@@ -270,10 +267,16 @@ def test_a_spare_asked_to_meet_its_device_opens_it_and_compiles_the_codelab_s_im
             "from jax._src import xla_bridge\n"
             "print(warm.spare_device(needed=lambda: True), len(xla_bridge._backends))\n"
             "print(warm.spare_device(), len(xla_bridge._backends))\n")
+    out = _in_a_fresh_python(code)
+    assert out.split("\n")[:2] == ["[] 0", "['device', 'codelab', 'tokamax', 'te'] 1"], out
+
+
+def _in_a_fresh_python(code: str) -> str:
+    """What `code` prints, run by a new Python on the CPU (it must exit 0)."""
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **CPU}, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[:2] == ["[] 0", "['device', 'codelab', 'tokamax', 'te'] 1"], out.stdout
+    return out.stdout
 
 
 def test_a_spare_that_dies_costs_nothing_and_without_spares_a_new_worker_is_started():
