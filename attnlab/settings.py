@@ -19,7 +19,7 @@ them for a test.
                               imported and no device, which takes over when the worker dies
                               (attnlab/service/child.py); 0: a new child is started then
     ATTNLAB_SPARE_DEVICE      1: that spare also opens JAX's device and meets the first uses of XLA's compiler,
-                              cuDNN and the float64 check at one tiny shape before it is needed (a GPU context's
+                              cuDNN and the float64 check at two tiny shapes before it is needed (a GPU context's
                               memory beside the worker's); default 0: a spare opens no device (warm.spare_device)
     ATTNLAB_COMPILE_THREADS   programs the device worker compiles at once; default the CPUs it may use
     ATTNLAB_COMPILE_CACHE_GIB the most JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) may

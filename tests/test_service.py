@@ -235,7 +235,7 @@ def test_with_spare_device_the_spare_meets_its_device_before_the_worker_dies_and
                              if ln.split()[3] == str(spare) and ln.split()[4] == "spare"]):
             assert time.monotonic() < deadline, "the spare logged no span"
             time.sleep(0.2)
-        assert spans[0].split(None, 5)[5] == "device, codelab, tokamax, te"
+        assert spans[0].split(None, 5)[5] == "device, codelab bfloat16, codelab float32, tokamax, te"
         os.kill(before, signal.SIGKILL)
         while c.proc.pid == before:
             assert time.monotonic() < deadline
@@ -260,7 +260,7 @@ def test_a_spare_imports_the_lab_and_opens_no_device():
 
 def test_a_spare_asked_to_meet_its_device_opens_it_and_compiles_the_codelab_s_implementations_until_needed():
     """ATTNLAB_SPARE_DEVICE's steps (`warm.spare_device`): none once the word to take the device came (no backend
-    opened); else JAX's device, the codelab's four implementations at a tiny shape, then the optional imports.
+    opened); else JAX's device, the codelab's four implementations at each tiny shape, then the optional imports.
     Checked in a fresh Python."""
     code = ("import attnlab.service.child_process, attnlab.service.worker\n"
             "from attnlab.studies import warm\n"
@@ -268,7 +268,7 @@ def test_a_spare_asked_to_meet_its_device_opens_it_and_compiles_the_codelab_s_im
             "print(warm.spare_device(needed=lambda: True), len(xla_bridge._backends))\n"
             "print(warm.spare_device(), len(xla_bridge._backends))\n")
     out = _in_a_fresh_python(code)
-    assert out.split("\n")[:2] == ["[] 0", "['device', 'codelab', 'tokamax', 'te'] 1"], out
+    assert out.split("\n")[:2] == ["[] 0", "['device', 'codelab bfloat16', 'codelab float32', 'tokamax', 'te'] 1"], out
 
 
 def _in_a_fresh_python(code: str) -> str:

@@ -56,13 +56,14 @@ def spare_device(needed=lambda: False) -> list[str]:
     the worker's), two tiny shapes (bfloat16; float32, causal, grouped) checked against float64 by the codelab's four
     implementations (JAX's tracing and lowering, XLA's compiler, cuDNN's attention and the check's first uses: on an
     H100 a restarted worker traced and compiled little in its first two seconds), then tokamax's and
-    TransformerEngine's imports. Stops between steps once `needed()` (the word to take the device came). The steps
-    done, by name."""
+    TransformerEngine's imports. Stops between steps (a shape is one) once `needed()` (the word to take the device
+    came), so a takeover waits for one step at most. The steps done, by name."""
     from attnlab.backends import te, tokamax
 
+    steps = [("device", device.info), *((f"codelab {s.dtype}", lambda s=s: warm_shape(s, CODELAB)) for s in SPARE_SHAPES),
+             ("tokamax", tokamax.import_error), ("te", te.import_error)]
     done = []
-    for name, step in (("device", device.info), ("codelab", lambda: [warm_shape(s, CODELAB) for s in SPARE_SHAPES]),
-                       ("tokamax", tokamax.import_error), ("te", te.import_error)):
+    for name, step in steps:
         if needed():
             break
         step()
