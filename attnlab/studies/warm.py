@@ -8,6 +8,7 @@ what a first page waits for. JAX's persistent compilation cache keeps the progra
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from attnlab import device, presets
 from attnlab.backends import REGISTRY
@@ -60,8 +61,9 @@ def spare_device(needed=lambda: False) -> list[str]:
     came), so a takeover waits for one step at most. The steps done, by name."""
     from attnlab.backends import te, tokamax
 
-    steps = [("device", device.info), *((f"codelab {s.dtype}", lambda s=s: warm_shape(s, CODELAB)) for s in SPARE_SHAPES),
-             ("tokamax", tokamax.import_error), ("te", te.import_error)]
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("device", device.info), *((f"codelab {s.dtype}", lambda s=s: warm_shape(s, CODELAB)) for s in SPARE_SHAPES),
+        ("tokamax", tokamax.import_error), ("te", te.import_error)]
     done = []
     for name, step in steps:
         if needed():
