@@ -28,9 +28,11 @@ $PY scripts/rehearse.py "${RENDERED[@]}" --ui 2 --workers 1 --learners "${LEARNE
   --set-env "workers:ATTNLAB_TIMING_LOG=$OUT_DIR/own-spans.log" "${SAMPLE[@]}" --json "$OUT_DIR/own.json" \
   --logs "$OUT_DIR/own-logs" "$@" > "$OUT_DIR/own.txt" 2>&1
 echo "rehearsal: exit $?"; grep -E "^(class|fault|missed)" "$OUT_DIR/own.txt" | cut -c1-330
+# the spans' clock is this machine's monotonic one: its offset from wall time, for reading them on another machine
+$PY -c "import time; print(f'{time.time() - time.monotonic():.3f}')" > "$OUT_DIR/clock-offset.txt"
 $PY scripts/request_log.py "$OUT_DIR/own-req.log" --rehearsal "$OUT_DIR/own.json" --spans "$OUT_DIR/own-spans.log" \
-  > "$OUT_DIR/own-request-log.txt" 2>&1
-grep -E "^===|in_turns|^the first request computed" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*'in_turns'/  in_turns/" | cut -c1-300
+  --clock-offset "$(cat "$OUT_DIR/clock-offset.txt")" > "$OUT_DIR/own-request-log.txt" 2>&1
+grep -E "^===|in_turns|^the first request computed" "$OUT_DIR/own-request-log.txt" | sed -E "s/.*('compiles_by_backend')/  \1/" | cut -c1-600
 if [ ${#SAMPLE[@]} -gt 0 ]; then
   for d in "$OUT_DIR"/samples/*/; do
     echo "== py-spy, every counted thread: $(basename "$d")"  # the killed worker's window against the control's

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -60,23 +61,38 @@ def merged(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def line_use(spans: Path, since: float, until: float) -> dict:
+def line_use(spans: Path, since: float, until: float, offset: float | None = None) -> dict:
     """Seconds of [since, until] (time.time()) in which a run held the device ('turn'), a build phase compiled
     ('build', overlapping builds counted once) and neither; and XLA's compiles ('compile', each program's, tuned or
     not): seconds any ran and their average number at once; the lowerings before them ('lower', one at a time) and a
     check's traces ('trace'), Python's share of a window; and what the turns' seconds went to ('part': a run's
     inputs, its float64 reference, each output's first run, each check; 'timings'; 'in no part': the rest).
-    The spans' clock read as this machine's."""
-    offset = time.time() - time.monotonic()
-    kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": [], "lower": [], "trace": []}
-    tuned, within = 0, {}
-    for row in spans.read_text().splitlines():
-        parts = row.split()
+    Also each backend's compiles begun in the window and their seconds (`compiles_by_backend`); how many were of a
+    program (by backend and shape) that some process of this log compiled before the window (`compiles_again`:
+    after a worker's restart JAX's persistent cache answers them, in `compiles_again_median_s` each); and the
+    seconds a spare's warm-up ran in it (`spare_s`, ATTNLAB_SPARE_DEVICE). `offset`: wall time less the spans' monotonic clock on the machine that wrote
+    them (gpu_turns.sh keeps it in clock-offset.txt); default this machine's."""
+    offset = time.time() - time.monotonic() if offset is None else offset
+    kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": [], "lower": [], "trace": [], "spare": []}
+    tuned, within, before = 0, {}, set()
+    by_backend: dict[str, list] = {}
+    again: list[float] = []
+    rows = [row.split() for row in spans.read_text().splitlines()]
+    for parts in rows:  # 'compile untuned naive at B1 T64 ...': a program by backend and shape, begun before
+        if parts[4:5] == ["compile"] and "at" in parts[7:8] and float(parts[0]) + offset < since:
+            before.add(" ".join(parts[5:]))
+    for parts in rows:
+        named = "at" in parts[7:8]
         if len(parts) >= 5 and parts[4] in kept:
             a, b = float(parts[0]) + offset, float(parts[1]) + offset
             if b > since and a < until:
                 kept[parts[4]].append((max(a, since), min(b, until)))
                 tuned += parts[4] == "compile" and parts[5:6] == ["tuned"]
+                if parts[4] == "compile" and a >= since and len(parts) >= 7:  # begun in the window: its whole seconds
+                    n_s = by_backend.setdefault(parts[6], [0, 0.0])
+                    n_s[0], n_s[1] = n_s[0] + 1, n_s[1] + b - a
+                    if named and " ".join(parts[5:]) in before:
+                        again.append(b - a)
                 if parts[4] == "part":  # inside a turn (runs._part): its inputs, its reference, each run, each check
                     what = " ".join(parts[5:7])
                     within[what] = within.get(what, 0.0) + min(b, until) - max(a, since)
@@ -94,6 +110,9 @@ def line_use(spans: Path, since: float, until: float) -> dict:
             # Python's share: lowerings go one at a time (backends.base.lower), traces are a check's (GIL held)
             "lowering_s": merged(kept["lower"]), "lowerings": len(kept["lower"]),
             "tracing_s_summed": sum(b - a for a, b in kept["trace"]), "traces": len(kept["trace"]),
+            "compiles_by_backend": {k: [n, round(s_, 1)] for k, (n, s_) in sorted(by_backend.items(), key=lambda kv: -kv[1][1])},
+            "compiles_again": len(again), "compiles_again_median_s": round(statistics.median(again), 2) if again else None,
+            "spare_s": merged(kept["spare"]),
             "in_turns": {k: round(v, 2) for k, v in sorted(within.items(), key=lambda kv: -kv[1])}}
 
 
@@ -116,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slowest", type=int, default=0, help="also list the N slowest requests, each with its ledger")
     ap.add_argument("--rehearsal", type=Path, help="a rehearse.py --json: one summary per window (class, each fault)")
     ap.add_argument("--spans", type=Path, help="with --rehearsal: the worker's ATTNLAB_TIMING_LOG, how the line was used")
+    ap.add_argument("--clock-offset", type=float, help="with --spans: wall less monotonic time on the machine that wrote "
+                                                            "them (gpu_turns.sh's clock-offset.txt); default this machine's")
     args = ap.parse_args(argv)
     if args.rehearsal:
         for name, since, until in windows(args.rehearsal):
             print(f"=== {name}: {until - since:.1f} s")
             if args.spans:
-                print("    the device's line:", {k: round(v, 2) if isinstance(v, float) else v for k, v in line_use(args.spans, since, until).items()})
+                print("    the device's line:", {k: round(v, 2) if isinstance(v, float) else v for k, v in line_use(args.spans, since, until, args.clock_offset).items()})
             main([str(args.log), "--since", str(since), "--until", str(until), "--slowest", str(args.slowest)])
         return 0
     lines = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]

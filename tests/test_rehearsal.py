@@ -299,7 +299,9 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
         (4, 5, "turn"), (4.2, 4.8, "timing"), (5, 6, "turn"), (9, 12, "turn"),  # the last ends after it
         (1, 3, "compile tuned naive at B1"), (2, 3, "compile untuned naive at B1"), (6, 8, "compile untuned x"),
         (4, 4.5, "part inputs"), (4.5, 4.75, "part run naive"), (9, 9.5, "part run naive"),
-        (0.5, 1, "lower"), (1, 1.2, "lower"), (7, 7.1, "trace"), (7.5, 7.6, "trace"), (-3, -2, "lower"))))
+        (0.5, 1, "lower"), (1, 1.2, "lower"), (7, 7.1, "trace"), (7.5, 7.6, "trace"), (-3, -2, "lower"),
+        (-8, -7, "compile untuned naive at B1"), (-6, -5, "compile untuned y"),  # before: one program met again
+        (8, 11, "spare device, codelab bfloat16"))))
     assert request_log.merged([(1, 3), (2, 4), (6, 7)]) == 4
     use = request_log.line_use(spans, now, now + 10)
     assert use["build_phase_s"] == pytest.approx(3, abs=0.01) and use["run_holds_s"] == pytest.approx(3, abs=0.01)
@@ -309,6 +311,11 @@ def test_the_request_log_says_how_a_rehearsal_windows_seconds_went_on_the_device
     assert use["lowering_s"] == pytest.approx(0.7, abs=0.01) and use["lowerings"] == 2  # the one before left out
     assert use["tracing_s_summed"] == pytest.approx(0.2, abs=0.01) and use["traces"] == 2
     assert use["in_turns"] == {"in no part": 1.15, "run naive": 0.75, "timings": 0.6, "inputs": 0.5}  # 3 s held
+    assert use["compiles_by_backend"] == {"naive": [2, 3.0], "x": [1, 2.0]}  # begun in the window, by backend
+    # the program compiled before the window (a restarted worker's persistent-cache hit); one named without a shape
+    # ('untuned y') is no program to meet again
+    assert (use["compiles_again"], use["compiles_again_median_s"]) == (1, 1.0)
+    assert use["spare_s"] == pytest.approx(2, abs=0.01)  # the spare's warm-up, cut at the window's end
     log = tmp_path / "req.log"
     log.write_text(json.dumps({"t": now + 6, "worker": "w", "fn": "f", "what": "f", "how": "computed", "s": 2.0,
                                "timed": True, "error": None, "compile_s": 1.0}) + "\n")
