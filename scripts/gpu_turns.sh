@@ -10,8 +10,9 @@
 # 3. compile_options.py --shapes 4 --backends (the own-shape window's four): check programs' compiles and first runs,
 #    with and without LLVM -O0 (the one measured candidate that kept every program described alike) and nvjitlink
 #    (never measured) (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
-# An A/B's other arm, the rehearsal alone: e.g. the spare that has met its device (the next GPU call's, beside
-# SHAPES=0 bash scripts/gpu_turns.sh OUT/off): SHAPES=0 bash scripts/gpu_turns.sh OUT/on --set-env workers:ATTNLAB_SPARE_DEVICE=1
+# An A/B's other arm, the rehearsal alone: e.g. SHAPES=0 bash scripts/gpu_turns.sh OUT/off, then
+# SHAPES=0 bash scripts/gpu_turns.sh OUT/on --set-env workers:ATTNLAB_SPARE_DEVICE=1 (the thirty-second session's:
+# deploy/measurements/h100_spare_rehearsal_2026-12-07_32nd/).
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
 # (about 6 minutes on an H100; carry .whl .te/env.sh .ray/class/rendered.yaml). Here: PYTHON=.venv/bin/python.
 set -o pipefail
