@@ -8,11 +8,19 @@ and loaded here, and the program `jax.export`ed and its call lowered here. Proce
 wall for compile and load. On this 2-core CPU, JAX 0.10.2 (2026-12-07, medians of `naive` and `sdpa_xla`): lowering
 22-28 ms and compiling 138-255 ms here, against loading a serialized executable in 4-7 ms, or lowering an exported
 program's call in 9-12 ms and still compiling it (deploy/README.md, the 29th session).
+
+    python scripts/program_handoff.py --across [--dtype bfloat16] [--backends naive sdpa_xla sdpa_cudnn sdpa_auto]
+
+does the hand-off as a helper would: a second process (its own JAX client and device) lowers, compiles and
+serializes each program at the new shapes, while this one lowers and compiles them itself; then this one loads the
+helper's executables, runs both at the same inputs and says whether their outputs are equal to the last bit (a
+library call such as cuDNN's attention must survive the trip), with its own costs against the load's.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import time
 
@@ -21,6 +29,7 @@ from jax import export
 from jax.experimental import serialize_executable
 
 from attnlab.backends import REGISTRY
+from attnlab.measure.compiled import check_options
 from attnlab.shapes import AttentionShape
 
 
@@ -50,12 +59,66 @@ def measure(name: str, shapes: int) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]}
 
 
+def new_shapes(count: int, dtype: str) -> list[AttentionShape]:
+    return [AttentionShape(batch=2, q_len=t, kv_len=t, heads=4, kv_heads=4, head_dim=64, dtype=dtype)
+            for t in (200 + 8 * i for i in range(1, count + 1))]
+
+
+def helper(jobs: list[tuple[str, AttentionShape]]) -> list[tuple]:
+    """The helper process's side: each program lowered, compiled (as the class's check programs are: untuned on a
+    GPU, `compiled.check_options`) and serialized, with its wall seconds."""
+    out = []
+    for name, shape in jobs:
+        fn, args = REGISTRY[name].program(shape)
+        t0 = time.perf_counter()
+        blob = serialize_executable.serialize(fn.lower(*args).compile(check_options()))
+        out.append((blob, time.perf_counter() - t0))
+    return out
+
+
+def across(names: list[str], shapes: int, dtype: str) -> list[dict]:
+    """Per backend: this process's lowering and compile against loading the helper's executable (medians, ms),
+    and how many of the helper's programs gave outputs equal to the last bit to this process's own."""
+    import numpy as np
+
+    jobs = [(n, s) for n in names for s in new_shapes(shapes, dtype)]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a fresh Python: JAX and its device of its own
+        pending = pool.apply_async(helper, (jobs,))
+        own = []
+        for name, shape in jobs:  # meanwhile, this process's own programs (as a worker does them today)
+            fn, args = REGISTRY[name].program(shape)
+            t0 = time.perf_counter()
+            own.append((fn.lower(*args).compile(check_options()), time.perf_counter() - t0))
+        blobs = pending.get()
+    rows: dict[str, dict] = {}
+    for (name, shape), (mine, own_s), (blob, helper_s) in zip(jobs, own, blobs, strict=True):
+        t0 = time.perf_counter()
+        loaded = serialize_executable.deserialize_and_load(*blob)
+        load_s = time.perf_counter() - t0
+        key = jax.random.split(jax.random.key(0), 3)
+        q, k, v = (jax.random.normal(key[i], a.shape, a.dtype)
+                   for i, a in enumerate(REGISTRY[name].program(shape)[1][:3]))
+        equal = bool(np.array_equal(np.asarray(mine(q, k, v)), np.asarray(loaded(q, k, v)), equal_nan=True))
+        r = rows.setdefault(name, {"own_ms": [], "helper_ms": [], "load_ms": [], "equal": 0, "programs": 0})
+        r["own_ms"].append(own_s * 1e3), r["helper_ms"].append(helper_s * 1e3), r["load_ms"].append(load_s * 1e3)
+        r["equal"] += equal
+        r["programs"] += 1
+    return [{"backend": n, **{k: round(statistics.median(v), 1) for k, v in r.items() if k.endswith("_ms")},
+             "equal_outputs": f"{r['equal']} of {r['programs']}"} for n, r in rows.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", type=int, default=6)
     ap.add_argument("--backends", nargs="+", default=["naive", "sdpa_xla"])
+    ap.add_argument("--across", action="store_true", help="a helper process compiles; this one loads and compares")
+    ap.add_argument("--dtype", default="float32", help="with --across (cuDNN's attention needs bfloat16)")
     a = ap.parse_args()
     print(f"JAX {jax.__version__} on {jax.default_backend()}; medians over {a.shapes} new shapes")
+    if a.across:
+        for row in across(a.backends, a.shapes, a.dtype):
+            print(row)
+        return
     for name in a.backends:
         m = measure(name, a.shapes)
         print(f"{name:10s} " + ", ".join(f"{k} {v:.1f}" for k, v in m.items()))

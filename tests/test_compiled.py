@@ -172,3 +172,17 @@ def test_two_backends_lowered_to_the_same_text_but_their_names_are_one_program(c
     first = compiled.compile_timed(one, args, "one")
     second = compiled.compile_timed(two, args, "two")
     assert len(compiles) == 1 and second[0] is first[0] and second[2] == "one"
+
+
+def test_a_program_compiled_in_a_helper_process_loads_here_and_gives_this_processs_outputs(monkeypatch):
+    """scripts/program_handoff.py --across: a second Python lowers, compiles and serializes each program; this one
+    loads the executable and runs it beside its own compile at the same inputs. The outputs must be equal to the
+    last bit, or a hand-off to helper processes would change what the lab computes."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    import program_handoff
+
+    rows = program_handoff.across(["naive", "sdpa_xla"], shapes=1, dtype="float32")
+    assert [r["backend"] for r in rows] == ["naive", "sdpa_xla"]
+    assert all(r["equal_outputs"] == "1 of 1" and r["load_ms"] > 0 for r in rows), rows
