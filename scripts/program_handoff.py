@@ -20,9 +20,14 @@ library call such as cuDNN's attention must survive the trip), with its own cost
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import os
+import pickle
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 from jax import export
@@ -64,32 +69,52 @@ def new_shapes(count: int, dtype: str) -> list[AttentionShape]:
             for t in (200 + 8 * i for i in range(1, count + 1))]
 
 
-def helper(jobs: list[tuple[str, AttentionShape]]) -> list[tuple]:
-    """The helper process's side: each program lowered, compiled (as the class's check programs are: untuned on a
-    GPU, `compiled.check_options`) and serialized, with its wall seconds."""
-    out = []
+def helper(jobs_file: str) -> None:
+    """The helper process's side (`--helper FILE`): the pickled (backend, shape) jobs, each program lowered,
+    compiled (as the class's check programs are: untuned on a GPU, `compiled.check_options`) and serialized, with
+    its wall seconds, pickled to stdout."""
+    jobs, out = pickle.loads(Path(jobs_file).read_bytes()), []
     for name, shape in jobs:
         fn, args = REGISTRY[name].program(shape)
         t0 = time.perf_counter()
         blob = serialize_executable.serialize(fn.lower(*args).compile(check_options()))
         out.append((blob, time.perf_counter() - t0))
-    return out
+    pickle.dump(out, sys.stdout.buffer)
 
 
-def across(names: list[str], shapes: int, dtype: str) -> list[dict]:
+def _own(jobs: list[tuple[str, AttentionShape]]) -> list[tuple]:
+    """This process's own programs, as a device worker compiles them today, with their wall seconds."""
+    own = []
+    for name, shape in jobs:
+        fn, args = REGISTRY[name].program(shape)
+        t0 = time.perf_counter()
+        own.append((fn.lower(*args).compile(check_options()), time.perf_counter() - t0))
+    return own
+
+
+def across(names: list[str], shapes: int, dtype: str, timeout_s: float = 600) -> list[dict]:
     """Per backend: this process's lowering and compile against loading the helper's executable (medians, ms),
-    and how many of the helper's programs gave outputs equal to the last bit to this process's own."""
+    and how many of the helper's programs gave outputs equal to the last bit to this process's own.
+
+    The helper is a fresh Python started from this file, with the repository as its folder and path (not a
+    multiprocessing pool: a pool whose worker dies at its start starts another forever, and its caller waits)."""
     import numpy as np
 
+    root = Path(__file__).resolve().parents[1]
     jobs = [(n, s) for n in names for s in new_shapes(shapes, dtype)]
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a fresh Python: JAX and its device of its own
-        pending = pool.apply_async(helper, (jobs,))
-        own = []
-        for name, shape in jobs:  # meanwhile, this process's own programs (as a worker does them today)
-            fn, args = REGISTRY[name].program(shape)
-            t0 = time.perf_counter()
-            own.append((fn.lower(*args).compile(check_options()), time.perf_counter() - t0))
-        blobs = pending.get()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    with tempfile.NamedTemporaryFile(suffix=".pickle") as f:
+        f.write(pickle.dumps(jobs))
+        f.flush()
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--helper", f.name], cwd=root,
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            own, (out, err) = _own(jobs), proc.communicate(timeout=timeout_s)
+        finally:
+            proc.kill()  # a no-op once it exited; never left compiling behind an error here
+    if proc.returncode != 0:
+        raise RuntimeError(f"the helper exited with {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
+    blobs = pickle.loads(out)
     rows: dict[str, dict] = {}
     for (name, shape), (mine, own_s), (blob, helper_s) in zip(jobs, own, blobs, strict=True):
         t0 = time.perf_counter()
@@ -113,7 +138,10 @@ def main() -> None:
     ap.add_argument("--backends", nargs="+", default=["naive", "sdpa_xla"])
     ap.add_argument("--across", action="store_true", help="a helper process compiles; this one loads and compares")
     ap.add_argument("--dtype", default="float32", help="with --across (cuDNN's attention needs bfloat16)")
+    ap.add_argument("--helper", help=argparse.SUPPRESS)  # --across's second process: its jobs' file
     a = ap.parse_args()
+    if a.helper:
+        return helper(a.helper)
     print(f"JAX {jax.__version__} on {jax.default_backend()}; medians over {a.shapes} new shapes")
     if a.across:
         for row in across(a.backends, a.shapes, a.dtype):
