@@ -69,35 +69,31 @@ def new_shapes(count: int, dtype: str) -> list[AttentionShape]:
             for t in (200 + 8 * i for i in range(1, count + 1))]
 
 
+def compile_each(jobs: list[tuple[str, AttentionShape]]) -> list[tuple]:
+    """Each (backend, shape) program lowered and compiled as the class's check programs are (untuned on a GPU,
+    `compiled.check_options`), with its wall seconds: this process's own, and the helper's before it serializes."""
+    out = []
+    for name, shape in jobs:
+        fn, args = REGISTRY[name].program(shape)
+        t0 = time.perf_counter()
+        out.append((fn.lower(*args).compile(check_options()), time.perf_counter() - t0))
+    return out
+
+
 def helper(jobs_file: str) -> None:
-    """The helper process's side (`--helper FILE`): the pickled (backend, shape) jobs, each program lowered,
-    compiled (as the class's check programs are: untuned on a GPU, `compiled.check_options`) and serialized, with
-    its wall seconds, pickled to stdout."""
-    jobs, out = pickle.loads(Path(jobs_file).read_bytes()), []
-    for name, shape in jobs:
-        fn, args = REGISTRY[name].program(shape)
-        t0 = time.perf_counter()
-        blob = serialize_executable.serialize(fn.lower(*args).compile(check_options()))
-        out.append((blob, time.perf_counter() - t0))
-    pickle.dump(out, sys.stdout.buffer)
-
-
-def _own(jobs: list[tuple[str, AttentionShape]]) -> list[tuple]:
-    """This process's own programs, as a device worker compiles them today, with their wall seconds."""
-    own = []
-    for name, shape in jobs:
-        fn, args = REGISTRY[name].program(shape)
-        t0 = time.perf_counter()
-        own.append((fn.lower(*args).compile(check_options()), time.perf_counter() - t0))
-    return own
+    """The helper process's side (`--helper FILE`): the pickled jobs compiled (`compile_each`) and serialized, each
+    with its seconds, pickled to stdout."""
+    jobs = pickle.loads(Path(jobs_file).read_bytes())
+    pickle.dump([(serialize_executable.serialize(exe), s) for exe, s in compile_each(jobs)], sys.stdout.buffer)
 
 
 def across(names: list[str], shapes: int, dtype: str, timeout_s: float = 600) -> list[dict]:
     """Per backend: this process's lowering and compile against loading the helper's executable (medians, ms),
     and how many of the helper's programs gave outputs equal to the last bit to this process's own.
 
-    The helper is a fresh Python started from this file, with the repository as its folder and path (not a
-    multiprocessing pool: a pool whose worker dies at its start starts another forever, and its caller waits)."""
+    The helper is a fresh Python started from this file, with the repository as its folder and path. Not a
+    multiprocessing spawn pool: in CI's full suite its test waited on one forever while new pool processes kept
+    starting (why, not found); a plain subprocess fails with its stderr, or at `timeout_s`."""
     import numpy as np
 
     root = Path(__file__).resolve().parents[1]
@@ -109,7 +105,7 @@ def across(names: list[str], shapes: int, dtype: str, timeout_s: float = 600) ->
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--helper", f.name], cwd=root,
                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            own, (out, err) = _own(jobs), proc.communicate(timeout=timeout_s)
+            own, (out, err) = compile_each(jobs), proc.communicate(timeout=timeout_s)
         finally:
             proc.kill()  # a no-op once it exited; never left compiling behind an error here
     if proc.returncode != 0:
@@ -125,7 +121,8 @@ def across(names: list[str], shapes: int, dtype: str, timeout_s: float = 600) ->
                    for i, a in enumerate(REGISTRY[name].program(shape)[1][:3]))
         equal = bool(np.array_equal(np.asarray(mine(q, k, v)), np.asarray(loaded(q, k, v)), equal_nan=True))
         r = rows.setdefault(name, {"own_ms": [], "helper_ms": [], "load_ms": [], "equal": 0, "programs": 0})
-        r["own_ms"].append(own_s * 1e3), r["helper_ms"].append(helper_s * 1e3), r["load_ms"].append(load_s * 1e3)
+        for k, seconds in (("own_ms", own_s), ("helper_ms", helper_s), ("load_ms", load_s)):
+            r[k].append(seconds * 1e3)
         r["equal"] += equal
         r["programs"] += 1
     return [{"backend": n, **{k: round(statistics.median(v), 1) for k, v in r.items() if k.endswith("_ms")},

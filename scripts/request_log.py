@@ -70,8 +70,9 @@ def line_use(spans: Path, since: float, until: float, offset: float | None = Non
     Also each backend's compiles begun in the window and their seconds (`compiles_by_backend`); how many were of a
     program (by backend and shape) that some process of this log compiled before the window (`compiles_again`:
     after a worker's restart JAX's persistent cache answers them, in `compiles_again_median_s` each); and the
-    seconds a spare's warm-up ran in it (`spare_s`, ATTNLAB_SPARE_DEVICE). `offset`: wall time less the spans' monotonic clock on the machine that wrote
-    them (gpu_turns.sh keeps it in clock-offset.txt); default this machine's."""
+    seconds a spare's warm-up ran in it (`spare_s`, ATTNLAB_SPARE_DEVICE). `offset`: wall time less the spans'
+    monotonic clock on the machine that wrote them (gpu_turns.sh keeps it in clock-offset.txt); default this
+    machine's."""
     offset = time.time() - time.monotonic() if offset is None else offset
     kept: dict[str, list] = {"turn": [], "build": [], "compile": [], "part": [], "lower": [], "trace": [], "spare": []}
     tuned, within, before = 0, {}, set()
