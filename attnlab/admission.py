@@ -13,6 +13,7 @@ import threading
 import time
 from collections import deque
 
+from attnlab import oldest_first
 from attnlab.budget import Budget
 from attnlab.spans import log_span
 from attnlab.threads import held_turn
@@ -57,6 +58,7 @@ class _Ticket:
     owner: int  # the thread serving the request it is for (a compile pool's thread builds for a request's thread)
     admitted: bool = False
     first: bool = False  # a run that waited through a build phase: it goes before the next phase
+    key: tuple[float, int] = dataclasses.field(default_factory=oldest_first.key)  # its place: the oldest page first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,14 +79,15 @@ def builds_at_once() -> int:
 
 
 class Device:
-    """One run at a time on this process's device, runs in order of arrival; builds between runs, side by side."""
+    """One run at a time on this process's device, runs in order of their pages' start (attnlab.oldest_first);
+    builds between runs, side by side."""
 
     def __init__(self, budget: Budget | None = None, max_waiting: int = 64, timeout_s: float = 600.0,
                  max_builds: int | None = None):
         self._budget, self.max_waiting, self.timeout_s = budget, max_waiting, timeout_s
         self.max_builds = max_builds or builds_at_once()
         self._cond = threading.Condition()
-        self._line: deque[_Ticket] = deque()  # every waiter's ticket, runs' and builders', in order of arrival
+        self._line: deque[_Ticket] = deque()  # every waiter's ticket, runs' and builders', in order of their keys
         self._holder: int | None = None  # the thread that holds the device
         self._depth = 0
         self._building: list[int] = []  # the threads compiling now, in a build phase (between runs)
@@ -133,6 +136,13 @@ class Device:
         with self._cond:
             return Line(self._holder, tuple(t.owner for t in self._line if not t.build),
                         tuple(t.owner for t in self._line if t.build), tuple(self._building))
+
+    def _enter(self, ticket: _Ticket) -> None:
+        """Into the line in the order of the tickets' keys (lock held): behind every page that began before its own
+        (attnlab.oldest_first), then let in whoever's turn it is."""
+        at = next((i for i, t in enumerate(self._line) if t.key > ticket.key), len(self._line))
+        self._line.insert(at, ticket)
+        self._admit()
 
     def _admit(self) -> None:
         """Let in whoever's turn it is (lock held): a run alone, first in line or through the last phase; else up to
@@ -200,8 +210,7 @@ class Device:
                 if self.waiting >= self.max_waiting:
                     raise DeviceBusy(f"The GPU is busy: {self.waiting} runs are already waiting. Try again shortly.")
                 self.stats.waited += 1
-            self._line.append(ticket)
-            self._admit()
+            self._enter(ticket)
             self._cond.wait_for(lambda: ticket.admitted or me in self._abandoned,
                                 timeout=self.timeout_s if timeout_s is None else timeout_s)
             if not ticket.admitted:
@@ -260,8 +269,7 @@ class Device:
         if not passing:
             with self._cond:
                 ticket = _Ticket(build=True, thread=threading.get_ident(), owner=owner)  # in line with the runs
-                self._line.append(ticket)
-                self._admit()
+                self._enter(ticket)
                 self._cond.wait_for(lambda: ticket.admitted or {ticket.thread, owner} & self._abandoned)
                 if not ticket.admitted:  # its request's tabs have all closed (`abandon`)
                     self._line.remove(ticket)

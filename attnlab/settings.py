@@ -28,6 +28,8 @@ them for a test.
                               by the device worker (attnlab/measure/disk_cache.py), not by JAX's locked cap
     ATTNLAB_TURN_SWITCH_S     Python's switch interval while a run holds the device (default 0.0001 s; 0: Python's
                               own, 5 ms throughout): attnlab/threads.py, held_turn, says why
+    ATTNLAB_OLDEST_FIRST      1 (default): the device worker lowers, traces and runs for the page that began
+                              earliest first (attnlab/oldest_first.py); 0: in order of arrival
     ATTNLAB_MEMORY_LIMIT_GIB  the device worker's memory budget in GiB (default: 80 % of the GPU's free memory
                               and half of the host's available memory when it started)
     ATTNLAB_RUN_SECONDS       the longest one run may hold the device (default 60 s): a run whose lower bound
@@ -116,6 +118,7 @@ class Settings:
     compile_threads: int | None = None
     compile_cache_gib: float = 8.0
     turn_switch_s: float = 0.0001
+    oldest_first: bool = True
     memory_limit_gib: float | None = None
     run_seconds: float = 60.0
     checks_per_minute: int = 10
@@ -168,6 +171,7 @@ class Settings:
             compile_threads=_whole(env, "ATTNLAB_COMPILE_THREADS", None),
             compile_cache_gib=_amount(env, "ATTNLAB_COMPILE_CACHE_GIB", 8.0, problems),
             turn_switch_s=_amount(env, "ATTNLAB_TURN_SWITCH_S", 0.0001, problems, "seconds"),
+            oldest_first=_flag(env, "ATTNLAB_OLDEST_FIRST", True),
             memory_limit_gib=limit,
             warm=_flag(env, "ATTNLAB_WARM", True),
             class_shapes=tuple(env.get("ATTNLAB_CLASS_SHAPES", "").split()),

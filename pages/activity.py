@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 _RUNNING = [0]  # page runs in progress in this process
 _QUIET = threading.Condition()
+_BEGAN: dict[str, float] = {}  # a browser session -> when its page run in progress began
 
 
 @contextlib.contextmanager
@@ -14,12 +16,29 @@ def page_running():
     """Around one page run (app.py)."""
     with _QUIET:
         _RUNNING[0] += 1
+    session = _session()
+    _BEGAN[session] = time.time()
     try:
         yield
     finally:
+        _BEGAN.pop(session, None)
         with _QUIET:
             _RUNNING[0] -= 1
             _QUIET.notify_all()
+
+
+def began() -> float:
+    """When this browser session's page run began (time.time()), else 0.0; in the page's thread or one carrying its
+    script run's context. Its requests carry it (`Request.since`), so the device worker serves the page that began
+    first first (attnlab/oldest_first.py)."""
+    return _BEGAN.get(_session(), 0.0)
+
+
+def _session() -> str:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    return ctx.session_id if ctx is not None else ""
 
 
 def wait_for_quiet(settle_s: float = 2.5) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from attnlab import service
 from attnlab.service.request import Reply, Request
+from pages import activity
 
 EVERY_S = 2.0  # how often the sessions waiting are looked at (a run waits seconds to minutes for its turn)
 
@@ -35,8 +36,11 @@ def current() -> str:
 
 
 def stamped(request: Request) -> Request:
-    """The request with the caller's session (call it in the page's thread, before handing the request on)."""
-    return request if request.session else dataclasses.replace(request, session=current())
+    """The request with the caller's session and when its page began (call it in the page's thread, before handing
+    the request on)."""
+    if request.session:
+        return request
+    return dataclasses.replace(request, session=current(), since=request.since or activity.began())
 
 
 def send(request: Request) -> Reply:

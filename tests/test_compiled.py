@@ -91,14 +91,16 @@ def test_compile_many_compiles_side_by_side_and_returns_each_jobs_error(monkeypa
     assert len(compiles) == 4  # kept: asking again compiles nothing
 
 
-def test_lowering_takes_turns_in_a_process(monkeypatch):
-    # Mosaic GPU's lowering crashed a server process when threads lowered side by side (backend.lower)
+def test_lowering_and_tracing_take_turns_in_a_process(monkeypatch):
+    # Mosaic GPU's lowering crashed a server process when threads lowered side by side (backend.lower); a check's
+    # trace takes the same turn (Python throughout: the oldest page's first, attnlab/oldest_first.py)
+    import inspect
     import threading
 
     import jax
 
-    from attnlab.backends import base as backend
-    from attnlab.backends import get
+    from attnlab import oldest_first
+    from attnlab.backends import base, get
 
     entered = []
 
@@ -107,18 +109,18 @@ def test_lowering_takes_turns_in_a_process(monkeypatch):
             self.lock = threading.Lock()
 
         def __enter__(self):
-            entered.append(threading.get_ident())
+            entered.append(inspect.stack()[1].function)  # who took the turn
             return self.lock.__enter__()
 
         def __exit__(self, *exc):
             return self.lock.__exit__(*exc)
 
-    monkeypatch.setattr(backend, "_LOWERING", Recording())
+    monkeypatch.setattr(oldest_first, "PYTHON", Recording())
     shape = AttentionShape(batch=1, q_len=12, kv_len=13, heads=2, kv_heads=2, head_dim=8)  # traced by no other test
-    assert backend.trace_error(get("naive"), shape) is None  # a check traces to a jaxpr: nothing lowered
-    assert entered == []
+    assert base.trace_error(get("naive"), shape) is None  # a check traces to a jaxpr: nothing lowered
+    assert entered == ["trace_error"]
     compiled.compile_timed(lambda x: x * 3.0, [jax.ShapeDtypeStruct((5,), "float32")], "test")
-    assert len(entered) == 1  # the compile's lowering, under the lock
+    assert entered == ["trace_error", "lower"]  # the compile's lowering, under the lock
 
 
 def test_one_cache_holds_each_program_once_under_every_name_and_its_bound_takes_the_names_with_it():

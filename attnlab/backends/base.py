@@ -5,13 +5,13 @@ the mask types it takes, its requirements as `Requirement` rows, and the device 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from attnlab import oldest_first
 from attnlab.device import DeviceInfo
 from attnlab.masks import MaskType
 from attnlab.shapes import AttentionShape
@@ -77,12 +77,10 @@ def abstract_inputs(shape: AttentionShape) -> list[jax.ShapeDtypeStruct]:
     return [jax.ShapeDtypeStruct(s, shape.dtype) for s in (shape.q_shape(), shape.kv_shape(), shape.kv_shape())]
 
 
-_LOWERING = threading.Lock()
-
-
 def lower(jitted, args):
-    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe); no device turn."""
-    with _LOWERING:
+    """`jitted.lower(*args)`, one thread at a time (Mosaic GPU's lowering is not thread-safe), the oldest page's
+    first (`oldest_first.PYTHON`); no device turn."""
+    with oldest_first.PYTHON:
         began = time.perf_counter()
         try:
             return jitted.lower(*args)
@@ -93,13 +91,14 @@ def lower(jitted, args):
 def trace_error(backend: Backend, shape: AttentionShape) -> str | None:
     """The backend's own error text when it refuses `shape` while tracing, or None: libraries refuse a shape while
     they trace, so a refusal is heard with no device and no lowering (docs/design-notes.md, "Checks trace")."""
-    began = time.perf_counter()
-    try:
-        backend._checked.trace(*abstract_inputs(shape), shape)
-    except Exception as e:  # the backend's own words are the lesson here
-        return error_text(e)
-    finally:  # 'trace' spans: a check's Python (JAX's cache answers a shape traced before in microseconds)
-        log_span("trace", began, time.perf_counter())
+    with oldest_first.PYTHON:  # Python throughout (the GIL's): the oldest page's first
+        began = time.perf_counter()
+        try:
+            backend._checked.trace(*abstract_inputs(shape), shape)
+        except Exception as e:  # the backend's own words are the lesson here
+            return error_text(e)
+        finally:  # 'trace' spans: a check's Python (JAX's cache answers a shape traced before in microseconds)
+            log_span("trace", began, time.perf_counter())
     return None
 
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlab import oldest_first
 from attnlab.admission import DEVICE
 from attnlab.backends import get, known_aborts
 from attnlab.backends.base import abstract_inputs, lower
@@ -233,7 +234,7 @@ def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
     with _LOCK:
         if _POOL is None:  # one pool per process: learners' runs share it, so compiles stay bounded
             _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="attnlab-compile")
-    futures = {job: _POOL.submit(_pooled, job, threading.get_ident()) for job in jobs}
+    futures = {job: _POOL.submit(_pooled, job, threading.get_ident(), oldest_first.since()) for job in jobs}
     done = {job: f.result() for job, f in futures.items()}
     for kind in ("build_wait_s", "build_s"):  # side by side: the longest of each
         DEVICE.spend(kind, max(spent[kind] for _, spent in done.values()))
@@ -241,8 +242,8 @@ def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
     return {job: error for job, (error, _) in done.items()}
 
 
-def _pooled(job: tuple, owner: int) -> tuple[BaseException | None, dict]:
-    with DEVICE.building_for(owner), DEVICE.ledger() as spent:
+def _pooled(job: tuple, owner: int, since: float) -> tuple[BaseException | None, dict]:
+    with DEVICE.building_for(owner), oldest_first.page_began(since), DEVICE.ledger() as spent:
         return _try(compile_backend, *job), spent
 
 

@@ -37,6 +37,7 @@ class Request:
     kwargs: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) pairs
     pin: str = ""  # a route fixed by the caller: every request with this pin meets one worker
     session: str = ""  # the browser session that waits for it (a worker drops a run whose sessions all ended); not in `key`
+    since: float = 0.0  # when the page asking for it began (time.time()): the worker serves older pages first; not in `key`
 
     @classmethod
     def of(cls, fn, *args, **kwargs) -> Request:

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-from attnlab import threads
+from attnlab import oldest_first, threads
 from attnlab.admission import DEVICE
 from attnlab.budget import Budget
 from attnlab.measure import disk_cache
@@ -132,7 +132,8 @@ class DeviceWorker:
             return Reply(error=e, kept=False)
         threads.serve_many_threads_once_imported()  # its requests are threads of this process (attnlab.threads says why)
         try:
-            with DEVICE.serving():  # every launch inside needs a turn (DEVICE.launch)
+            # every launch inside needs a turn (DEVICE.launch); the oldest page's work first (attnlab.oldest_first)
+            with DEVICE.serving(), oldest_first.page_began(request.since):
                 value = entry.fn(*request.args, **dict(request.kwargs))
         except Exception as e:  # an expected failure (over budget, busy, a backend's error) travels as a value
             return Reply(error=_portable(e), kept=False)

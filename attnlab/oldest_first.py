@@ -1,0 +1,89 @@
+"""Oldest page first: the device worker's serial resources go to the request whose page began earliest.
+
+    with oldest_first.page_began(request.since):   # the worker, around a request (0: its arrival)
+        with oldest_first.PYTHON:                  # lowering and tracing: one thread at a time, oldest page first
+            ...
+
+When a class moves to new shapes every learner's page asks for new programs at once, and pages served first go on
+to their next page and ask for more. Python's lock (the GIL) takes its threads in no useful order, so a page that
+began first competed with every later page's tracing and lowering, and the class waited for its slowest page.
+Here a request carries the time its page began (`Request.since`), and the work that runs one at a time in the
+worker (lowerings, tracings, and the device's line: `admission.Device`) is taken in that order: a page that began
+first is finished first, and the learners who are already served wait, not the one still waiting.
+
+What threading.Lock and Python's queue.PriorityQueue do not do: a lock whose waiters are ordered by a key of the
+thread that waits (its page's start), re-entered by the thread that holds it. ATTNLAB_OLDEST_FIRST=0 orders every
+waiter by its arrival instead (the A/B's before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import threading
+import time
+
+_LOCAL = threading.local()
+_SEQ = itertools.count()
+
+
+def since() -> float:
+    """When this thread's page began (wall clock), else 0.0 (a warm-up, the CLI: ordered by arrival)."""
+    return getattr(_LOCAL, "since", 0.0)
+
+
+@contextlib.contextmanager
+def page_began(at: float):
+    """This thread works for a page that began at `at` (time.time(); 0: unknown) until the block ends."""
+    before, _LOCAL.since = since(), at
+    try:
+        yield
+    finally:
+        _LOCAL.since = before
+
+
+def key() -> tuple[float, int]:
+    """This thread's place among waiters now: its page's start (with ATTNLAB_OLDEST_FIRST, else its arrival), then
+    its arrival. A page's start is never later than now (another pod's clock may run ahead)."""
+    from attnlab.settings import settings
+
+    now = time.time()
+    at = min(since() or now, now) if settings().oldest_first else now
+    return at, next(_SEQ)
+
+
+class Ordered:
+    """A lock whose waiters are let in by `key()`, smallest first; the holder may enter again."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._holder: int | None = None
+        self._depth = 0
+        self._waiting: list[tuple[float, int]] = []  # a heap of the waiters' keys
+
+    def __enter__(self) -> Ordered:
+        me = threading.get_ident()
+        with self._cond:
+            if self._holder == me:
+                self._depth += 1
+                return self
+            mine = key()
+            heapq.heappush(self._waiting, mine)
+            self._cond.wait_for(lambda: self._holder is None and self._waiting[0] == mine)
+            heapq.heappop(self._waiting)
+            self._holder, self._depth = me, 1
+            return self
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._depth -= 1
+            if not self._depth:
+                self._holder = None
+                self._cond.notify_all()
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
+PYTHON = Ordered()  # lowering and tracing in the device worker (backends.base: lower, trace_error)

@@ -1,0 +1,147 @@
+"""Oldest page first (attnlab/oldest_first.py): the device worker's one-at-a-time work (lowering and tracing, the
+device's line) goes to the request whose page began earliest, whatever order the requests came in."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from attnlab import oldest_first, settings
+from attnlab.admission import Device
+from attnlab.budget import Budget
+from attnlab.service.request import Request
+
+MIB = 2**20
+
+
+def _in_turn(enter, began: list[float], wait_for, *, hold=None) -> list[float]:
+    """Threads whose pages began at `began` (in that order of arrival, each once the one before waits), all entering
+    `enter()` while another thread holds it; the order in which they got in, by their pages' start."""
+    order: list[float] = []
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with enter():
+            held.set()
+            release.wait(10)
+
+    def waiter(at: float):
+        with oldest_first.page_began(at), enter():
+            order.append(at)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert held.wait(10)
+    for i, at in enumerate(began):
+        threads.append(threading.Thread(target=waiter, args=(at,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while wait_for() < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.002)
+    release.set()
+    [t.join(10) for t in threads]
+    return order
+
+
+NOW = time.time()
+BEGAN = [NOW - 1, NOW - 5, NOW - 3, 0.0, NOW - 4]  # arrival order; 0.0: no page (a warm-up), its arrival instead
+
+
+def test_lowerings_and_traces_go_to_the_page_that_began_first():
+    lock = oldest_first.Ordered()
+    order = _in_turn(lambda: lock, BEGAN, lock.waiting)
+    assert order == [NOW - 5, NOW - 4, NOW - 3, NOW - 1, 0.0]
+
+
+def test_with_the_setting_off_they_go_in_order_of_arrival():
+    lock = oldest_first.Ordered()
+    with settings.override(oldest_first=False):
+        order = _in_turn(lambda: lock, BEGAN, lock.waiting)
+    assert order == BEGAN
+
+
+def test_the_holder_enters_again_and_lets_go_once_outside():
+    lock, got = oldest_first.Ordered(), threading.Event()
+    with lock:
+        with lock:
+            pass
+        t = threading.Thread(target=lambda: lock.__enter__() and got.set())
+        t.start()
+        assert not got.wait(0.1)  # still held by the outer block
+    assert got.wait(10)
+
+
+def test_the_devices_line_takes_runs_by_their_pages_start():
+    d = Device(Budget(100 * MIB, 100 * MIB, False, "a test's budget"))
+    order = _in_turn(lambda: d.use(device_bytes=MIB), BEGAN, lambda: d.waiting)
+    assert order == [NOW - 5, NOW - 4, NOW - 3, NOW - 1, 0.0]
+
+
+def test_a_page_from_a_clock_that_runs_ahead_waits_no_longer_than_one_that_just_arrived():
+    with oldest_first.page_began(time.time() + 3600):
+        ahead = oldest_first.key()
+    assert ahead[0] <= time.time()
+
+
+def test_when_a_page_began_travels_with_its_request_but_does_not_make_it_another_request():
+    r = Request.of("attnlab.measure.runs:run", 1)
+    import dataclasses
+
+    assert dataclasses.replace(r, since=NOW).key == r.key
+
+
+def test_the_worker_serves_a_request_as_of_its_pages_start_and_its_compile_pool_too(monkeypatch):
+    """DeviceWorker._compute holds `Request.since` for the entry point's thread, and compile_many's pool threads
+    compile for it with the same start (their lowerings wait in its place)."""
+    from attnlab.measure import compiled
+    from attnlab.service import entries, worker
+
+    seen: list[float] = []
+    monkeypatch.setattr(entries, "get", lambda fn: type("E", (), {"fn": staticmethod(lambda: seen.append(
+        oldest_first.since())), "keep": staticmethod(lambda v: False)}))
+    worker.DeviceWorker("test")._compute(Request("m:f", since=NOW - 7))
+    assert seen == [NOW - 7]
+
+    pooled: list[float] = []
+    monkeypatch.setattr(compiled, "compile_backend", lambda *job: pooled.append(oldest_first.since()))
+    with settings.override(compile_threads=2), oldest_first.page_began(NOW - 9):
+        compiled.compile_many([("a",), ("b",)])
+    assert pooled == [NOW - 9, NOW - 9]
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_pages_requests_carry_when_its_run_began(monkeypatch, ahead):
+    """pages/activity.page_running (app.py, around every page run) marks the run's start; every request the page
+    sends, from its own thread, a waiting thread or asked ahead, carries it."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    from attnlab.service.request import Reply
+    from pages import session_watch
+
+    sent: list[Request] = []
+    monkeypatch.setattr(session_watch.service, "send", lambda r: sent.append(r) or Reply(value="ok"))
+    before = time.time()
+    at = AppTest.from_function(_page, args=(ahead,), default_timeout=30).run()
+    assert not at.exception
+    deadline = time.monotonic() + 10
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent and all(before <= r.since <= time.time() and r.session for r in sent)
+
+
+def _page(ahead: bool):
+    import time
+
+    import streamlit as st
+
+    from pages import activity, common
+
+    with activity.page_running():
+        if ahead:
+            common.ask_ahead("attnlab.yourturn.grade:check", 1)
+            time.sleep(0.5)
+        else:
+            st.write(common.on_device("attnlab.yourturn.grade:check", 1))
