@@ -43,13 +43,18 @@ def page_began(at: float):
         _LOCAL.since = before
 
 
+LEAD_S = 10.0  # the most a page's age puts its work ahead: about one class's move to new shapes (10 s on a GPU)
+
+
 def key() -> tuple[float, int]:
     """This thread's place among waiters now: its page's start (with ATTNLAB_OLDEST_FIRST, else its arrival), then
-    its arrival. A page's start is never later than now (another pod's clock may run ahead)."""
+    its arrival. A page's start counts at most LEAD_S back: a page that keeps asking for a minute (a sweep) goes ahead
+    of work that came up to LEAD_S after each of its requests, not of every page begun since (it would hold the
+    device's line from the class). A page's start is never later than now (another pod's clock may run ahead)."""
     from attnlab.settings import settings
 
     now = time.time()
-    at = min(since() or now, now) if settings().oldest_first else now
+    at = min(max(since() or now, now - LEAD_S), now) if settings().oldest_first else now
     return at, next(_SEQ)
 
 

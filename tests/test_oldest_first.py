@@ -85,6 +85,16 @@ def test_a_page_from_a_clock_that_runs_ahead_waits_no_longer_than_one_that_just_
     assert ahead[0] <= time.time()
 
 
+def test_a_page_that_keeps_asking_goes_ahead_of_work_that_came_at_most_lead_s_after_it():
+    """A sweep's page began a minute ago: its new request goes before one that arrives within LEAD_S of it, not before
+    every page begun since (it would take the device's line from the class for as long as it asks)."""
+    with oldest_first.page_began(time.time() - 60):
+        sweep = oldest_first.key()
+    assert time.time() - oldest_first.LEAD_S - 1 < sweep[0] < time.time() - oldest_first.LEAD_S + 1
+    with oldest_first.page_began(time.time() - 3):
+        assert oldest_first.key() > sweep  # a page begun 3 s ago: behind the sweep's request of now
+
+
 def test_when_a_page_began_travels_with_its_request_but_does_not_make_it_another_request():
     r = Request.of("attnlab.measure.runs:run", 1)
     import dataclasses
