@@ -7,12 +7,13 @@
 When a class moves to new shapes every learner's page asks for new programs at once, and pages served first go on
 to their next page and ask for more. Python's lock (the GIL) takes its threads in no useful order, so a page that
 began first competed with every later page's tracing and lowering, and the class waited for its slowest page.
-Here a request carries the time its page began (`Request.since`), and the work that runs one at a time in the
-worker (lowerings, tracings, and the device's line: `admission.Device`) is taken in that order: a page that began
-first is finished first, and the learners who are already served wait, not the one still waiting.
+Here a request carries the time its page began (`Request.since`), and the work that waits its turn in the worker
+(lowerings and tracings, one at a time; XLA's compiles, as many as `compiled.compile_threads()`; the device's line,
+`admission.Device`) is taken in that order: a page that began first is finished first, and the learners who are
+already served wait, not the one still waiting.
 
-What threading.Lock and Python's queue.PriorityQueue do not do: a lock whose waiters are ordered by a key of the
-thread that waits (its page's start), re-entered by the thread that holds it. ATTNLAB_OLDEST_FIRST=0 orders every
+What threading.Lock, Semaphore and Python's queue.PriorityQueue do not do: a lock (or n places) whose waiters are
+ordered by a key of the thread that waits (its page's start), re-entered by a thread inside. ATTNLAB_OLDEST_FIRST=0 orders every
 waiter by its arrival instead (the A/B's before).
 """
 
@@ -23,6 +24,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections.abc import Callable
 
 _LOCAL = threading.local()
 _SEQ = itertools.count()
@@ -59,36 +61,42 @@ def key() -> tuple[float, int]:
 
 
 class Ordered:
-    """A lock whose waiters are let in by `key()`, smallest first; the holder may enter again."""
+    """Up to `slots()` threads inside at once, waiters let in by `key()`, smallest first; a thread inside may enter
+    again (it takes no second place)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: Callable[[], int] = lambda: 1) -> None:
+        self._slots = slots
         self._cond = threading.Condition()
-        self._holder: int | None = None
-        self._depth = 0
+        self._inside: dict[int, int] = {}  # thread -> how deep it is inside
         self._waiting: list[tuple[float, int]] = []  # a heap of the waiters' keys
 
     def __enter__(self) -> Ordered:
         me = threading.get_ident()
         with self._cond:
-            if self._holder == me:
-                self._depth += 1
+            if me in self._inside:
+                self._inside[me] += 1
                 return self
             mine = key()
             heapq.heappush(self._waiting, mine)
-            self._cond.wait_for(lambda: self._holder is None and self._waiting[0] == mine)
+            self._cond.wait_for(lambda: len(self._inside) < max(1, self._slots()) and self._waiting[0] == mine)
             heapq.heappop(self._waiting)
-            self._holder, self._depth = me, 1
+            self._inside[me] = 1
+            self._cond.notify_all()  # the next waiter may fit too
             return self
 
     def __exit__(self, *exc) -> None:
+        me = threading.get_ident()
         with self._cond:
-            self._depth -= 1
-            if not self._depth:
-                self._holder = None
+            self._inside[me] -= 1
+            if not self._inside[me]:
+                del self._inside[me]
                 self._cond.notify_all()
 
     def waiting(self) -> int:
         return len(self._waiting)
+
+    def inside(self) -> int:
+        return len(self._inside)
 
 
 PYTHON = Ordered()  # lowering and tracing in the device worker (backends.base: lower, trace_error)

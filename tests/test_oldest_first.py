@@ -155,3 +155,49 @@ def _page(ahead: bool):
             time.sleep(0.5)
         else:
             st.write(common.on_device("attnlab.yourturn.grade:check", 1))
+
+
+def test_compiles_go_n_at_a_time_and_the_oldest_pages_get_the_places_first():
+    """compiled._COMPILES: compile_threads() places for every caller's compiles (the pool's and a request's own)."""
+    places = oldest_first.Ordered(lambda: 2)
+    inside, most, order = [0], [0], []
+    guard = threading.Lock()
+
+    def enter():
+        class Inside:
+            def __enter__(self):
+                places.__enter__()
+                with guard:
+                    inside[0] += 1
+                    most[0] = max(most[0], inside[0])
+
+            def __exit__(self, *exc):
+                time.sleep(0.02)
+                with guard:
+                    inside[0] -= 1
+                places.__exit__()
+
+        return Inside()
+
+    held, release = threading.Event(), threading.Event()
+    holders = [threading.Thread(target=lambda: (places.__enter__(), held.set(), release.wait(10), places.__exit__()))
+               for _ in range(2)]
+    [t.start() for t in holders]
+    deadline = time.monotonic() + 10
+    while places.inside() < 2 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    waiters = []
+    for i, at in enumerate(BEGAN):
+        waiters.append(threading.Thread(target=lambda at=at: _enter_as(at, enter, order)))
+        waiters[-1].start()
+        while places.waiting() < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.002)
+    assert places.inside() == 2 and places.waiting() == len(BEGAN)
+    release.set()
+    [t.join(10) for t in holders + waiters]
+    assert most[0] <= 2 and sorted(order[:2]) == [NOW - 5, NOW - 4] and order[-1] == 0.0
+
+
+def _enter_as(at: float, enter, order: list) -> None:
+    with oldest_first.page_began(at), enter():
+        order.append(at)

@@ -171,8 +171,9 @@ class Programs:
                     break
             busy.wait()  # kept, or failed and this thread tries
         try:
-            began = time.perf_counter()
-            compiled = lowered.compile(compiler_options=options)
+            with _COMPILES:  # compile_threads() at once, every caller's together: the oldest page's first
+                began = time.perf_counter()
+                compiled = lowered.compile(compiler_options=options)
             log_span("compile", began, time.perf_counter(), f"{'untuned' if untuned(options) else 'tuned'} {who}")
             with self._lock:
                 self._programs[key] = (who, compiled)
@@ -219,6 +220,7 @@ def compile_threads() -> int:
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_COMPILES = oldest_first.Ordered(compile_threads)  # the pool's threads and a request's own compiles alike
 
 
 def compile_many(jobs: Iterable[tuple]) -> dict[tuple, BaseException | None]:
