@@ -45,7 +45,10 @@ def page_began(at: float):
         _LOCAL.since = before
 
 
-LEAD_S = 10.0  # the most a page's age puts its work ahead: about one class's move to new shapes (10 s on a GPU)
+# the most a page's age puts its work ahead: longer than a class's move to new shapes (about 10 s on a GPU, 10-25 s
+# on a 2-core CPU), whose last pages it is for; 10 s cut the CPU's windows short (one rehearsal: the worker's fault
+# 15.8 s, against 9.9-15.0 s without a bound and 16.8-19.5 s in order of arrival)
+LEAD_S = 30.0
 
 
 def key() -> tuple[float, int]:
