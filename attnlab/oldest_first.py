@@ -46,8 +46,8 @@ def page_began(at: float):
 
 
 # the most a page's age puts its work ahead: longer than a class's move to new shapes (about 10 s on a GPU, 10-25 s
-# on a 2-core CPU), whose last pages it is for; 10 s cut the CPU's windows short (one rehearsal: the worker's fault
-# 15.8 s, against 9.9-15.0 s without a bound and 16.8-19.5 s in order of arrival)
+# on a 2-core CPU), whose last pages it is for: past LEAD_S a first page's requests no longer go before a second
+# page's (with 10 s, one CPU rehearsal's worker fault took 15.8 s: 9.9-15.0 s unbounded, 16.8-19.5 s by arrival)
 LEAD_S = 30.0
 
 
