@@ -16,7 +16,7 @@ from attnlab.service.request import Request
 MIB = 2**20
 
 
-def _in_turn(enter, began: list[float], wait_for, *, hold=None) -> list[float]:
+def _in_turn(enter, began: list[float], wait_for) -> list[float]:
     """Threads whose pages began at `began` (in that order of arrival, each once the one before waits), all entering
     `enter()` while another thread holds it; the order in which they got in, by their pages' start."""
     order: list[float] = []
@@ -45,21 +45,26 @@ def _in_turn(enter, began: list[float], wait_for, *, hold=None) -> list[float]:
     return order
 
 
-NOW = time.time()
-BEGAN = [NOW - 1, NOW - 5, NOW - 3, 0.0, NOW - 4]  # arrival order; 0.0: no page (a warm-up), its arrival instead
+def _began() -> tuple[float, list[float]]:
+    """Now, and the pages' starts in their order of arrival; 0.0: no page (a warm-up), its arrival instead (read
+    at the test's start: a page's age counts at most LEAD_S)."""
+    now = time.time()
+    return now, [now - 1, now - 5, now - 3, 0.0, now - 4]
 
 
 def test_lowerings_and_traces_go_to_the_page_that_began_first():
+    now, began = _began()
     lock = oldest_first.Ordered()
-    order = _in_turn(lambda: lock, BEGAN, lock.waiting)
-    assert order == [NOW - 5, NOW - 4, NOW - 3, NOW - 1, 0.0]
+    order = _in_turn(lambda: lock, began, lock.waiting)
+    assert order == [now - 5, now - 4, now - 3, now - 1, 0.0]
 
 
 def test_with_the_setting_off_they_go_in_order_of_arrival():
+    _, began = _began()
     lock = oldest_first.Ordered()
     with settings.override(oldest_first=False):
-        order = _in_turn(lambda: lock, BEGAN, lock.waiting)
-    assert order == BEGAN
+        order = _in_turn(lambda: lock, began, lock.waiting)
+    assert order == began
 
 
 def test_the_holder_enters_again_and_lets_go_once_outside():
@@ -74,9 +79,10 @@ def test_the_holder_enters_again_and_lets_go_once_outside():
 
 
 def test_the_devices_line_takes_runs_by_their_pages_start():
+    now, began = _began()
     d = Device(Budget(100 * MIB, 100 * MIB, False, "a test's budget"))
-    order = _in_turn(lambda: d.use(device_bytes=MIB), BEGAN, lambda: d.waiting)
-    assert order == [NOW - 5, NOW - 4, NOW - 3, NOW - 1, 0.0]
+    order = _in_turn(lambda: d.use(device_bytes=MIB), began, lambda: d.waiting)
+    assert order == [now - 5, now - 4, now - 3, now - 1, 0.0]
 
 
 def test_a_page_from_a_clock_that_runs_ahead_waits_no_longer_than_one_that_just_arrived():
@@ -96,10 +102,10 @@ def test_a_page_that_keeps_asking_goes_ahead_of_work_that_came_at_most_lead_s_af
 
 
 def test_when_a_page_began_travels_with_its_request_but_does_not_make_it_another_request():
-    r = Request.of("attnlab.measure.runs:run", 1)
     import dataclasses
 
-    assert dataclasses.replace(r, since=NOW).key == r.key
+    r = Request.of("attnlab.measure.runs:run", 1)
+    assert dataclasses.replace(r, since=time.time()).key == r.key
 
 
 def test_the_worker_serves_a_request_as_of_its_pages_start_and_its_compile_pool_too(monkeypatch):
@@ -111,14 +117,15 @@ def test_the_worker_serves_a_request_as_of_its_pages_start_and_its_compile_pool_
     seen: list[float] = []
     monkeypatch.setattr(entries, "get", lambda fn: type("E", (), {"fn": staticmethod(lambda: seen.append(
         oldest_first.since())), "keep": staticmethod(lambda v: False)}))
-    worker.DeviceWorker("test")._compute(Request("m:f", since=NOW - 7))
-    assert seen == [NOW - 7]
+    now = time.time()
+    worker.DeviceWorker("test")._compute(Request("m:f", since=now - 7))
+    assert seen == [now - 7]
 
     pooled: list[float] = []
     monkeypatch.setattr(compiled, "compile_backend", lambda *job: pooled.append(oldest_first.since()))
-    with settings.override(compile_threads=2), oldest_first.page_began(NOW - 9):
+    with settings.override(compile_threads=2), oldest_first.page_began(now - 9):
         compiled.compile_many([("a",), ("b",)])
-    assert pooled == [NOW - 9, NOW - 9]
+    assert pooled == [now - 9, now - 9]
 
 
 @pytest.mark.parametrize("ahead", [False, True])
@@ -159,6 +166,7 @@ def _page(ahead: bool):
 
 def test_compiles_go_n_at_a_time_and_the_oldest_pages_get_the_places_first():
     """compiled._COMPILES: compile_threads() places for every caller's compiles (the pool's and a request's own)."""
+    now, began = _began()
     places = oldest_first.Ordered(lambda: 2)
     inside, most, order = [0], [0], []
     guard = threading.Lock()
@@ -187,17 +195,33 @@ def test_compiles_go_n_at_a_time_and_the_oldest_pages_get_the_places_first():
     while places.inside() < 2 and time.monotonic() < deadline:
         time.sleep(0.002)
     waiters = []
-    for i, at in enumerate(BEGAN):
+    for i, at in enumerate(began):
         waiters.append(threading.Thread(target=lambda at=at: _enter_as(at, enter, order)))
         waiters[-1].start()
         while places.waiting() < i + 1 and time.monotonic() < deadline:
             time.sleep(0.002)
-    assert places.inside() == 2 and places.waiting() == len(BEGAN)
+    assert places.inside() == 2 and places.waiting() == len(began)
     release.set()
     [t.join(10) for t in holders + waiters]
-    assert most[0] <= 2 and sorted(order[:2]) == [NOW - 5, NOW - 4] and order[-1] == 0.0
+    assert most[0] <= 2 and sorted(order[:2]) == [now - 5, now - 4] and order[-1] == 0.0
 
 
 def _enter_as(at: float, enter, order: list) -> None:
     with oldest_first.page_began(at), enter():
         order.append(at)
+
+
+def test_the_request_log_says_how_old_each_requests_page_was(tmp_path):
+    """ATTNLAB_REQUEST_LOG's `page_s`: the page's age when its request ended (None without a page), so a rehearsal's
+    log shows that pages' starts reached the worker across the boundary."""
+    import json
+
+    from attnlab.service import worker
+
+    log = tmp_path / "req.log"
+    w = worker.DeviceWorker("test")
+    with settings.override(request_log=str(log)):
+        w._log(Request("m:f", since=time.time() - 2.5), "kept", time.perf_counter())
+        w._log(Request("m:f"), "kept", time.perf_counter())
+    ages = [json.loads(line)["page_s"] for line in log.read_text().splitlines()]
+    assert 2.5 <= ages[0] < 4 and ages[1] is None

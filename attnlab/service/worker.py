@@ -117,8 +117,10 @@ class DeviceWorker:
         path = settings().request_log
         if not path:
             return
-        line = {"t": time.time(), "worker": self.name, "fn": request.fn.split(":")[-1], "what": request.describe()[:160],
+        line_t = time.time()
+        line = {"t": line_t, "worker": self.name, "fn": request.fn.split(":")[-1], "what": request.describe()[:160],
                 "how": how, "s": round(time.perf_counter() - t0, 4), "timed": request.timed,
+                "page_s": round(line_t - request.since, 3) if request.since else None,  # its page's age as it ended
                 "error": type(error).__name__ if error is not None else None,
                 **{k: round(v, 4) for k, v in (spent or {}).items()}}
         with open(path, "a") as f:
