@@ -12,7 +12,8 @@
 #    (never measured) (CANDIDATES="..." for others: its names; BACKENDS="" for every backend).
 # An A/B's other arm, the rehearsal alone: e.g. SHAPES=0 bash scripts/gpu_turns.sh OUT/off, then
 # SHAPES=0 bash scripts/gpu_turns.sh OUT/on --set-env workers:ATTNLAB_SPARE_DEVICE=1 (the thirty-second session's:
-# deploy/measurements/h100_spare_rehearsal_2026-12-07_32nd/).
+# deploy/measurements/h100_spare_rehearsal_2026-12-07_32nd/), or oldest page first against arrival order:
+# SHAPES=0 bash scripts/gpu_turns.sh OUT/arrival --set-env workers:ATTNLAB_OLDEST_FIRST=0 (docs/design-notes.md).
 # On the GPU machine: `. .te/env.sh && SKIP_TESTS=1 bash scripts/gpu_session.sh $OUT "bash scripts/gpu_turns.sh $OUT"`
 # (about 6 minutes on an H100; carry .whl .te/env.sh .ray/class/rendered.yaml). Here: PYTHON=.venv/bin/python.
 set -o pipefail
