@@ -81,7 +81,13 @@ class Ordered:
                 return self
             mine = key()
             heapq.heappush(self._waiting, mine)
-            self._cond.wait_for(lambda: len(self._inside) < max(1, self._slots()) and self._waiting[0] == mine)
+            try:
+                self._cond.wait_for(lambda: len(self._inside) < max(1, self._slots()) and self._waiting[0] == mine)
+            except BaseException:  # interrupted while waiting: its place goes, or it would stop the line for good
+                self._waiting.remove(mine)
+                heapq.heapify(self._waiting)
+                self._cond.notify_all()
+                raise
             heapq.heappop(self._waiting)
             self._inside[me] = 1
             self._cond.notify_all()  # the next waiter may fit too

@@ -225,3 +225,21 @@ def test_the_request_log_says_how_old_each_requests_page_was(tmp_path):
         w._log(Request("m:f"), "kept", time.perf_counter())
     ages = [json.loads(line)["page_s"] for line in log.read_text().splitlines()]
     assert 2.5 <= ages[0] < 4 and ages[1] is None
+
+
+def test_a_waiter_interrupted_while_waiting_gives_its_place_up():
+    lock = oldest_first.Ordered()
+    calls = [0]
+
+    def slots():  # the waiter's check: the first call raises, as an interrupt would while it waits
+        calls[0] += 1
+        if calls[0] == 1:
+            raise KeyboardInterrupt
+        return 1
+
+    lock._slots = slots
+    with pytest.raises(KeyboardInterrupt):
+        lock.__enter__()
+    assert lock.waiting() == 0 and lock.inside() == 0
+    with lock:  # the next one gets in
+        assert lock.inside() == 1
