@@ -13,8 +13,8 @@ Here a request carries the time its page began (`Request.since`), and the work t
 already served wait, not the one still waiting.
 
 What threading.Lock, Semaphore and Python's queue.PriorityQueue do not do: a lock (or n places) whose waiters are
-ordered by a key of the thread that waits (its page's start), re-entered by a thread inside. ATTNLAB_OLDEST_FIRST=0 orders every
-waiter by its arrival instead (the A/B's before).
+ordered by a key of the thread that waits (its page's start), re-entered by a thread inside.
+ATTNLAB_OLDEST_FIRST=0 orders every waiter by its arrival instead (the A/B's before). Measured: docs/design-notes.md.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def page_began(at: float):
         _LOCAL.since = before
 
 
-# the most a page's age puts its work ahead: longer than a class's move to new shapes (about 10 s on a GPU, 10-25 s
+# the most a page's age puts its work ahead: longer than a class's move to new shapes (about 10 s on a GPU, 10-30 s
 # on a 2-core CPU), whose last pages it is for: past LEAD_S a first page's requests no longer go before a second
-# page's (with 10 s, one CPU rehearsal's worker fault took 15.8 s: 9.9-15.0 s unbounded, 16.8-19.5 s by arrival)
+# page's. Longer, and a page that keeps asking keeps the line from pages begun after it for that long.
 LEAD_S = 30.0
 
 
