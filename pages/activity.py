@@ -1,4 +1,5 @@
-"""Whether learners' pages are running in this server process, so background work (the warm-up) waits for quiet."""
+"""Whether learners' pages are running in this server process, so background work (the warm-up) waits for quiet;
+and when each browser session's page run began, which its requests carry to the device worker (`began`)."""
 
 from __future__ import annotations
 
