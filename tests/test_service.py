@@ -876,6 +876,7 @@ def test_a_worker_names_the_request_on_the_device_and_those_waiting_in_order(mon
     info = worker.info()
     assert (info.running, info.waiting) == (1, 2) and info.in_flight == 4
     assert info.line == (asked[0].key, asked[1].key, asked[2].key) and info.builds == info.building == ()
+    assert info.by_page  # the line is in the pages' order (oldest_first): a page's sentence says a place can move back
     release.set()
     [t.join(10) for t in threads]
     assert worker.info().line == ()

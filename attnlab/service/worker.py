@@ -48,6 +48,7 @@ class WorkerInfo:
     line: tuple[str, ...] = ()  # the requests (keys) on the device's line: the one on it (when `running`), then each waiting
     builds: tuple[str, ...] = ()  # the requests waiting to compile between runs (tuned compiles never overlap a run)
     building: tuple[str, ...] = ()  # the requests compiling now
+    by_page: bool = False  # the line is in order of the pages' starts (oldest_first), not of the requests' arrivals
 
 
 class DeviceWorker:
@@ -153,7 +154,8 @@ class DeviceWorker:
                           len(now.runs), len(self._in_flight), self.served, self.kept_hits,
                           s.busy_s / max(time.monotonic() - s.since, 1e-9), time.monotonic() - self.started,
                           keys(((now.holder,) if now.holder is not None else ()) + now.runs),
-                          tuple(dict.fromkeys(keys(now.builds))), tuple(dict.fromkeys(keys(now.building))))
+                          tuple(dict.fromkeys(keys(now.builds))), tuple(dict.fromkeys(keys(now.building))),
+                          settings().oldest_first)
 
     def drop(self, sessions: list[str]) -> int:
         """`sessions` (browser tabs) ended: each request in flight only they wait for leaves the device's line

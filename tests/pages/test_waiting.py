@@ -37,8 +37,9 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     request's key, in any worker; one not in a line is compiling (issue 42: a place in the line, not a count)."""
     from types import SimpleNamespace
 
-    def Info(running, waiting, line, builds=(), building=()):  # noqa: N802 (a WorkerInfo's fields that place reads)
-        return SimpleNamespace(running=running, waiting=waiting, line=line, builds=builds, building=building)
+    def Info(running, waiting, line, builds=(), building=(), by_page=False):  # noqa: N802 (WorkerInfo's fields place reads)
+        return SimpleNamespace(running=running, waiting=waiting, line=line, builds=builds, building=building,
+                               by_page=by_page)
 
     other = Info(running=1, waiting=1, line=("a", "b"), builds=("p",), building=())
     mine = Info(running=1, waiting=3, line=("c", "d", "e", "mine"))
@@ -54,6 +55,10 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
         "Yours is not in the device's line yet: the worker traces and compiles it first, after 1 request waiting to "
         "compile. The device has 2 runs going and 4 waiting.")
     assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("traces and compiles it first.")
+    # in page order a request begun earlier can come in ahead of this one: the sentence says its place can move back
+    assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"), by_page=True)]) == (
+        "Yours is 2nd in the device's line, behind 1 waiting. Pages begun before yours go first, so one may still take "
+        "a place ahead of it.")
     assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
 
