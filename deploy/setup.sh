@@ -8,12 +8,13 @@
 #
 # DOMAIN: a DNS name you can point at the static IP (the certificate and IAP need one).
 # DOOR=campus: the Cloud Armor campus allowlist instead of IAP (set campus_cidrs in tfvars).
-# TAG: image tag (default v1). GPUS: device workers to start, one per GPU (default 1).
+# TAG: image tag (default: this checkout's commit; a tag is built once and never moved). GPUS: device workers,
+#   one per GPU (default 1 on the first run; a re-run keeps the running cluster's count, 0 after the nightly stop).
 # IAP_CLIENT_ID / IAP_CLIENT_SECRET: your own OAuth client for IAP (learners outside your organisation, or a
 #   project without one). BUDGET=0: no budget alert (on by default). GPUS_OFF_AT: when the GPUs go back to 0
 #   each night (cron; default "0 22 * * *") in GPUS_OFF_TZ (a time zone name such as America/Chicago; default
 #   this machine's own zone; where it is UTC, as in Cloud Shell, the region's: region_tz).
-# Re-running is safe: each step picks up where things are; a new TAG recreates the Ray cluster's pods.
+# Re-running is safe: each step picks up where things are; a new TAG (new code) recreates the Ray cluster's pods.
 # An hour's workshop instead (NOT FOR A CLASS): PROJECT_ID=... bash deploy/setup.sh --quick (see below).
 # Portable: bash 3.2 (macOS's own) or newer, GNU or BSD tools; Cloud Shell has everything it needs.
 set -euo pipefail
@@ -123,6 +124,33 @@ region_tz() {
     asia-southeast1) echo Asia/Singapore ;;
     australia-southeast1) echo Australia/Sydney ;;
   esac
+}
+
+# Whether GPUS of the Ray cluster's GPU worker pods are Ready, looking every 10 s for up to 30 minutes.
+workers_ready() {
+  local i n
+  for i in $(seq 1 180); do
+    n=$(kubectl -n attnlab get pods -l ray.io/cluster=attnlab,ray.io/group=gpu \
+      -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null |
+      grep -c True || true)
+    [ "${n:-0}" -ge "$GPUS" ] && return 0
+    [ $((i % 6)) -eq 0 ] && echo "GPU workers Ready: ${n:-0} of $GPUS (minute $((i / 6)) of 30; a new node and the image's first pull take minutes)"
+    sleep 10
+  done
+  return 1
+}
+
+# The image's tag when TAG is not given: this checkout's commit, and a hash of its uncommitted changes where it has
+# any (v1 outside a git checkout). The pods pull with IfNotPresent, so a node keeps the bytes it pulled for a tag:
+# a tag that moved to new code would leave the UI node on the old build and a GPU node started later on the new.
+# Here new code is a new tag, and an existing tag is never built again (step 2).
+image_tag() {
+  local c
+  c=$(git rev-parse --short=12 HEAD 2>/dev/null) || { echo v1; return; }
+  if ! git diff --quiet HEAD -- 2>/dev/null; then
+    c="$c-$(git diff HEAD -- | git hash-object --stdin | cut -c1-8)"
+  fi
+  echo "$c"
 }
 
 # The IPv4 addresses a name resolves to, with what this machine has (macOS has no getent).
@@ -243,9 +271,11 @@ if [ "${1:-}" = --quick ] || [ "${1:-}" = --quick-down ]; then
 fi
 
 : "${DOMAIN:?set DOMAIN, the DNS name learners will open (e.g. attnlab.example.edu), or use --quick}"
-TAG=${TAG:-v1}
+TAG=${TAG:-$(image_tag)}
 DOOR=${DOOR:-iap}
+GPUS_SET=${GPUS:-}  # the instructor's own count; else a re-run keeps the running cluster's (step 4)
 GPUS=${GPUS:-1}
+case "$GPUS" in *[!0-9]*) echo "GPUS must be a whole number, not '$GPUS'" >&2; exit 2 ;; esac
 case "${UI_REPLICAS:-}" in *[!0-9]*) echo "UI_REPLICAS must be a whole number, not '$UI_REPLICAS'" >&2; exit 2 ;; esac
 GPUS_OFF_AT=${GPUS_OFF_AT:-0 22 * * *}  # the nightly CronJob that sets the GPU workers to 0 ...
 GPUS_OFF_TZ_SET=${GPUS_OFF_TZ:-}  # the instructor's own choice, kept even where it is UTC
@@ -290,6 +320,16 @@ tfbool() { sed -n "s/^$1 *= *\([a-z]*\).*/\1/p" "$TFVARS" | head -1; }  # POSIX 
 SPOT=$(tfbool gpu_spot)
 FALLBACK=$(tfbool gpu_spot_fallback)
 PER_NODE=$(gpus_per_node "$GPU")
+tfnum() { sed -n "s/^$1 *= *\([0-9]*\).*/\1/p" "$TFVARS" | head -1; }
+POOLS=1
+[ "${FALLBACK:-true}" = true ] && POOLS=2  # the Spot pool beside the first, each up to gpu_max_nodes
+MAX_NODES=$(tfnum gpu_max_nodes)
+REACH=$((${MAX_NODES:-4} * PER_NODE * POOLS))  # 4: variables.tf's default
+if [ "$GPUS" -gt "$REACH" ]; then
+  echo "GPUS=$GPUS is more than the GPU pools can hold: gpu_max_nodes x $PER_NODE GPU(s) a node x $POOLS pool(s) = $REACH;" \
+    "raise gpu_max_nodes in terraform.tfvars" >&2
+  exit 2
+fi
 NEED=$(((GPUS + PER_NODE - 1) / PER_NODE * PER_NODE))  # whole nodes: an H200 node brings 8 GPUs
 if [ "${SPOT:-false}" = true ]; then
   gpu_quota "$P" "$R" "$GPU" "$NEED" false true
@@ -340,10 +380,14 @@ PROJECT_NUMBER=$(out project_number)
 # the certificate starts only once DNS points here (up to an hour): say it now, not at the end
 echo "Static IP: $IP. Point a DNS A record for $DOMAIN at it NOW; the certificate waits for it."
 
-step "2/5 Image, with Cloud Build (15-30 min; still no GPU billing)"
-gcloud builds submit --project="$PROJECT" --config=deploy/cloudbuild.yaml \
-  --gcs-source-staging-dir="gs://$BUCKET/source" \
-  --substitutions="_IMAGE=$IMAGE_NAME:$TAG" .
+step "2/5 Image $TAG, with Cloud Build (15-30 min; still no GPU billing)"
+if gcloud artifacts docker images describe "$IMAGE_NAME:$TAG" --project="$PROJECT" >/dev/null 2>&1; then
+  echo "The image $IMAGE_NAME:$TAG is built already: not built again (a tag never moves; new code is a new TAG)"
+else
+  gcloud builds submit --project="$PROJECT" --config=deploy/cloudbuild.yaml \
+    --gcs-source-staging-dir="gs://$BUCKET/source" \
+    --substitutions="_IMAGE=$IMAGE_NAME:$TAG" .
+fi
 
 step "3/5 This class's manifests: deploy/k8s-local (git-ignored; deploy/k8s stays untouched)"
 base=../k8s
@@ -365,7 +409,6 @@ patches:
   - target: {kind: RayCluster, name: attnlab}
     patch: |-
       - {op: replace, path: /spec/workerGroupSpecs/0/template/spec/nodeSelector/cloud.google.com~1gke-accelerator, value: "$ACCELERATOR"}
-      - {op: replace, path: /spec/workerGroupSpecs/0/replicas, value: $GPUS}
   - target: {kind: CronJob, name: attnlab-gpus-off}
     patch: |-
       - {op: replace, path: /spec/schedule, value: "$GPUS_OFF_AT"}
@@ -386,7 +429,7 @@ YAML
   fi
 fi
 
-step "4/5 $GPUS device worker(s), the GPU nodes they need, then the UI (a worker refuses to start unless JAX sees the GPU)"
+step "4/5 The device workers, the GPU nodes they need, then the UI (a worker refuses to start unless JAX sees the GPU)"
 # No `clusters resize`: on a pool spread over several zones it sets the size of every zone (gpu_zones x GPUS
 # nodes), and it never tries the Spot pool. The workers' pods ask for their GPUs; the cluster autoscaler adds
 # the nodes they need, in whichever zone has them, on demand first, then Spot (the compute class).
@@ -456,24 +499,48 @@ if [ -z "$UPGRADE" ]; then
       - {op: remove, path: /spec/upgradeStrategy}
 YAML
 fi
+# The GPU workers: GPUS when given; else, on a re-run, as many as run now (0 after the nightly stop): a re-run to
+# change a setting starts no GPU (an H200 node bills about $85/h until the night's stop). maxReplicas follows:
+# KubeRay holds replicas to it (GetWorkerGroupDesiredReplicas), and it is not in the hash that recreates pods.
+LIVE_GPUS=$(kubectl -n attnlab get raycluster attnlab -o jsonpath='{.spec.workerGroupSpecs[0].replicas}' 2>/dev/null || true)
+case "$LIVE_GPUS" in *[!0-9]* | "") LIVE_GPUS="" ;; esac
+if [ -z "$GPUS_SET" ] && [ -n "$LIVE_GPUS" ]; then
+  GPUS=$LIVE_GPUS
+  echo "GPU workers: $GPUS, as the cluster runs now (GPUS=N to change it; the class-day runbook's step 1 starts them)"
+else
+  echo "GPU workers: $GPUS"
+fi
+cat >> deploy/k8s-local/kustomization.yaml <<YAML
+  - target: {kind: RayCluster, name: attnlab}
+    patch: |-
+      - {op: replace, path: /spec/workerGroupSpecs/0/replicas, value: $GPUS}
+      - {op: replace, path: /spec/workerGroupSpecs/0/maxReplicas, value: $((GPUS > 8 ? GPUS : 8))}
+YAML
 RUNNING=$(kubectl -n attnlab get raycluster attnlab -o jsonpath='{.spec.headGroupSpec.template.spec.containers[0].image}' 2>/dev/null || true)
 if [ -n "$RUNNING" ] && [ "$RUNNING" != "$IMAGE_NAME:$TAG" ]; then
   echo "New image ($RUNNING -> $IMAGE_NAME:$TAG): the Ray cluster is made again (the pages have no GPU for a few minutes)"
   kubectl -n attnlab delete raycluster attnlab --wait=true --timeout=10m
 fi
 kubectl apply -k deploy/k8s-local
-# readyWorkerReplicas, not .status.state: KubeRay sets `ready` once and never takes it back, so after the nightly
-# scale-down (or on a re-run) the state is already `ready` while no GPU pod exists yet
-kubectl -n attnlab wait raycluster/attnlab --for=jsonpath='{.status.readyWorkerReplicas}'="$GPUS" --timeout=30m || {
-  kubectl -n attnlab logs -l ray.io/group=gpu -c gpu-check --tail=30 || true
-  exit 1
-}
+if [ "$GPUS" -gt 0 ]; then
+  # The worker pods themselves, Ready: on any KubeRay (status.readyWorkerReplicas came in 1.2, and .status.state
+  # says `ready` once and never takes it back, so after the nightly stop it says so with no GPU pod there)
+  workers_ready || {
+    echo "Fewer than $GPUS GPU worker pods Ready after 30 minutes (kubectl -n attnlab get pods; events: describe)" >&2
+    kubectl -n attnlab logs -l ray.io/group=gpu -c gpu-check --tail=30 || true
+    exit 1
+  }
+fi
 kubectl -n attnlab rollout status deployment/attnlab --timeout=15m || {
   kubectl -n attnlab logs deployment/attnlab --tail=30 || true
   exit 1
 }
-kubectl -n attnlab exec "$(kubectl -n attnlab get pod -l ray.io/group=gpu -o name | head -1)" -c ray-worker -- \
-  nvidia-smi --query-gpu=name,driver_version --format=csv
+if [ "$GPUS" -gt 0 ]; then
+  kubectl -n attnlab exec "$(kubectl -n attnlab get pod -l ray.io/group=gpu -o name | head -1)" -c ray-worker -- \
+    nvidia-smi --query-gpu=name,driver_version --format=csv
+else
+  echo "No GPU worker runs (0): the pages say the GPUs are off; the class-day runbook's step 1 starts them"
+fi
 
 step "5/5 The door: DNS, then the certificate (set up the day before class, never on the day)"
 if [ "${DNS_WAIT:-1}" != 0 ]; then  # DNS_WAIT=0 skips the wait

@@ -966,7 +966,11 @@ case "$(basename "$0") $*" in
   *"output -raw static_ip"*) echo 203.0.113.9 ;;
   *"output -raw image"*) echo us-central1-docker.pkg.dev/my-project/attnlab/attnlab ;;
   *"get crd rayclusters.ray.io"*) echo "${STUB_CRD_UPGRADE-object}" ;;
+  *"get raycluster attnlab"*"replicas"*) echo "${STUB_LIVE_GPUS:-}" ;;
   *"get raycluster attnlab"*) echo "${STUB_RAY_IMAGE:-}" ;;
+  *"get pods -l ray.io/cluster=attnlab,ray.io/group=gpu"*) i=0
+    while [ "$i" -lt "${STUB_READY_GPUS:-8}" ]; do echo True; i=$((i + 1)); done ;;
+  *"docker images describe"*) [ -n "${STUB_IMAGE_BUILT:-}" ] || exit 1 ;;
   *"get deployment attnlab"*"{.spec.replicas}"*) echo "${STUB_LIVE_UI:-}" ;;
   *"get deployment attnlab"*"ATTNLAB_CLASS_SHAPES"*) echo "${STUB_LIVE_SHAPES:-}" ;;
   *"get deployment attnlab"*"ATTNLAB_IAP_AUDIENCE"*) echo "${STUB_LIVE_AUD:-}" ;;
@@ -1033,14 +1037,16 @@ def test_teardown_deletes_cloud_builds_default_bucket_only_when_the_lab_made_it(
     assert ("left alone: gs://my-project_cloudbuild" in out.stdout) is not deleted
 
 
-def _setup_with_stubs(tmp_path, *args: str, tfvars: str = "", gpu: str = "h100",
+def _setup_with_stubs(tmp_path, *args: str, tfvars: str = "", gpu: str = "h100", before=None,
                       **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
     """setup.sh from a copy of deploy/ (with a tfvars of its own, `tfvars` added), every cloud tool a stub, and
-    `sleep` and `python3` (the DNS check) too."""
+    `sleep` and `python3` (the DNS check) too; `before(folder)` runs on the copy first."""
     shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*",
                                                                               "k8s-local"))
     (tmp_path / "deploy" / "terraform" / "terraform.tfvars").write_text(
         f'project_id = "my-project"\nregion = "us-central1"\ngpu = "{gpu}"\n' + tfvars)
+    if before is not None:
+        before(tmp_path)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for tool in ("gcloud", "kubectl", "terraform", "openssl", "base64", "sleep", "python3"):
@@ -1230,6 +1236,19 @@ def test_the_compute_class_tries_on_demand_then_spot_and_both_pools_carry_it():
     assert _gpu_group()["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == "attnlab-gpu"
     (gpu_config,) = pools[0]["node_config"]
     assert "reservation_affinity" in str(gpu_config)
+
+
+def test_each_gpu_pools_boot_disk_is_one_its_machine_takes():
+    """A3 Ultra (H200) takes Hyperdisk only: a pool made with pd-balanced is accepted empty and its first node
+    fails on class day. Both GPU pools take the GPU's own disk type, and the guide's by-hand H200 pool says it."""
+    gpus = _tf_blocks("locals")[0]["gpus"]
+    assert {name: _tf_value(g["disk_type"]) for name, g in gpus.items()} == {
+        "l4": "pd-balanced", "h100": "pd-balanced", "h200": "hyperdisk-balanced"}
+    resources = _tf_resources()
+    for pool in ("gpu", "gpu_spot"):
+        (config,) = resources[("google_container_node_pool", pool)]["node_config"]
+        assert _tf_value(config["disk_type"]) == "${local.gpu.disk_type}"
+    assert "--disk-type=hyperdisk-balanced" in _readme_section(4)
 
 
 def test_the_nightly_scale_down_sets_the_gpu_workers_to_zero_and_may_do_nothing_else():
@@ -1584,3 +1603,94 @@ def test_only_a_joined_ray_cluster_is_a_hosted_class_whose_gpus_may_be_off():
                                     ("ray", "local", False), ("child", "auto", False)):
         with override(device=device, ray_address=address):
             assert workers.hosted() is hosted, (device, address)
+
+
+def _worker_group(tmp_path) -> dict:
+    (cluster,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "RayCluster"]
+    return cluster["spec"]["workerGroupSpecs"][0]
+
+
+@pytest.mark.parametrize(("env", "replicas", "waits"), [
+    ({}, 1, True),  # the first run: one GPU worker
+    ({"STUB_LIVE_GPUS": "0"}, 0, False),  # a re-run after the nightly stop starts no GPU, and waits for none
+    ({"STUB_LIVE_GPUS": "3"}, 3, True),  # a re-run mid-class keeps the class's GPUs
+    ({"STUB_LIVE_GPUS": "0", "GPUS": "2"}, 2, True),  # GPUS given: the instructor's count
+])
+def test_a_rerun_of_setup_keeps_the_running_clusters_gpu_workers_unless_told(tmp_path, env, replicas, waits):
+    out, calls = _setup_with_stubs(tmp_path, **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _worker_group(tmp_path)["replicas"] == replicas
+    assert any("get pods -l ray.io/cluster=attnlab,ray.io/group=gpu" in c for c in calls) is waits
+    assert any("nvidia-smi" in c for c in calls) is waits
+    if not waits:
+        assert "No GPU worker runs (0)" in out.stdout
+
+
+@pytest.mark.parametrize(("gpus", "tfvars", "gpu", "max_replicas", "stops"), [
+    ("1", "", "h100", 8, False),
+    ("16", "gpu_max_nodes = 8\n", "h100", 16, False),  # 8 on demand + 8 Spot: KubeRay would hold 16 to 8
+    ("16", "gpu_max_nodes = 8\ngpu_spot_fallback = false\n", "h100", None, True),  # one pool of 8
+    ("9", "", "h100", None, True),  # 4 nodes a pool (the default), 2 pools
+    ("16", "gpu_max_nodes = 1\n", "h200", 16, False),  # one 8-GPU node in each pool
+])
+def test_gpus_beyond_eight_raise_the_worker_groups_max_and_beyond_the_pools_stop_before_anything_is_made(
+        tmp_path, gpus, tfvars, gpu, max_replicas, stops):
+    out, calls = _setup_with_stubs(tmp_path, tfvars=tfvars, gpu=gpu, GPUS=gpus, STUB_QUOTA="64.0")
+    assert (out.returncode == 2) is stops, out.stdout + out.stderr
+    if stops:
+        assert "more than the GPU pools can hold" in out.stderr
+        assert not any(c.startswith("terraform") for c in calls)
+    else:
+        assert _worker_group(tmp_path)["replicas"] == int(gpus)
+        assert _worker_group(tmp_path)["maxReplicas"] == max_replicas
+
+
+def test_setup_fails_saying_so_when_the_gpu_workers_never_become_ready(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, GPUS="2", STUB_READY_GPUS="1")
+    assert out.returncode == 1 and "Fewer than 2 GPU worker pods Ready after 30 minutes" in out.stderr
+    assert "GPU workers Ready: 1 of 2" in out.stdout
+    assert not any("rollout status" in c for c in calls)
+
+
+def _git_checkout(folder) -> None:
+    git = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.edu"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "deploy"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+
+
+def _built_tags(calls) -> list[str]:
+    return [c.split("_IMAGE=")[1].split()[0].rsplit(":", 1)[1] for c in calls if "builds submit" in c]
+
+
+def test_the_image_tag_is_the_checkouts_commit_and_new_code_is_a_new_tag(tmp_path):
+    """IfNotPresent keeps a node on the bytes it pulled for a tag: a tag must name one build, never move."""
+    out, calls = _setup_with_stubs(tmp_path, before=_git_checkout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    commit = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert _built_tags(calls) == [commit]
+    (image,) = [d["spec"]["template"]["spec"]["containers"][0]["image"]
+                for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "Deployment"]
+    assert image.endswith(f":{commit}")
+    # an uncommitted change is a tag of its own: the commit's, then the change's hash (the same for the same change)
+    def changed(folder):
+        _git_checkout(folder)
+        with (folder / "deploy" / "setup.sh").open("a") as f:
+            f.write("# changed\n")
+
+    tags = []
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        out, calls = _setup_with_stubs(tmp_path / run, before=changed)
+        assert out.returncode == 0, out.stdout + out.stderr
+        tags += _built_tags(calls)
+    assert all(re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{8}", t) for t in tags), tags
+    assert tags[0][-8:] == tags[1][-8:]
+
+
+def test_a_tag_that_exists_is_never_built_again(tmp_path):
+    out, calls = _setup_with_stubs(tmp_path, TAG="v2", STUB_IMAGE_BUILT="1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not any("builds submit" in c for c in calls)
+    assert "is built already: not built again" in out.stdout

@@ -6,9 +6,10 @@
 
 locals {
   gpus = {
-    l4   = { machine_type = "g2-standard-8", accelerator = "nvidia-l4", count = 1 }
-    h100 = { machine_type = "a3-highgpu-1g", accelerator = "nvidia-h100-80gb", count = 1 }
-    h200 = { machine_type = "a3-ultragpu-8g", accelerator = "nvidia-h200-141gb", count = 8 }
+    l4   = { machine_type = "g2-standard-8", accelerator = "nvidia-l4", count = 1, disk_type = "pd-balanced" }
+    h100 = { machine_type = "a3-highgpu-1g", accelerator = "nvidia-h100-80gb", count = 1, disk_type = "pd-balanced" }
+    # A3 Ultra takes Hyperdisk only: a pd-balanced pool is made, and its first node fails on class day
+    h200 = { machine_type = "a3-ultragpu-8g", accelerator = "nvidia-h200-141gb", count = 8, disk_type = "hyperdisk-balanced" }
   }
   gpu = local.gpus[var.gpu]
 
@@ -377,7 +378,7 @@ resource "google_container_node_pool" "gpu" {
     machine_type = local.gpu.machine_type
     spot         = var.gpu_spot
     disk_size_gb = 200 # the NVIDIA JAX image is several GB
-    disk_type    = "pd-balanced"
+    disk_type    = local.gpu.disk_type
     labels       = { "attnlab/gpu" = var.gpu, "cloud.google.com/compute-class" = "attnlab-gpu" }
 
     taint {
@@ -451,7 +452,7 @@ resource "google_container_node_pool" "gpu_spot" {
     machine_type = local.gpu.machine_type
     spot         = true
     disk_size_gb = 200
-    disk_type    = "pd-balanced"
+    disk_type    = local.gpu.disk_type
     labels       = { "attnlab/gpu" = var.gpu, "cloud.google.com/compute-class" = "attnlab-gpu" }
 
     taint {
