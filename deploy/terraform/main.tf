@@ -502,9 +502,10 @@ resource "google_iap_web_iam_member" "class" {
   depends_on = [google_project_service.apis]
 }
 
-# How long an IAP sign-in lasts before IAP asks for it again (a reauthentication policy at the project's level,
-# DEFAULT: an organisation's own stricter policy still wins). A class's open websocket is not cut when it ends,
-# but the next page load or reconnect goes through Google's sign-in again (deploy/README.md, "IAP sessions").
+# Off by default: with a Google account an IAP session lasts as long as the Google login (IAP's "Managing IAP
+# sessions"); a reauthentication policy only adds a forced sign-in every iap_session_hours, for every IAP app of
+# the project (DEFAULT: an organisation's own stricter policy still wins). The provider cannot delete it: teardown
+# leaves it, and setting the variable back to 0 only forgets it (deploy/README.md, "how long a sign-in lasts").
 resource "google_iap_settings" "session" {
   count = var.class_group != "" && var.iap_session_hours > 0 ? 1 : 0
   name  = "projects/${data.google_project.this.number}/iap_web/compute"

@@ -103,7 +103,7 @@ variable "gpu_spot_fallback" {
 }
 
 variable "iap_session_hours" {
-  description = "Hours an IAP sign-in lasts before IAP asks again (at least a class's length); 0: IAP's own default."
+  description = "0 (default): an IAP sign-in lasts as long as the learner's Google login (IAP's own). N: every user of this project's IAP apps must sign in again after N hours (a reauthentication policy, project-wide, that Terraform cannot remove: teardown leaves it)."
   type        = number
-  default     = 10
+  default     = 0
 }
