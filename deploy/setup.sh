@@ -126,6 +126,16 @@ region_tz() {
   esac
 }
 
+# Whether you may create budgets on billing account $1 (the API quota billed to project $2): the permission
+# Terraform's budget needs, asked of Cloud Billing itself. Listing budgets is not it: a Billing Account Viewer may
+# list them, and Terraform's apply then fails with 403 after it has made the cluster.
+may_create_budgets() {
+  curl -fsS -X POST "https://cloudbilling.googleapis.com/v1/billingAccounts/$1:testIamPermissions" \
+    -H "Authorization: Bearer $(gcloud auth print-access-token)" -H "x-goog-user-project: $2" \
+    -H "Content-Type: application/json" -d '{"permissions": ["billing.budgets.create"]}' 2>/dev/null |
+    grep -q '"billing.budgets.create"'
+}
+
 # Whether GPUS of the Ray cluster's GPU worker pods are Ready, looking every 10 s for up to 30 minutes.
 workers_ready() {
   local i n
@@ -307,7 +317,7 @@ GPU=${GPU:-l4}
 # and before the budget probe below (Billing Budgets) and Terraform's IAP binding (IAP)
 gcloud services enable serviceusage.googleapis.com cloudresourcemanager.googleapis.com iam.googleapis.com \
   compute.googleapis.com container.googleapis.com iap.googleapis.com billingbudgets.googleapis.com \
-  containerfilesystem.googleapis.com --project="$P"
+  cloudbilling.googleapis.com containerfilesystem.googleapis.com --project="$P"
 ME=$(gcloud config get-value account 2>/dev/null)
 ROLES=$(gcloud projects get-iam-policy "$P" --flatten=bindings[].members \
   --filter="bindings.members:$ME" --format='value(bindings.role)' 2>/dev/null || true)
@@ -345,8 +355,7 @@ TF_ARGS=()
 if [ -z "$(tfvar billing_account)" ] && [ "${BUDGET:-1}" != 0 ]; then
   BILLING=$(gcloud billing projects describe "$P" --format='value(billingAccountName)' 2>/dev/null || true)
   BILLING=${BILLING#billingAccounts/}
-  if [ -n "$BILLING" ] && gcloud billing budgets list --billing-account="$BILLING" --billing-project="$P" \
-    --limit=1 >/dev/null 2>&1; then
+  if [ -n "$BILLING" ] && may_create_budgets "$BILLING" "$P"; then
     TF_ARGS+=(-var "billing_account=$BILLING")
     echo "Budget alert: on billing account $BILLING (monthly_budget_usd in tfvars; BUDGET=0 for none)"
   else

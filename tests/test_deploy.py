@@ -968,6 +968,8 @@ case "$(basename "$0") $*" in
   *"get raycluster attnlab"*) echo "${STUB_RAY_IMAGE:-}" ;;
   *"get pods -l ray.io/cluster=attnlab,ray.io/group=gpu"*) i=0
     while [ "$i" -lt "${STUB_READY_GPUS:-8}" ]; do echo True; i=$((i + 1)); done ;;
+  *"billingAccounts/0A0A0A-0B0B0B-0C0C0C:testIamPermissions"*)
+    [ -n "${STUB_BUDGET_VIEWER:-}" ] && echo '{}' || echo '{"permissions": ["billing.budgets.create"]}' ;;
   *"docker images describe"*) [ -n "${STUB_IMAGE_BUILT:-}" ] || exit 1 ;;
   *"get deployment attnlab"*"{.spec.replicas}"*) echo "${STUB_LIVE_UI:-}" ;;
   *"get deployment attnlab"*"ATTNLAB_CLASS_SHAPES"*) echo "${STUB_LIVE_SHAPES:-}" ;;
@@ -1047,7 +1049,7 @@ def _setup_with_stubs(tmp_path, *args: str, tfvars: str = "", gpu: str = "h100",
         before(tmp_path)
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("gcloud", "kubectl", "terraform", "openssl", "base64", "sleep", "python3"):
+    for tool in ("gcloud", "kubectl", "terraform", "openssl", "base64", "sleep", "python3", "curl"):
         (bindir / tool).write_text(STUB)
         (bindir / tool).chmod(0o755)
     log = tmp_path / "calls.log"
@@ -1387,8 +1389,18 @@ def test_setup_enables_the_budget_and_iap_apis_before_probing_the_budget(tmp_pat
     (enable,) = [i for i, c in enumerate(calls) if "services enable" in c]
     for api in ("iap.googleapis.com", "billingbudgets.googleapis.com", "containerfilesystem.googleapis.com"):
         assert api in calls[enable]
-    (probe,) = [i for i, c in enumerate(calls) if "billing budgets list" in c]
-    assert enable < probe and "--billing-project=my-project" in calls[probe]
+    (probe,) = [i for i, c in enumerate(calls) if ":testIamPermissions" in c]
+    assert enable < probe and "x-goog-user-project: my-project" in calls[probe] and "cloudbilling.googleapis.com" in calls[enable]
+
+
+def test_the_budget_probe_asks_for_the_permission_terraform_needs_not_a_viewers(tmp_path):
+    """A Billing Account Viewer may list budgets but not create one: Terraform's apply would fail with 403 after
+    making the cluster. The probe asks Cloud Billing for billing.budgets.create itself."""
+    out, calls = _setup_with_stubs(tmp_path, STUB_BUDGET_VIEWER="1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "NO BUDGET ALERT" in out.stderr
+    assert not any("billing_account=" in c for c in calls if c.startswith("terraform"))
+    assert any('"permissions": ["billing.budgets.create"]' in c for c in calls if c.startswith("curl"))
 
 
 @pytest.mark.parametrize(("running", "recreated"), [("us-central1-docker.pkg.dev/my-project/attnlab/attnlab:v1", True),
