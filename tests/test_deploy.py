@@ -820,6 +820,28 @@ def test_campus_overlay_swaps_iap_for_the_cloud_armor_allowlist(tmp_path):
     assert config["spec"]["securityPolicy"]["name"] == _tf_value(policy["name"])
 
 
+def test_a_campus_with_more_than_ten_ranges_gets_an_allow_rule_for_each_ten(tmp_path):
+    """Cloud Armor matches at most 10 source ranges in a rule: the allow rules are made 10 ranges at a time, each
+    at its own priority, ahead of the last rule's deny."""
+    policy = _tf_resources()[("google_compute_security_policy", "campus")]
+    (dynamic,) = policy["dynamic"]
+    allow = dynamic['"rule"']
+    assert allow["for_each"] == "${chunklist(var.campus_cidrs, 10)}"
+    (content,) = allow["content"]
+    assert _tf_value(content["action"]) == "allow" and content["priority"] == "${1000 + rule.key}"
+    assert content["match"][0]["config"][0]["src_ip_ranges"] == "${rule.value}"
+    (deny,) = policy["rule"]
+    assert _tf_value(deny["action"]) == "deny(403)" and deny["priority"] == 2147483647
+    terraform = _bin("terraform")
+    if terraform is None:
+        pytest.skip("terraform not installed: chunklist not evaluated")
+    ranges = [f'"10.{i}.0.0/16"' for i in range(23)]
+    out = subprocess.run([terraform, "console"], input=f"[for c in chunklist([{', '.join(ranges)}], 10) : length(c)]\n",
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert re.sub(r"\s", "", out.stdout) == "[10,10,3,]"  # 23 ranges: three allow rules
+
+
 # ---------------------------------------------------------------------------------------------
 # Terraform (parsed offline; terraform itself, and its providers, never run here)
 

@@ -528,16 +528,20 @@ resource "google_compute_security_policy" "campus" {
   name        = "attnlab-campus"
   description = "AttnLab: allow the campus network only"
 
-  rule {
-    action   = "allow"
-    priority = 1000
-    match {
-      versioned_expr = "SRC_IPS_V1"
-      config {
-        src_ip_ranges = var.campus_cidrs
+  # a rule matches at most 10 ranges (Cloud Armor's limit): one allow rule for each 10 of them
+  dynamic "rule" {
+    for_each = chunklist(var.campus_cidrs, 10)
+    content {
+      action   = "allow"
+      priority = 1000 + rule.key
+      match {
+        versioned_expr = "SRC_IPS_V1"
+        config {
+          src_ip_ranges = rule.value
+        }
       }
+      description = "campus ${rule.key + 1}"
     }
-    description = "campus"
   }
 
   rule {
