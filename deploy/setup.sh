@@ -497,16 +497,18 @@ if [ "$DOOR" = iap ] && [ -z "${IAP_CLIENT_ID:-}" ] && [ -n "$(kubectl -n attnla
 YAML
 fi
 # KubeRay changes no running pod when its RayCluster changes, unless spec.upgradeStrategy says Recreate (KubeRay
-# 1.6 and newer; an older operator's CRD refuses the field). A new image therefore makes the Ray cluster again
-# here, on any KubeRay, so that the wait below sees the new pods and not the old cluster's "ready".
+# 1.6 and newer; GKE's add-on runs v1.2-v1.5 on GKE 1.31-1.35, whose CRD refuses the field). The overlay adds it
+# where the CRD has it; a new image makes the Ray cluster again below, on any KubeRay, so that the wait sees the
+# new pods and not the old cluster's.
 UPGRADE=$(kubectl get crd rayclusters.ray.io -o jsonpath='{.spec.versions[?(@.name=="v1")].schema.openAPIV3Schema.properties.spec.properties.upgradeStrategy.type}' 2>/dev/null || true)
-if [ -z "$UPGRADE" ]; then
-  echo "This cluster's KubeRay has no spec.upgradeStrategy (older than 1.6): the overlay leaves it out" >&2
+if [ -n "$UPGRADE" ]; then
   cat >> deploy/k8s-local/kustomization.yaml <<YAML
   - target: {kind: RayCluster, name: attnlab}
     patch: |-
-      - {op: remove, path: /spec/upgradeStrategy}
+      - {op: add, path: /spec/upgradeStrategy, value: {type: Recreate}}
 YAML
+else
+  echo "This cluster's KubeRay has no spec.upgradeStrategy (older than 1.6): a new image makes the Ray cluster again" >&2
 fi
 # The GPU workers: GPUS when given; else, on a re-run, as many as run now (0 after the nightly stop): a re-run to
 # change a setting starts no GPU (an H200 node bills about $85/h until the night's stop). maxReplicas follows:

@@ -13,9 +13,10 @@ What Kubernetes and KubeRay would run, translated for one machine and nothing el
   `wait-gcs-ready` init container, `ray health-check`), then runs its own init containers (the GPU gate);
 - a Deployment's container without `command` runs the image's ENTRYPOINT + CMD (read from deploy/Dockerfile),
   with the image's ENV under the manifest's `env` (a Secret's value is made here, as deploy/setup.sh makes it);
-- probes are the manifest's own, and for Ray containers the ones KubeRay injects for Ray >= 2.53: an HTTP GET of
-  `/api/healthz` on the dashboard agent's port (utils/constant.go's defaults: readiness after 10 s every 5 s,
-  timeout 1 s, 10 failures; liveness after 30 s every 5 s, timeout 1 s, 120 failures).
+- probes are the manifest's own; a Ray container without one gets the one KubeRay injects for Ray >= 2.53: an HTTP
+  GET of `/api/healthz` on the dashboard agent's port (utils/constant.go's defaults: readiness after 10 s every 5 s,
+  timeout 1 s, 10 failures; liveness after 30 s every 5 s, timeout 1 s, 120 failures). The manifest sets those
+  same probes itself, so that every KubeRay version runs them (older ones inject `wget` commands instead).
 
 What one machine changes, and only that: every port a pod listens on is a free port of this machine (several pods
 would all want 8501 or 52365), written into the command where the pod's own flag names it; a Service's DNS name is
@@ -314,8 +315,12 @@ class Cluster:
             params = dict(params, **{k: ports[k] for k in RAY_PORTS})
         line = "ulimit -n 65536; " + kuberay_start(params, container.get("resources", {}), head)
         agent = ports["dashboard-agent-listen-port"]
-        probes = [Probe("readiness", "/api/healthz", agent, source="KubeRay", **KUBERAY_READY),
-                  Probe("liveness", "/api/healthz", agent, source="KubeRay", **KUBERAY_LIVE)]
+        # the container's own probes; KubeRay injects one only where the container has none (v1.6.2's, for Ray 2.53+)
+        by_number = {**ports, **{number: ports[name] for name, number in RAY_PORTS.items() if name in ports}}
+        injected = {"readiness": Probe("readiness", "/api/healthz", agent, source="KubeRay", **KUBERAY_READY),
+                    "liveness": Probe("liveness", "/api/healthz", agent, source="KubeRay", **KUBERAY_LIVE)}
+        probes = [Probe.from_manifest(kind, container[f"{kind}Probe"], by_number) if f"{kind}Probe" in container
+                  else probe for kind, probe in injected.items()]
         return Pod(name, ["/bin/bash", "-c", "--", local.address(line)],
                    local.env(image.env, env_of(container, secrets), visible_gpus(container, index)),
                    init, probes, ports, local.folder)

@@ -1360,33 +1360,50 @@ def _closed(schema):
     return out
 
 
-# KubeRay v1.6.2's RayCluster CRD, kept in the checkout (tests/schemas/README.md): found only beside a checkout in
-# the workplace's shared/, the check skipped in a clone elsewhere (CI's)
-KUBERAY_CRD = REPO / "tests" / "schemas" / "ray.io_rayclusters.v1.6.2.yaml.gz"
+# KubeRay's RayCluster CRDs, kept in the checkout (tests/schemas/README.md): v1.2.2 to v1.5.2, what GKE's Ray add-on
+# runs on GKE 1.31 to 1.35, and v1.6.2
+KUBERAY_VERSIONS = ("v1.2.2", "v1.3.2", "v1.4.2", "v1.5.2", "v1.6.2")
 
 
-def _kuberay_crd() -> str:
+def _kuberay_crd(version: str = "v1.6.2") -> str:
     import gzip
 
-    return gzip.decompress(KUBERAY_CRD.read_bytes()).decode()
+    return gzip.decompress((REPO / "tests" / "schemas" / f"ray.io_rayclusters.{version}.yaml.gz").read_bytes()).decode()
 
 
-def test_raycluster_matches_kuberays_crd_schema():
+def _crd_validator(version: str):
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema comes with ray")
-    crd = yaml.safe_load(_kuberay_crd())
+    crd = yaml.safe_load(_kuberay_crd(version))
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    validator = jsonschema.Draft7Validator(_closed(v1["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(_closed(v1["schema"]["openAPIV3Schema"]))
+
+
+@pytest.mark.parametrize("version", KUBERAY_VERSIONS)
+def test_raycluster_matches_the_crd_of_every_kuberay_gkes_add_on_runs(version):
+    """`kubectl apply -k deploy/k8s` (section 4, by hand) refuses a field the cluster's CRD lacks: the base manifest
+    validates against each KubeRay GKE's add-on runs (v1.2 on GKE 1.31 to v1.5 on 1.35) and v1.6.2."""
+    validator = _crd_validator(version)
     (cluster,) = [d for d in _rendered(K8S) if d["kind"] == "RayCluster"]
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(cluster)]
     assert not errors, errors
-    # a new image tag recreates the Ray pods (KubeRay >= 1.6); the schema says which values exist
-    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
-    # the check can fail: an unknown strategy and a misspelt field are both refused
+    # the check can fail: a misspelt field is refused by every version, and v1.6's field by the older ones
     wrong = json.loads(json.dumps(cluster))
-    wrong["spec"]["upgradeStrategy"]["type"] = "RollingUpdate"
     wrong["spec"]["workerGroupSpecs"][0]["replica"] = 1
+    wrong["spec"]["upgradeStrategy"] = {"type": "Recreate"}
     messages = " ".join(e.message for e in validator.iter_errors(wrong))
-    assert "RollingUpdate" in messages and "replica" in messages
+    assert "replica" in messages and ("upgradeStrategy" in messages) is (version < "v1.6")
+
+
+def test_setups_overlay_with_upgrade_strategy_matches_kuberay_16s_crd(tmp_path):
+    out, _ = _setup_with_stubs(tmp_path, STUB_CRD_UPGRADE="object")
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cluster,) = [d for d in _rendered(tmp_path / "deploy" / "k8s-local") if d["kind"] == "RayCluster"]
+    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
+    validator = _crd_validator("v1.6.2")
+    assert not [e.message for e in validator.iter_errors(cluster)]
+    wrong = json.loads(json.dumps(cluster))
+    wrong["spec"]["upgradeStrategy"]["type"] = "RollingUpdate"  # the schema says which values exist
+    assert "RollingUpdate" in " ".join(e.message for e in validator.iter_errors(wrong))
 
 
 def test_image_streaming_has_its_api_and_the_node_accounts_role():

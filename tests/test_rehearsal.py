@@ -5,6 +5,7 @@ targets in seconds are the benchmark's)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -56,8 +57,27 @@ def test_ray_containers_run_the_ray_start_kuberay_generates_from_the_manifest(cl
     assert " --num-gpus=1 " in worker and " --num-cpus=4 " in worker  # the CPU request (no limit), as KubeRay reads it
     agent = cluster.workers[0].ports["dashboard-agent-listen-port"]
     assert f" --dashboard-agent-listen-port={agent} " in worker
-    assert [(p.kind, p.path, p.port, p.source) for p in cluster.workers[0].probes] == [
-        ("readiness", "/api/healthz", agent, "KubeRay"), ("liveness", "/api/healthz", agent, "KubeRay")]
+    # the manifest's own probes, as KubeRay v1.6 would inject them (older operators inject wget commands instead)
+    for pod in (cluster.head, cluster.workers[0]):
+        agent = pod.ports["dashboard-agent-listen-port"]
+        assert [(p.kind, p.path, p.port, p.source) for p in pod.probes] == [
+            ("readiness", "/api/healthz", agent, "manifest"), ("liveness", "/api/healthz", agent, "manifest")]
+        ready, live = pod.probes
+        assert dataclasses.asdict(ready) == dict(kind="readiness", path="/api/healthz", port=agent, source="manifest",
+                                                 **cluster_pods.KUBERAY_READY)
+        assert dataclasses.asdict(live) == dict(kind="liveness", path="/api/healthz", port=agent, source="manifest",
+                                                **cluster_pods.KUBERAY_LIVE)
+
+
+def test_a_ray_container_without_probes_of_its_own_gets_the_ones_kuberay_injects(tmp_path):
+    docs = _docs()
+    (rc,) = [d for d in docs if d["kind"] == "RayCluster"]
+    worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    del worker["livenessProbe"]  # KubeRay fills each probe that is missing, one by one
+    pods = cluster_pods.Cluster.from_manifests(docs, cluster_pods.Image.read(ROOT / "deploy" / "Dockerfile"), ui=1,
+                                               workers=1, root=tmp_path, fake_gpus=True, cookie_secret="s")
+    assert [(p.kind, p.source) for p in pods.workers[0].probes] == [("readiness", "manifest"), ("liveness", "KubeRay")]
+    assert [p.source for p in pods.head.probes] == ["manifest", "manifest"]
 
 
 def test_ui_replicas_run_the_images_command_with_the_deployments_env_and_probes(cluster):
