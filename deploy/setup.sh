@@ -194,24 +194,29 @@ if [ "${1:-}" = --quick ] || [ "${1:-}" = --quick-down ]; then
   # the LoadBalancer Service's forwarding rule (GKE names the Service in the rule's description)
   quick_rules() {
     gcloud compute forwarding-rules list --project="$P" --filter='description~attnlab-quick/attnlab' \
-      --format='value(name)' 2>/dev/null || true
+      --format='value(name,region.basename())' 2>/dev/null || true
   }
   if [ "$1" = --quick-down ]; then
-    # The Service first, so that GKE's controller removes its load balancer while the cluster is still there
-    if gcloud container clusters describe "$QUICK_CLUSTER" --location="$ZONE" --project="$P" >/dev/null 2>&1; then
-      gcloud container clusters get-credentials "$QUICK_CLUSTER" --location="$ZONE" --project="$P"
+    # The cluster wherever it is (the ZONE given to --quick may not be this shell's), then its Service first, so
+    # that GKE's controller removes its load balancer while the cluster is still there
+    AT=$(gcloud container clusters list --project="$P" --filter="name=$QUICK_CLUSTER" --format='value(location)' \
+      2>/dev/null | head -1 || true)
+    if [ -n "$AT" ]; then
+      gcloud container clusters get-credentials "$QUICK_CLUSTER" --location="$AT" --project="$P"
       kubectl -n attnlab-quick delete service attnlab --ignore-not-found --wait=true --timeout=10m || true
       for _ in $(seq 60); do
         [ -z "$(quick_rules)" ] && break
         echo "waiting for the load balancer's forwarding rule to go"
         sleep 5
       done
-      gcloud container clusters delete "$QUICK_CLUSTER" --location="$ZONE" --project="$P" --quiet
+      gcloud container clusters delete "$QUICK_CLUSTER" --location="$AT" --project="$P" --quiet
+    else
+      echo "No cluster $QUICK_CLUSTER in project $P (gcloud container clusters list): nothing to delete there"
     fi
     LEFT=$(quick_rules)
     if [ -n "$LEFT" ]; then
-      printf 'STILL THERE (forwarding rules of attnlab-quick/attnlab; they bill):\n%s\n' "$LEFT"
-      echo "delete them: gcloud compute forwarding-rules delete NAME --region=${ZONE%-*} --project=$P"
+      printf 'STILL THERE (forwarding rules of attnlab-quick/attnlab, name and region; they bill):\n%s\n' "$LEFT"
+      echo "delete each: gcloud compute forwarding-rules delete NAME --region=REGION --project=$P"
       exit 1
     fi
     echo "Removed $QUICK_CLUSTER: its node, and no forwarding rule of its load balancer is left."

@@ -14,6 +14,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 TF=(terraform -chdir=deploy/terraform)
+# a checkout with the state but without .terraform/ (a fresh clone, the state copied in): output and destroy need init
+if [ -f deploy/terraform/terraform.tfstate ]; then "${TF[@]}" init -input=false >/dev/null || true; fi
 tf_out() { "${TF[@]}" output -raw "$1" 2>/dev/null; }
 PROJECT=${PROJECT_ID:-$(tf_out project_id)}
 ZONE=${ZONE:-$(tf_out zone)}
@@ -45,6 +47,8 @@ else  # set up by hand (the guide's manual path)
   gcloud container clusters delete "$CLUSTER" --location="$ZONE" "${G[@]}" || true
   gcloud compute addresses delete attnlab-ip --global "${G[@]}" || true
   gcloud artifacts repositories delete attnlab --location="${REGION:-us-central1}" "${G[@]}" || true
+  gcloud compute security-policies delete attnlab-campus "${G[@]}" || true  # DOOR=campus's Cloud Armor policy
+  gcloud storage rm --recursive "gs://${PROJECT}-${CLUSTER}-build" "${G[@]}" || true
 fi
 
 step "3/4 Cloud Build's default bucket: only if the lab made it (labelled attnlab=setup)"
@@ -82,6 +86,7 @@ check "reserved addresses" compute addresses list
 check "forwarding rules" compute forwarding-rules list
 check "Artifact Registry repositories" artifacts repositories list
 check "storage buckets" storage buckets list
+check "Cloud Armor policies" compute security-policies list
 if [ "$left" = 0 ]; then
   echo "Nothing that bills is left."
 else

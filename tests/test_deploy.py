@@ -1009,6 +1009,8 @@ case "$(basename "$0") $*" in
   *"get service attnlab"*"ingress"*) echo 203.0.113.7 ;;
   *"exec -i"*) cat > /dev/null ;;
   *"clusters describe attnlab-quick"*) exit 1 ;;
+  *"clusters list"*"name=attnlab-quick"*) echo "${STUB_QUICK_AT:-}" ;;
+  *"state list"*) [ -z "${STUB_NO_STATE:-}" ] || exit 1 ;;
 esac
 exit 0
 """
@@ -1569,21 +1571,19 @@ def test_quick_down_removes_the_load_balancer_before_the_cluster_and_checks_its_
 
 
 def test_quick_down_deletes_the_service_first_when_the_cluster_is_there(tmp_path):
-    # a stub gcloud for which the quick cluster exists
-    out, calls = _setup_with_stubs(tmp_path, "--quick", PROJECT_ID="my-project")  # makes bin/ and the copy
-    gcloud = tmp_path / "bin" / "gcloud"
-    gcloud.write_text(gcloud.read_text().replace('  *"clusters describe attnlab-quick"*) exit 1 ;;\n', ""))
-    log = tmp_path / "calls.log"
-    log.write_text("")
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
-           "PROJECT_ID": "my-project"}
-    done = subprocess.run(["bash", str(tmp_path / "deploy" / "setup.sh"), "--quick-down"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    calls = log.read_text().splitlines()
+    # the quick cluster was made in another zone than this shell's ZONE (us-central1-a by default): found anyway
+    out, calls = _setup_with_stubs(tmp_path, "--quick-down", PROJECT_ID="my-project", STUB_QUICK_AT="us-east4-a")
+    assert out.returncode == 0, out.stdout + out.stderr
     order = [next(i for i, c in enumerate(calls) if f in c)
              for f in ("delete service attnlab", "forwarding-rules list", "clusters delete attnlab-quick")]
     assert order == sorted(order)
+    (delete,) = [c for c in calls if "clusters delete attnlab-quick" in c]
+    assert "--location=us-east4-a" in delete
+    # none anywhere: said, not passed over in silence; a rule left is listed with its own region
+    out, calls = _setup_with_stubs(tmp_path / "none", "--quick-down", PROJECT_ID="my-project", STUB_LEFT_RULE="a1b2c3")
+    assert "No cluster attnlab-quick in project my-project" in out.stdout and out.returncode == 1
+    assert "region.basename()" in next(c for c in calls if "forwarding-rules list" in c)
+    assert "--region=REGION" in out.stdout
 
 
 def test_quick_mode_retries_a_503_offers_spot_and_streams_nothing(tmp_path):
@@ -1746,3 +1746,50 @@ def test_a_tag_that_exists_is_never_built_again(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert not any("builds submit" in c for c in calls)
     assert "is built already: not built again" in out.stdout
+
+
+def _teardown_copy(tmp_path, state: bool, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """teardown.sh from a copy of deploy/ (with a Terraform state file or none), every cloud tool a stub."""
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*"))
+    if state:
+        (tmp_path / "deploy" / "terraform" / "terraform.tfstate").write_text("{}")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("gcloud", "kubectl", "terraform"):
+        (bindir / tool).write_text(STUB)
+        (bindir / tool).chmod(0o755)
+    log = tmp_path / "calls.log"
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path), **extra_env}
+    out = subprocess.run(["bash", str(tmp_path / "deploy" / "teardown.sh")], env=env, capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    return out, log.read_text().splitlines()
+
+
+def test_teardown_initialises_terraform_where_a_state_was_copied_into_a_fresh_checkout(tmp_path):
+    """`terraform destroy` in a checkout without .terraform/ stops with 'Please run terraform init', and the
+    gcloud fallback never runs: everything would keep billing."""
+    out, calls = _teardown_copy(tmp_path, state=True)
+    tf = [c for c in calls if c.startswith("terraform")]
+    init = next(i for i, c in enumerate(tf) if " init " in f"{c} ")
+    assert init < next(i for i, c in enumerate(tf) if " destroy " in c)
+    assert init < next(i for i, c in enumerate(tf) if " output " in c)  # the project, zone and cluster come after
+
+
+def test_teardown_without_terraform_state_removes_the_campus_policy_and_the_build_bucket_and_checks_cloud_armor(tmp_path):
+    out, calls = _teardown_copy(tmp_path, state=False, STUB_NO_STATE="1", PROJECT_ID="my-project", ZONE="us-central1-a",
+                                CLUSTER="attnlab")
+    assert not any(c.startswith("terraform") and " destroy " in c for c in calls)
+    assert any("security-policies delete attnlab-campus" in c for c in calls)
+    assert any("storage rm --recursive gs://my-project-attnlab-build" in c for c in calls)
+    assert any("security-policies list" in c for c in calls) and "none: Cloud Armor policies" in out.stdout
+
+
+def test_the_runbook_names_the_cluster_and_zone_before_its_commands_use_them():
+    """setup.sh's CLUSTER and ZONE live only in its own process: the class-day runbook, run in a new shell, sets them
+    from Terraform's outputs before its first `$CLUSTER` (step 3's maintenance exclusion failed with 'NAME: Must be
+    specified'); its example dates are placeholders, not a past day."""
+    runbook = _readme_section(6)
+    defined = runbook.index("CLUSTER=$(terraform -chdir=deploy/terraform output -raw cluster)")
+    assert "ZONE=$(terraform -chdir=deploy/terraform output -raw zone)" in runbook
+    assert defined < runbook.index("$CLUSTER ") and defined < runbook.index("=$ZONE")
+    assert not re.search(r"maintenance-exclusion-start=20\d\d-", runbook)
