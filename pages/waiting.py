@@ -88,7 +88,7 @@ def place(key: str, infos) -> str:
             if ahead < 0:
                 return "Yours holds the device now."
             before = [b for b in (holds, ahead and f"{ahead}{' more' if holds else ''} waiting") if b]
-            order = " Pages begun before yours go first, so one may still take a place ahead of it." * info.by_page
+            order = " Requests from pages opened before yours go first, so your place can still move back." * info.by_page
             return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
                 f", behind {' and '.join(before)}." if before else ", next to go.") + order
         if key in info.builds:

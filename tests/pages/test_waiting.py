@@ -57,8 +57,8 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("traces and compiles it first.")
     # in page order a request begun earlier can come in ahead of this one: the sentence says its place can move back
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"), by_page=True)]) == (
-        "Yours is 2nd in the device's line, behind 1 waiting. Pages begun before yours go first, so one may still take "
-        "a place ahead of it.")
+        "Yours is 2nd in the device's line, behind 1 waiting. Requests from pages opened before yours go first, so your "
+        "place can still move back.")
     assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
 
