@@ -88,7 +88,8 @@ def place(key: str, infos) -> str:
             if ahead < 0:
                 return "Yours holds the device now."
             before = [b for b in (holds, ahead and f"{ahead}{' more' if holds else ''} waiting") if b]
-            order = " Requests from pages opened before yours go first, so your place can still move back." * info.by_page
+            order = info.by_page * (" Requests from pages opened before yours go first, so your place can still "
+                                    "move back.")
             return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
                 f", behind {' and '.join(before)}." if before else ", next to go.") + order
         if key in info.builds:
