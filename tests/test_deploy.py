@@ -1016,7 +1016,16 @@ exit 0
 """
 
 
-def _teardown_with_stubs(tmp_path, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _teardown_with_stubs(tmp_path, copy: bool = False, state: bool = False,
+                         **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """teardown.sh with every cloud tool a stub; `copy`: from a copy of deploy/, with a Terraform state file when
+    `state`."""
+    script = DEPLOY / "teardown.sh"
+    if copy:
+        shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*"))
+        if state:
+            (tmp_path / "deploy" / "terraform" / "terraform.tfstate").write_text("{}")
+        script = tmp_path / "deploy" / "teardown.sh"
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for tool in ("gcloud", "kubectl", "terraform"):
@@ -1029,9 +1038,7 @@ def _teardown_with_stubs(tmp_path, **extra_env) -> tuple[subprocess.CompletedPro
         "HOME": str(tmp_path),
         **extra_env,
     }
-    out = subprocess.run(
-        ["bash", str(DEPLOY / "teardown.sh")], env=env, capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     return out, log.read_text().splitlines()
 
 
@@ -1748,27 +1755,10 @@ def test_a_tag_that_exists_is_never_built_again(tmp_path):
     assert "is built already: not built again" in out.stdout
 
 
-def _teardown_copy(tmp_path, state: bool, **extra_env) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """teardown.sh from a copy of deploy/ (with a Terraform state file or none), every cloud tool a stub."""
-    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("measurements", ".terraform*"))
-    if state:
-        (tmp_path / "deploy" / "terraform" / "terraform.tfstate").write_text("{}")
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for tool in ("gcloud", "kubectl", "terraform"):
-        (bindir / tool).write_text(STUB)
-        (bindir / tool).chmod(0o755)
-    log = tmp_path / "calls.log"
-    env = {"PATH": f"{bindir}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path), **extra_env}
-    out = subprocess.run(["bash", str(tmp_path / "deploy" / "teardown.sh")], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path)
-    return out, log.read_text().splitlines()
-
-
 def test_teardown_initialises_terraform_where_a_state_was_copied_into_a_fresh_checkout(tmp_path):
     """`terraform destroy` in a checkout without .terraform/ stops with 'Please run terraform init', and the
     gcloud fallback never runs: everything would keep billing."""
-    out, calls = _teardown_copy(tmp_path, state=True)
+    out, calls = _teardown_with_stubs(tmp_path, copy=True, state=True)
     tf = [c for c in calls if c.startswith("terraform")]
     init = next(i for i, c in enumerate(tf) if " init " in f"{c} ")
     assert init < next(i for i, c in enumerate(tf) if " destroy " in c)
@@ -1776,7 +1766,7 @@ def test_teardown_initialises_terraform_where_a_state_was_copied_into_a_fresh_ch
 
 
 def test_teardown_without_terraform_state_removes_the_campus_policy_and_the_build_bucket_and_checks_cloud_armor(tmp_path):
-    out, calls = _teardown_copy(tmp_path, state=False, STUB_NO_STATE="1", PROJECT_ID="my-project", ZONE="us-central1-a",
+    out, calls = _teardown_with_stubs(tmp_path, copy=True, STUB_NO_STATE="1", PROJECT_ID="my-project", ZONE="us-central1-a",
                                 CLUSTER="attnlab")
     assert not any(c.startswith("terraform") and " destroy " in c for c in calls)
     assert any("security-policies delete attnlab-campus" in c for c in calls)
