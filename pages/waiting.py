@@ -99,8 +99,11 @@ def place(key: str, infos) -> str:
             return "Yours is compiling its programs (between runs); then it takes its place in the device's line."
     busy = [i for i in infos if i.running or i.waiting]
     going, n = "", sum(i.running for i in busy)
-    if busy:
-        going = f" The device has {n} run{'s' * (n != 1)} going and {sum(i.waiting for i in busy)} waiting."
+    w = sum(i.waiting for i in busy)
+    if busy and n:
+        going = f" The device has {n} run{'s' * (n != 1)} going and {w} waiting."
+    elif busy:  # between two runs: none going ("0 runs going" read as a fault)
+        going = f" {w} run{'s' * (w != 1)} wait{'s' * (w == 1)} to start on the device."
     waits = len({k for i in infos for k in i.builds})  # compiles ahead of it (a compile thread may be all it lacks)
     return ("Yours is not in the device's line yet: the worker traces and compiles it first" +
             (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + going)

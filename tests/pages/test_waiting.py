@@ -55,6 +55,10 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
         "Yours is not in the device's line yet: the worker traces and compiles it first, after 1 request waiting to "
         "compile. The device has 2 runs going and 4 waiting.")
     assert waiting.place("z", [Info(running=0, waiting=0, line=())]).endswith("traces and compiles it first.")
+    # between two runs none is going: said so, not as "0 runs going"
+    assert waiting.place("z", [Info(running=0, waiting=1, line=("x",))]).endswith(
+        "compiles it first. 1 run waits to start on the device.")
+    assert waiting.place("z", [Info(running=0, waiting=3, line=("x", "y", "w"))]).endswith(" 3 runs wait to start on the device.")
     # in page order a request begun earlier can come in ahead of this one: the sentence says its place can move back
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"), by_page=True)]) == (
         "Yours is 2nd in the device's line, behind 1 waiting. Requests from pages opened before yours go first, so your "
