@@ -150,15 +150,21 @@ workers_ready() {
   return 1
 }
 
-# The image's tag when TAG is not given: this checkout's commit, and a hash of its uncommitted changes where it has
-# any (v1 outside a git checkout). The pods pull with IfNotPresent, so a node keeps the bytes it pulled for a tag:
-# a tag that moved to new code would leave the UI node on the old build and a GPU node started later on the new.
-# Here new code is a new tag, and an existing tag is never built again (step 2).
+# The image's tag when TAG is not given: this checkout's commit and, where the files Cloud Build uploads (every file
+# .gitignore leaves, committed or not) differ from it, the first 8 digits of their git tree (v1 outside a git
+# checkout). The tree is written through a copy of the index, so the checkout's own is untouched. The pods pull with
+# IfNotPresent, so a node keeps the bytes it pulled for a tag: a tag that moved to new code would leave the UI node
+# on the old build and a GPU node started later on the new. Here new code is a new tag, and an existing tag is never
+# built again (step 2).
 image_tag() {
-  local c
+  local c index tree
   c=$(git rev-parse --short=12 HEAD 2>/dev/null) || { echo v1; return; }
-  if ! git diff --quiet HEAD -- 2>/dev/null; then
-    c="$c-$(git diff HEAD -- | git hash-object --stdin | cut -c1-8)"
+  index=$(mktemp)
+  cp "$(git rev-parse --git-dir)/index" "$index" 2>/dev/null || true
+  tree=$(GIT_INDEX_FILE=$index git add -A . >/dev/null 2>&1 && GIT_INDEX_FILE=$index git write-tree 2>/dev/null) || tree=""
+  rm -f "$index"
+  if [ -n "$tree" ] && [ "$tree" != "$(git rev-parse 'HEAD^{tree}')" ]; then
+    c="$c-$(printf '%s' "$tree" | cut -c1-8)"
   fi
   echo "$c"
 }

@@ -1714,7 +1714,8 @@ def test_setup_fails_saying_so_when_the_gpu_workers_never_become_ready(tmp_path)
 def _git_checkout(folder) -> None:
     git = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.edu"]
     subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "deploy"], check=True)
+    (folder / ".gitignore").write_text("/bin/\n/calls.log\n/deploy/k8s-local/\n")  # the stubs', as the project's own
+    subprocess.run([*git, "add", "deploy", ".gitignore"], check=True)
     subprocess.run([*git, "commit", "-qm", "c"], check=True)
 
 
@@ -1746,6 +1747,19 @@ def test_the_image_tag_is_the_checkouts_commit_and_new_code_is_a_new_tag(tmp_pat
         tags += _built_tags(calls)
     assert all(re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{8}", t) for t in tags), tags
     assert tags[0][-8:] == tags[1][-8:]
+    # a new file not yet committed is uploaded by Cloud Build too: it makes a tag of its own, and the index is untouched
+    def new_file(folder):
+        _git_checkout(folder)
+        (folder / "deploy" / "new_page.py").write_text("print('new')\n")
+
+    (tmp_path / "c").mkdir()
+    out, calls = _setup_with_stubs(tmp_path / "c", before=new_file)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (tag,) = _built_tags(calls)
+    assert re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{8}", tag), tag
+    status = subprocess.run(["git", "-C", str(tmp_path / "c"), "status", "--porcelain"], capture_output=True,
+                            text=True, check=True).stdout
+    assert "?? deploy/new_page.py" in status  # still untracked: the checkout's own index was not written
 
 
 def test_a_tag_that_exists_is_never_built_again(tmp_path):
