@@ -51,17 +51,24 @@ def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | N
     """
     asked = st.session_state.get(f"asked_{key}")
     seconds = common.on_device(cost.timing_seconds, tuple(timing[0]), *timing[1:]) if timing is not None else 0.0
-    if auto or asked == params:
-        if seconds >= waiting.SAY_S:  # while it runs, the spinner below counts up to it
-            st.caption(f"⏳ The lab's cost model puts this at about {seconds:,.0f} s here (its FLOPs at the rate naive "
-                       "attention reaches on this device).")
-        return True
-    note = waiting.long_work_note(seconds)
-    if note:
-        st.warning(note)
-    if st.button(label, key=f"btn_{key}", type="primary", help=help):
-        st.session_state[f"asked_{key}"] = params
-        return True
+    # the same places on the page in every run, asked or not: one for the button, the estimate or nothing, one for
+    # the result. The run after a click draws no button; without these every later element moved up by one while the
+    # click's run's result (a spinner's caption) stayed below, faded, where the next section's heading belongs
+    # (Streamlit keeps a run's elements until each place is drawn again; seen in a browser as two contradicting
+    # places in the device's line), and the first click moved the next heading's place to the spinner's.
+    with st.empty().container():
+        if auto or asked == params:
+            if seconds >= waiting.SAY_S:  # while it runs, the spinner below counts up to it
+                st.caption(f"⏳ The lab's cost model puts this at about {seconds:,.0f} s here (its FLOPs at the rate "
+                           "naive attention reaches on this device).")
+            return True
+        note = waiting.long_work_note(seconds)
+        if note:
+            st.warning(note)
+        if st.button(label, key=f"btn_{key}", type="primary", help=help):
+            st.session_state[f"asked_{key}"] = params
+            return True
+    st.empty()  # the place its result takes (`waiting.fresh`) once asked: what follows keeps its place as it runs
     return False
 
 

@@ -259,3 +259,33 @@ def test_a_pages_later_elements_keep_their_places_whether_its_wait_was_long_or_s
         paths[seconds] = [tuple(m.metadata.delta_path) for m in screen.sent
                           if m.delta.WhichOneof("type") == "new_element" and "after" in str(m.delta.new_element)]
     assert paths[1.0] and paths[1.0] == paths[0.0]
+
+
+def _asked_page():
+    import streamlit as st
+
+    from pages import sections, waiting
+
+    st.subheader("Before")
+    if sections.on_demand("t_demo", "Run it", 1):
+        with waiting.fresh():
+            st.write("result")
+    st.subheader("Next section")
+
+
+def test_what_follows_an_asked_computation_keeps_its_place_before_during_and_after_the_click():
+    """sections.on_demand takes the same places on the page whether it draws its button (before and at the click) or
+    not (every run after): a browser keeps the last run's element at each place until it is drawn again, so with the
+    places shifted the click's spinner caption stayed, faded, under the next run's own (two places in the device's
+    line at once), and the next section's heading vanished under the spinner while the work ran."""
+    from streamlit.testing.v1 import AppTest
+
+    def next_section(at) -> int:
+        return next(i for i, c in at.main.children.items() if getattr(c, "value", None) == "Next section")
+
+    at = AppTest.from_function(_asked_page, default_timeout=30).run()
+    before = next_section(at)
+    at.button(key="btn_t_demo").click().run()
+    assert [m.value for m in at.markdown] == ["result"] and next_section(at) == before
+    at.run()  # the run after the click: no button, the result kept
+    assert [m.value for m in at.markdown] == ["result"] and not at.button and next_section(at) == before
