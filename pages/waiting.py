@@ -81,22 +81,6 @@ def ordinal(n: int) -> str:
 
 def place(key: str, infos) -> str:
     """Where the request `key` stands in the device workers' lines (`WorkerInfo`), as a sentence."""
-    for info in infos:
-        holds = "the run on the device" if info.running else ""
-        if key in info.line:
-            ahead = info.line.index(key) - info.running  # runs waiting before it
-            if ahead < 0:
-                return "Yours holds the device now."
-            before = [b for b in (holds, ahead and f"{ahead}{' more' if holds else ''} waiting") if b]
-            order = info.by_page * (" Requests from pages opened before yours go first, so your place can still "
-                                    "move back.")
-            return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
-                f", behind {' and '.join(before)}." if before else ", next to go.") + order
-        if key in info.builds:
-            return ("Yours waits to compile: tuned compiles run between runs, never during one (they would slow its "
-                    f"timing), and {holds or 'a run'} goes first.")
-        if key in info.building:
-            return "Yours is compiling its programs (between runs); then it takes its place in the device's line."
     busy = [i for i in infos if i.running or i.waiting]
     going, n = "", sum(i.running for i in busy)
     w = sum(i.waiting for i in busy)
@@ -104,9 +88,26 @@ def place(key: str, infos) -> str:
         going = f" The device has {n} run{'s' * (n != 1)} going and {w} waiting."
     elif busy:  # between two runs: none going ("0 runs going" read as a fault)
         going = f" {w} run{'s' * (w != 1)} wait{'s' * (w == 1)} to start on the device."
+    # in page order (oldest_first) a request begun earlier can come in ahead of this one, in the line and before it
+    order = " Requests from pages opened before yours go first, so your place can still move back."
+    for info in infos:
+        holds = "the run on the device" if info.running else ""
+        if key in info.line:
+            ahead = info.line.index(key) - info.running  # runs waiting before it
+            if ahead < 0:
+                return "Yours holds the device now."
+            before = [b for b in (holds, ahead and f"{ahead}{' more' if holds else ''} waiting") if b]
+            return f"Yours is {ordinal(ahead + 1)} in the device's line" + (
+                f", behind {' and '.join(before)}." if before else ", next to go.") + info.by_page * order
+        if key in info.builds:  # a browser pass saw this for 30-44 s while run after run went first: said so
+            return ("Yours waits to compile: tuned compiles run between runs, never during one (they would slow its "
+                    "timing), so the runs queued before it go first." + going)
+        if key in info.building:
+            return "Yours is compiling its programs (between runs); then it takes its place in the device's line."
     waits = len({k for i in infos for k in i.builds})  # compiles ahead of it (a compile thread may be all it lacks)
+    first = " Pages opened before yours trace and compile first." if any(i.by_page for i in infos) else ""
     return ("Yours is not in the device's line yet: the worker traces and compiles it first" +
-            (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + going)
+            (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + first + going)
 
 
 @st.cache_data(ttl=EVERY_S, show_spinner=False)

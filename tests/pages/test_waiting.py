@@ -49,7 +49,9 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     assert waiting.place("x", [Info(running=0, waiting=2, line=("x", "y"))]) == "Yours is 1st in the device's line, next to go."
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"))]) == (
         "Yours is 2nd in the device's line, behind 1 waiting.")
-    assert waiting.place("p", [other]).startswith("Yours waits to compile: tuned compiles run between runs")
+    assert waiting.place("p", [other]) == (
+        "Yours waits to compile: tuned compiles run between runs, never during one (they would slow its timing), so "
+        "the runs queued before it go first. The device has 1 run going and 1 waiting.")
     assert waiting.place("q", [Info(0, 0, (), building=("q",))]).startswith("Yours is compiling its programs")
     assert waiting.place("z", [other, mine]) == (
         "Yours is not in the device's line yet: the worker traces and compiles it first, after 1 request waiting to "
@@ -63,6 +65,10 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"), by_page=True)]) == (
         "Yours is 2nd in the device's line, behind 1 waiting. Requests from pages opened before yours go first, so your "
         "place can still move back.")
+    # and before it takes a place: its tracing and compiling wait for pages opened first (oldest_first)
+    assert waiting.place("z", [Info(running=1, waiting=2, line=("x", "y", "w"), by_page=True)]) == (
+        "Yours is not in the device's line yet: the worker traces and compiles it first. Pages opened before yours "
+        "trace and compile first. The device has 1 run going and 2 waiting.")
     assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
 
