@@ -88,7 +88,7 @@ def place(key: str, infos) -> str:
         going = f" The device has {n} run{'s' * (n != 1)} going and {w} waiting."
     elif busy:  # between two runs: none going ("0 runs going" read as a fault)
         going = f" {w} run{'s' * (w != 1)} wait{'s' * (w == 1)} to start on the device."
-    # in page order (oldest_first) a request begun earlier can come in ahead of this one, in the line and before it
+    # in page order (oldest_first) a request begun earlier can come in ahead of this one
     order = " Requests from pages opened before yours go first, so your place can still move back."
     for info in infos:
         holds = "the run on the device" if info.running else ""
@@ -105,9 +105,8 @@ def place(key: str, infos) -> str:
         if key in info.building:
             return "Yours is compiling its programs (between runs); then it takes its place in the device's line."
     waits = len({k for i in infos for k in i.builds})  # compiles ahead of it (a compile thread may be all it lacks)
-    first = " Pages opened before yours trace and compile first." if any(i.by_page for i in infos) else ""
     return ("Yours is not in the device's line yet: the worker traces and compiles it first" +
-            (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + first + going)
+            (f", after {waits} request{'s' * (waits != 1)} waiting to compile" if waits else "") + "." + going)
 
 
 @st.cache_data(ttl=EVERY_S, show_spinner=False)

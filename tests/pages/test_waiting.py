@@ -65,10 +65,11 @@ def test_a_request_says_where_it_stands_in_the_device_workers_lines():
     assert waiting.place("y", [Info(running=0, waiting=2, line=("x", "y"), by_page=True)]) == (
         "Yours is 2nd in the device's line, behind 1 waiting. Requests from pages opened before yours go first, so your "
         "place can still move back.")
-    # and before it takes a place: its tracing and compiling wait for pages opened first (oldest_first)
+    # before it takes a place no order is claimed: compiles run several at once, and a browser pass saw the first
+    # page opened wait while newer ones compiled ("pages opened before yours ... first" misled there)
     assert waiting.place("z", [Info(running=1, waiting=2, line=("x", "y", "w"), by_page=True)]) == (
-        "Yours is not in the device's line yet: the worker traces and compiles it first. Pages opened before yours "
-        "trace and compile first. The device has 1 run going and 2 waiting.")
+        "Yours is not in the device's line yet: the worker traces and compiles it first. The device has 1 run going "
+        "and 2 waiting.")
     assert [waiting.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 111)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "111th"]
 
