@@ -65,11 +65,17 @@ def on_demand(key: str, label: str, params, *, auto: bool = False, help: str | N
         note = waiting.long_work_note(seconds)
         if note:
             st.warning(note)
-        if st.button(label, key=f"btn_{key}", type="primary", help=help):
-            st.session_state[f"asked_{key}"] = params
+        # the ask is kept by the click's callback, which Streamlit runs before the script: a run that stops before
+        # the button (another click of the learner's restarts it) returned no True, and the click was lost
+        if st.button(label, key=f"btn_{key}", type="primary", help=help, on_click=_ask, args=(key, params)):
+            _ask(key, params)  # clicked as the settings changed: the callback kept the ones the button was drawn with
             return True
     st.empty()  # the place its result takes (`waiting.fresh`) once asked: what follows keeps its place as it runs
     return False
+
+
+def _ask(key: str, params) -> None:
+    st.session_state[f"asked_{key}"] = params
 
 
 def clamp(key: str, high: int, default: int = 0) -> None:

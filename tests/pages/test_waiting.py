@@ -166,10 +166,10 @@ def test_a_timing_button_the_cost_model_puts_over_20_s_says_so_before_it_is_pres
     at = open_page(page, {"batch": "4", "q_len": "1024", "kv_len": "1024"})
     assert any(b.key == button for b in at.button)
     assert "This will hold the device for about" in texts(at, "warning")
-    at.button(key=button).click().run()  # pressed: the warning stays above the work's spinner
-    assert "This will hold the device for about" in texts(at, "warning")
-    at.run()  # the page again, the work asked for: no button, the estimate beside it
+    at.button(key=button).click().run()  # pressed (kept by its callback): the estimate stays above the work's spinner
     assert "The lab's cost model puts this at about" in texts(at, "caption")
+    at.run()  # the page again, the work asked for: no button, the estimate beside it
+    assert "The lab's cost model puts this at about" in texts(at, "caption") and not any(b.key == button for b in at.button)
     small = open_page(page, {"batch": "1", "q_len": "256", "kv_len": "256"})
     assert "This will hold the device" not in texts(small, "warning")
 
@@ -296,3 +296,28 @@ def test_what_follows_an_asked_computation_keeps_its_place_before_during_and_aft
     assert [m.value for m in at.markdown] == ["result"] and next_section(at) == before
     at.run()  # the run after the click: no button, the result kept
     assert [m.value for m in at.markdown] == ["result"] and not at.button and next_section(at) == before
+
+
+def _interrupted_page():
+    import streamlit as st
+
+    from pages import sections
+
+    if st.session_state.pop("stop_before_the_button", False):
+        st.stop()  # as a run that the learner's next click restarts before it reaches the button
+    if sections.on_demand("t_demo", "Run it", 1):
+        st.write("result")
+
+
+def test_a_click_is_kept_even_when_its_run_stops_before_reaching_the_button():
+    """A browser pass pressed two buttons within a second: the first click's run was restarted before it reached its
+    button, `st.button` never returned True, and the click was lost (its computation never ran). The ask is kept by
+    the button's callback, which Streamlit runs before the script."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_interrupted_page, default_timeout=30).run()
+    at.session_state["stop_before_the_button"] = True
+    at.button(key="btn_t_demo").click().run()
+    assert not at.markdown  # that run stopped before it drew anything
+    at.run()
+    assert [m.value for m in at.markdown] == ["result"] and not at.button
